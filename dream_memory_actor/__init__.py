@@ -1,0 +1,73 @@
+"""dream-memory-actor: one shared long-term memory for many LLM agents on Ray."""
+
+from __future__ import annotations
+
+from .config import MemorySettings
+from .engine import MemoryEngine
+from .errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    DreamMemoryError,
+    EmbeddingError,
+    InvalidContent,
+    InvalidEmbedding,
+    InvalidInput,
+    InvalidMetadata,
+    InvalidOwnerId,
+    InvalidQuery,
+    InvalidStatusKey,
+    MemoryNotFound,
+    MissingDependency,
+    NotFound,
+    PendingItemNotFound,
+    SchemaError,
+    SystemClosed,
+    UnknownStatusKey,
+    UnsupportedBackend,
+)
+from .models import (
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    MemorySnapshot,
+    SearchHit,
+    StoreResult,
+    VectorMemory,
+)
+from .scoring import Weights
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "ConfigurationError",
+    "DreamMemoryError",
+    "EmbeddingError",
+    "InvalidContent",
+    "InvalidEmbedding",
+    "InvalidInput",
+    "InvalidMetadata",
+    "InvalidOwnerId",
+    "InvalidQuery",
+    "InvalidStatusKey",
+    "MemoryEngine",
+    "MemoryFact",
+    "MemoryNotFound",
+    "MemoryPendingItem",
+    "MemoryRule",
+    "MemorySettings",
+    "MemorySnapshot",
+    "MissingDependency",
+    "NotFound",
+    "PendingItemNotFound",
+    "SchemaError",
+    "SearchHit",
+    "StoreResult",
+    "SystemClosed",
+    "UnknownStatusKey",
+    "UnsupportedBackend",
+    "VectorMemory",
+    "Weights",
+]

@@ -1,0 +1,175 @@
+"""One settings object for the whole system.
+
+Values come, strongest first, from keyword arguments, ``DREAM_MEMORY_*``
+environment variables, the YAML file named by ``DREAM_MEMORY_CONFIG_FILE`` (or
+passed to :meth:`MemorySettings.from_yaml`), and the defaults below. Switching
+the storage engine is one line::
+
+    backend: redis            # or postgres (default) or memory
+    redis_url: redis://cache:6379/0
+
+With ``backend: postgres`` and no ``postgres_dsn``, an embedded PostgreSQL with
+pgvector is started in a per-user data directory and used.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from .errors import ConfigurationError, UnsupportedBackend
+from .scoring import Weights
+
+BACKENDS = ("memory", "postgres", "redis")
+PLACEMENTS = ("dedicated", "sharded")
+
+
+def default_data_dir() -> Path:
+    """Per-user data directory: ``$XDG_DATA_HOME/dream-memory`` or ``~/.local/share/dream-memory``."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "dream-memory"
+
+
+class MemorySettings(BaseSettings):
+    """Every knob of dream-memory-actor, with the seed's values as defaults."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DREAM_MEMORY_", extra="forbid", frozen=True, validate_default=True
+    )
+
+    # storage
+    backend: str = "postgres"
+    postgres_dsn: SecretStr | None = None
+    postgres_schema: str = "dream_memory"
+    postgres_pool_min: int = Field(1, ge=0, le=100)
+    postgres_pool_max: int = Field(8, ge=1, le=200)
+    data_dir: Path = Field(default_factory=default_data_dir)
+    redis_url: SecretStr | None = None
+    redis_prefix: str = "dm"
+
+    # embeddings: None = keyword-only search (ADR-005).
+    # "local:<model>" = sentence-transformers in-process; anything else = a litellm model.
+    embedding_model: str | None = None
+    embedding_dim: int | None = Field(None, ge=1, le=16000)
+    embedding_cache_size: int = Field(10_000, ge=0)
+    embedding_api_base: str | None = None
+    embedding_api_key: SecretStr | None = None
+    embedding_timeout_s: float = Field(30.0, gt=0)
+
+    # hybrid search
+    vector_weight: float = Field(0.6, ge=0)
+    keyword_weight: float = Field(0.3, ge=0)
+    time_weight: float = Field(0.1, ge=0)
+    time_half_life_days: float = Field(30.0, gt=0)
+    vector_candidates: int = Field(100, ge=1, le=10_000)
+    keyword_candidates: int = Field(100, ge=1, le=10_000)
+    hnsw_ef_search: int = Field(100, ge=1, le=1000)
+
+    # writes
+    dedup_threshold: float = Field(0.85, ge=0, le=1)
+    max_content_bytes: int = Field(32 * 1024, ge=16, le=1024 * 1024)
+
+    # human-in-the-loop gate
+    hitl_write_threshold: float = Field(0.82, ge=0, le=1)
+    hitl_pending_threshold: float = Field(0.55, ge=0, le=1)
+    pending_ttl_s: float | None = Field(7 * 24 * 3600.0, gt=0)
+
+    # runtime
+    placement: str = "sharded"
+    shards: int = Field(2, ge=1, le=1024)
+    max_live_owners: int = Field(10_000, ge=1)
+    idle_timeout_s: float = Field(3600.0, gt=0)
+    chat_window: int = Field(20, ge=1, le=10_000)
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        # Not a ValueError on purpose: pydantic lets it through unwrapped, so the
+        # caller sees our typed error rather than a pydantic ValidationError.
+        if value not in BACKENDS:
+            raise UnsupportedBackend(
+                f"unsupported backend {value!r}; choose one of: {', '.join(BACKENDS)}"
+            )
+        return value
+
+    @field_validator("placement")
+    @classmethod
+    def _known_placement(cls, value: str) -> str:
+        if value not in PLACEMENTS:
+            raise ConfigurationError(
+                f"unsupported placement {value!r}; choose one of: {', '.join(PLACEMENTS)}"
+            )
+        return value
+
+    @field_validator("postgres_schema", "redis_prefix")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        # Interpolated into DDL and key names, so whitelisted rather than quoted.
+        if not value.isascii() or not value.replace("_", "a").isalnum() or value[0].isdigit():
+            raise ConfigurationError(
+                f"{value!r} is not a plain identifier (letters, digits, _; not starting "
+                "with a digit)"
+            )
+        if len(value) > 48:
+            raise ConfigurationError(f"{value!r} is longer than 48 characters")
+        return value.lower()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MemorySettings:
+        if self.hitl_pending_threshold > self.hitl_write_threshold:
+            raise ConfigurationError(
+                "hitl_pending_threshold must not exceed hitl_write_threshold "
+                f"({self.hitl_pending_threshold} > {self.hitl_write_threshold})"
+            )
+        if self.postgres_pool_min > self.postgres_pool_max:
+            raise ConfigurationError("postgres_pool_min must not exceed postgres_pool_max")
+        return self
+
+    @property
+    def weights(self) -> Weights:
+        return Weights(
+            self.vector_weight, self.keyword_weight, self.time_weight, self.time_half_life_days
+        )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get("DREAM_MEMORY_CONFIG_FILE")
+        if path:
+            if not Path(path).is_file():
+                raise ConfigurationError(f"DREAM_MEMORY_CONFIG_FILE={path!r} is not a file")
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> MemorySettings:
+        """Settings from a YAML file; environment variables and ``overrides`` win over it."""
+        import yaml
+
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigurationError(f"settings file {str(p)!r} does not exist")
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"settings file {str(p)!r} must hold a mapping")
+        env_names = {k.removeprefix("DREAM_MEMORY_").lower() for k in os.environ
+                     if k.startswith("DREAM_MEMORY_")}
+        merged = {k: v for k, v in data.items() if k not in env_names}
+        merged.update(overrides)
+        return cls(**merged)

@@ -1,0 +1,145 @@
+"""The memory core in one process: stores, embedder and settings, no Ray.
+
+``MemoryEngine`` is what the owner actors and the VectorIndex actor run inside;
+it is also usable on its own in a single process (scripts, tests)::
+
+    engine = await MemoryEngine.open(MemorySettings(backend="memory"))
+    await engine.store("alice", "went live on Kubernetes with helm")
+    hits = await engine.search("alice", "K8s deployment")
+    await engine.close()
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from . import validation as check
+from .config import MemorySettings
+from .embedding import CachedEmbedder, open_embedder
+from .errors import SystemClosed
+from .models import MemorySnapshot, SearchHit, StoreResult, VectorMemory
+from .storage import open_stores
+from .storage.base import StructuredStore, VectorStore
+from .storage.ops import L1Op
+
+
+class MemoryEngine:
+    """Structured store + vector store + optional embedder, configured by one settings object."""
+
+    def __init__(
+        self,
+        settings: MemorySettings,
+        structured: StructuredStore,
+        vector: VectorStore,
+        embedder: CachedEmbedder | None = None,
+    ) -> None:
+        self.settings = settings
+        self.structured = structured
+        self.vector = vector
+        self.embedder = embedder
+        self._closed = False
+        #: Seconds spent embedding queries in the last ``search`` (benchmarks report it apart).
+        self.last_query_embed_s = 0.0
+
+    @classmethod
+    async def open(cls, settings: MemorySettings | None = None, *, setup: bool = True
+                   ) -> MemoryEngine:
+        """Open the configured stores and embedder; ``setup`` applies migrations."""
+        settings = settings or MemorySettings()
+        embedder = await open_embedder(settings)
+        structured, vector = await open_stores(settings, embedder.dim if embedder else None)
+        if setup:
+            await structured.setup()
+            await vector.setup()
+        return cls(settings, structured, vector, embedder)
+
+    async def close(self) -> None:
+        """Close the stores. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.structured.close()
+        if self.vector is not self.structured:  # one backend object may serve both
+            await self.vector.close()
+
+    def _open(self) -> None:
+        if self._closed:
+            raise SystemClosed("this memory engine was closed")
+
+    # -- L1 ------------------------------------------------------------------------
+
+    async def snapshot(self, owner: str) -> MemorySnapshot:
+        self._open()
+        return await self.structured.load(check.owner_id(owner))
+
+    async def apply(self, owner: str, ops: Sequence[L1Op], *, now: datetime | None = None
+                    ) -> MemorySnapshot:
+        self._open()
+        return await self.structured.apply(owner, ops, now=now)
+
+    # -- L2 ------------------------------------------------------------------------
+
+    async def embed(self, text: str) -> list[float] | None:
+        """The embedding of ``text``, or ``None`` without an embedder (keyword-only)."""
+        if self.embedder is None:
+            return None
+        return await self.embedder.embed_one(text)
+
+    async def store(
+        self,
+        owner: str,
+        content: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        now: datetime | None = None,
+        embedding: Sequence[float] | None = None,
+    ) -> StoreResult:
+        """Embed (unless ``embedding`` is given) and store, merging near-duplicates."""
+        self._open()
+        check.owner_id(owner)
+        text = check.content(content, self.settings.max_content_bytes)
+        check.metadata(metadata)
+        vec = list(embedding) if embedding is not None else await self.embed(text)
+        return await self.vector.store(
+            owner, text, embedding=vec, metadata=metadata,
+            threshold=self.settings.dedup_threshold, now=now,
+        )
+
+    async def search(
+        self,
+        owners: str | Sequence[str],
+        query: str,
+        *,
+        limit: int = 10,
+        now: datetime | None = None,
+        min_score: float = 0.0,
+        embedding: Sequence[float] | None = None,
+    ) -> list[SearchHit]:
+        """Hybrid search (keyword + time only without an embedder), best first."""
+        self._open()
+        who = check.owner_ids(owners)
+        text = check.content(query, self.settings.max_content_bytes, what="query")
+        check.limit(limit)
+        t0 = time.perf_counter()
+        vec = list(embedding) if embedding is not None else await self.embed(text)
+        self.last_query_embed_s = time.perf_counter() - t0
+        s = self.settings
+        return await self.vector.search(
+            who, text, embedding=vec, limit=limit, weights=s.weights, now=now,
+            vector_k=s.vector_candidates, keyword_k=s.keyword_candidates, min_score=min_score,
+        )
+
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        self._open()
+        return await self.vector.get(check.owner_id(owner), memory_id)
+
+    async def delete(self, owner: str, memory_id: str) -> bool:
+        self._open()
+        return await self.vector.delete(owner, memory_id)
+
+    async def list(self, owner: str, *, limit: int = 100, offset: int = 0) -> list[VectorMemory]:
+        self._open()
+        return await self.vector.list(owner, limit=limit, offset=offset)

@@ -1,0 +1,125 @@
+"""The one error hierarchy of dream-memory-actor.
+
+Every failure a caller can see is one of these; driver, HTTP and Ray errors are
+translated at the boundary and chained (``raise ... from exc``)::
+
+    DreamMemoryError
+    ├── InvalidInput (also a ValueError)     bad arguments; nothing was written
+    │   ├── InvalidOwnerId
+    │   ├── InvalidContent                   empty, too large, NUL characters
+    │   ├── InvalidEmbedding                 NaN/inf, wrong dimension
+    │   ├── InvalidStatusKey
+    │   ├── InvalidMetadata
+    │   └── InvalidQuery
+    ├── NotFound (also a LookupError)
+    │   ├── UnknownStatusKey
+    │   ├── MemoryNotFound
+    │   ├── RuleNotFound / FactNotFound
+    │   └── PendingItemNotFound
+    ├── ConfigurationError                   the settings cannot work
+    │   ├── UnsupportedBackend
+    │   └── MissingDependency                an optional extra is not installed
+    ├── BackendError                         the storage server failed
+    │   ├── BackendUnavailable               cannot connect / connection lost
+    │   └── SchemaError                      migrations missing or incompatible
+    ├── EmbeddingError                       the embedding model failed
+    └── SystemClosed                         a call after shutdown()
+"""
+
+from __future__ import annotations
+
+
+class DreamMemoryError(Exception):
+    """Base class of every error raised by dream-memory-actor."""
+
+
+class InvalidInput(DreamMemoryError, ValueError):
+    """An argument is not acceptable. Nothing was written."""
+
+
+class InvalidOwnerId(InvalidInput):
+    """The owner id does not have the allowed form (see ``validation.OWNER_ID_PATTERN``)."""
+
+
+class InvalidContent(InvalidInput):
+    """Memory content is empty, whitespace only, too large or contains NUL characters."""
+
+
+class InvalidEmbedding(InvalidInput):
+    """An embedding has the wrong dimension or a non-finite value."""
+
+
+class InvalidStatusKey(InvalidInput):
+    """A status key does not have the allowed form."""
+
+
+class InvalidMetadata(InvalidInput):
+    """Metadata is not a JSON object of acceptable size."""
+
+
+class InvalidQuery(InvalidInput):
+    """A search query or its options are not acceptable."""
+
+
+class NotFound(DreamMemoryError, LookupError):
+    """The addressed item does not exist for this owner."""
+
+
+class UnknownStatusKey(NotFound):
+    """Deleting a status key the owner does not have."""
+
+
+class MemoryNotFound(NotFound):
+    """No semantic memory with that id for this owner."""
+
+
+class RuleNotFound(NotFound):
+    """No rule with that id for this owner."""
+
+
+class FactNotFound(NotFound):
+    """No fact with that id for this owner."""
+
+
+class PendingItemNotFound(NotFound):
+    """No pending item with that id for this owner."""
+
+
+class ConfigurationError(DreamMemoryError):
+    """The settings cannot work (raised while loading or opening them)."""
+
+
+class UnsupportedBackend(ConfigurationError):
+    """The backend name is not one of the supported backends."""
+
+
+class MissingDependency(ConfigurationError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
+class BackendError(DreamMemoryError):
+    """The storage backend failed; the driver's exception is chained as ``__cause__``."""
+
+
+class BackendUnavailable(BackendError):
+    """The storage server cannot be reached or the connection was lost."""
+
+
+class SchemaError(BackendError):
+    """The database schema is missing, too new, or incompatible with the settings."""
+
+
+class EmbeddingError(DreamMemoryError):
+    """The embedding model failed or returned something unusable."""
+
+
+class SystemClosed(DreamMemoryError):
+    """The memory system (or store) was shut down; no call is accepted after that."""
+
+
+def missing_dependency(module: str, extra: str) -> MissingDependency:
+    """The error for an optional import that failed, naming the extra that provides it."""
+    return MissingDependency(
+        f"the optional dependency {module!r} is not installed; "
+        f"install it with: pip install 'dream-memory-actor[{extra}]'"
+    )

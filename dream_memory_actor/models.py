@@ -1,0 +1,205 @@
+"""The data the memory hands out: immutable pydantic models.
+
+``MemorySnapshot`` is what an agent injects into its system prompt; ``SearchHit``
+carries the three signal scores so a user can see why a memory ranked.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+PendingKind = Literal["rule", "fact", "status", "memory"]
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (every timestamp here is)."""
+    return datetime.now(timezone.utc)
+
+
+def new_id() -> str:
+    """A new random id (UUID4, hex with dashes)."""
+    return str(uuid.uuid4())
+
+
+class FrozenMap(Mapping[str, str]):
+    """An immutable, hashable, picklable ``str -> str`` mapping."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[str, str] | None = None) -> None:
+        self._data: dict[str, str] = dict(sorted((data or {}).items()))
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> str:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(tuple(self._data.items()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return dict(self._data) == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenMap, (self._data,))
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(
+            lambda v: v if isinstance(v, FrozenMap) else FrozenMap(v),
+            core_schema.dict_schema(core_schema.str_schema(), core_schema.str_schema()),
+            serialization=core_schema.plain_serializer_function_ser_schema(dict),
+        )
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MemoryRule(_Frozen):
+    """A behaviour rule the user asked for ("in code review look at security first")."""
+
+    id: str = Field(default_factory=new_id)
+    content: str
+    source: str = "user"
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class MemoryFact(_Frozen):
+    """An objective fact about the user or environment ("the user is a Java developer")."""
+
+    id: str = Field(default_factory=new_id)
+    content: str
+    source: str = "user"
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class MemoryPendingItem(_Frozen):
+    """An extracted memory waiting for a person to confirm or reject it (HITL).
+
+    ``kind`` says where it goes when confirmed: a rule, a fact, a status entry
+    (``key``/``value``) or a semantic ``memory``.
+    """
+
+    id: str = Field(default_factory=new_id)
+    kind: PendingKind
+    content: str | None = None
+    key: str | None = None
+    value: str | None = None
+    confidence: float = Field(ge=0.0, le=1.0)
+    source: str = "extractor"
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+
+    def describe(self) -> str:
+        """One line for a person deciding on the item."""
+        what = f"{self.key}={self.value}" if self.kind == "status" else (self.content or "")
+        return f"[{self.kind}] {what} (confidence {self.confidence:.2f})"
+
+
+class MemorySnapshot(_Frozen):
+    """Everything structured the memory knows about one owner, at one version.
+
+    Immutable: a write produces a new snapshot with ``version`` + 1.
+
+    >>> snap = MemorySnapshot(owner="alice")
+    >>> snap.to_prompt()
+    'User info:\\n- rules: (none)\\n- facts: (none)\\n- current status: (none)'
+    """
+
+    owner: str
+    rules: tuple[MemoryRule, ...] = ()
+    facts: tuple[MemoryFact, ...] = ()
+    status: FrozenMap = Field(default_factory=FrozenMap)
+    status_expires_at: Mapping[str, datetime] = Field(default_factory=dict, repr=False)
+    pending: tuple[MemoryPendingItem, ...] = ()
+    version: int = 0
+    updated_at: datetime | None = None
+
+    def live(self, now: datetime | None = None) -> MemorySnapshot:
+        """This snapshot without status entries and pending items that expired by ``now``."""
+        now = now or utcnow()
+        dead = {k for k, t in self.status_expires_at.items() if t <= now}
+        stale = [p for p in self.pending if p.expires_at is not None and p.expires_at <= now]
+        if not dead and not stale:
+            return self
+        return self.model_copy(
+            update={
+                "status": FrozenMap({k: v for k, v in self.status.items() if k not in dead}),
+                "status_expires_at": {
+                    k: t for k, t in self.status_expires_at.items() if k not in dead
+                },
+                "pending": tuple(p for p in self.pending if p not in stale),
+            }
+        )
+
+    def rules_block(self) -> str:
+        return "; ".join(r.content for r in self.rules) or "(none)"
+
+    def facts_block(self) -> str:
+        return "; ".join(f.content for f in self.facts) or "(none)"
+
+    def status_block(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.status.items()) or "(none)"
+
+    def to_prompt(self, header: str = "User info:") -> str:
+        """The rules/facts/status block for a system prompt."""
+        return (
+            f"{header}\n- rules: {self.rules_block()}\n- facts: {self.facts_block()}\n"
+            f"- current status: {self.status_block()}"
+        )
+
+
+class VectorMemory(_Frozen):
+    """One semantic (L2) memory. ``metadata`` records merges (``merged_from``, ``merged_at``)."""
+
+    id: str = Field(default_factory=new_id)
+    owner: str
+    content: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    has_embedding: bool = False
+
+
+class StoreResult(_Frozen):
+    """What ``store`` did: inserted a new memory, or merged into a near-duplicate."""
+
+    memory: VectorMemory
+    merged: bool
+    similarity: float | None = None
+
+
+class SearchHit(_Frozen):
+    """A search result with the signals that ranked it.
+
+    ``vector_score`` is ``None`` when no embedding took part (keyword-only mode
+    or a memory stored without an embedding); ``mode`` says which signals ran.
+    """
+
+    memory: VectorMemory
+    score: float
+    vector_score: float | None
+    keyword_score: float
+    time_score: float
+    mode: Literal["hybrid", "keyword"]

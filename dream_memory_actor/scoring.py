@@ -1,0 +1,140 @@
+"""Hybrid scoring, as the seed states it: pure functions, no storage, no Ray.
+
+    hybrid = w_vector * vector + w_keyword * keyword + w_time * time
+    time   = 1 / (1 + days / half_life_days)        (seed: 0.6, 0.3, 0.1, 30 days)
+
+``vector`` is the cosine similarity of query and memory embeddings, clipped to
+[0, 1] (an opposite direction is no evidence of relevance, not negative
+evidence). ``keyword`` is the share of the query's terms found in the memory.
+Without an embedder the vector signal is absent (``None``) and contributes 0,
+so a keyword-only score is comparable to the same hit's hybrid score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from .models import SearchHit, VectorMemory
+from .text import fold
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weights of the three signals and the time half-life in days."""
+
+    vector: float = 0.6
+    keyword: float = 0.3
+    time: float = 0.1
+    half_life_days: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("vector", "keyword", "time"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"weight {name} must be a finite number >= 0, got {value!r}")
+        if not (math.isfinite(self.half_life_days) and self.half_life_days > 0):
+            raise ValueError(f"half_life_days must be > 0, got {self.half_life_days!r}")
+
+
+SEED_WEIGHTS = Weights()
+
+
+def time_score(updated_at: datetime, now: datetime, half_life_days: float = 30.0) -> float:
+    """``1 / (1 + days / half_life)``; a memory from the future counts as new."""
+    days = max(0.0, (now - updated_at).total_seconds() / 86400.0)
+    return 1.0 / (1.0 + days / half_life_days)
+
+
+def keyword_score(query_terms: Sequence[str], content: str) -> float:
+    """Share of the query's terms that occur in ``content`` (substring, case-folded).
+
+    A term is found the way ``ILIKE '%term%'`` finds it, so "deploy" matches
+    "deployment". No terms means no keyword evidence: 0.
+    """
+    if not query_terms:
+        return 0.0
+    haystack = fold(content)
+    found = sum(1 for t in query_terms if t in haystack)
+    return found / len(query_terms)
+
+
+def cosine(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Cosine similarity of two vectors; 0 when either has zero length."""
+    va = np.asarray(a, dtype=np.float64)
+    vb = np.asarray(b, dtype=np.float64)
+    na = float(np.linalg.norm(va))
+    nb = float(np.linalg.norm(vb))
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(va, vb) / (na * nb))
+
+
+def vector_score(similarity: float | None) -> float | None:
+    """Cosine similarity clipped to [0, 1]; ``None`` stays ``None`` (no embedding)."""
+    if similarity is None:
+        return None
+    return min(1.0, max(0.0, similarity))
+
+
+def hybrid_score(
+    vector: float | None, keyword: float, time: float, weights: Weights = SEED_WEIGHTS
+) -> float:
+    """The weighted sum; an absent vector signal contributes 0."""
+    v = 0.0 if vector is None else vector
+    return weights.vector * v + weights.keyword * keyword + weights.time * time
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A memory a backend proposes for ranking, with its cosine to the query if known."""
+
+    memory: VectorMemory
+    similarity: float | None = None
+
+
+def rank(
+    candidates: Sequence[Candidate],
+    query_terms: Sequence[str],
+    now: datetime,
+    weights: Weights,
+    limit: int,
+    *,
+    hybrid: bool,
+    min_score: float = 0.0,
+) -> list[SearchHit]:
+    """Score candidates exactly and return the best ``limit``, ties broken by recency then id.
+
+    In keyword mode (no query embedding) a candidate that matches no term is
+    not a hit: recency alone is not relevance.
+    """
+    hits: list[SearchHit] = []
+    seen: set[str] = set()
+    for c in candidates:
+        if c.memory.id in seen:
+            continue
+        seen.add(c.memory.id)
+        kw = keyword_score(query_terms, c.memory.content)
+        if not hybrid and kw == 0.0:
+            continue
+        vec = vector_score(c.similarity) if hybrid else None
+        ts = time_score(c.memory.updated_at, now, weights.half_life_days)
+        score = hybrid_score(vec, kw, ts, weights)
+        if score < min_score:
+            continue
+        hits.append(
+            SearchHit(
+                memory=c.memory,
+                score=score,
+                vector_score=vec,
+                keyword_score=kw,
+                time_score=ts,
+                mode="hybrid" if hybrid else "keyword",
+            )
+        )
+    hits.sort(key=lambda h: (-h.score, -h.memory.updated_at.timestamp(), h.memory.id))
+    return hits[:limit]

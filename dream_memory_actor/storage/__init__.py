@@ -1,0 +1,38 @@
+"""Storage: two interfaces (``base``) and one module (or package) per backend.
+
+``open_stores(settings)`` picks the backend named in the settings; the driver of
+a backend is imported only when that backend is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import UnsupportedBackend
+from .base import StructuredStore, VectorStore
+
+if TYPE_CHECKING:
+    from ..config import MemorySettings
+
+__all__ = ["StructuredStore", "VectorStore", "open_stores"]
+
+
+async def open_stores(
+    settings: MemorySettings, embedding_dim: int | None
+) -> tuple[StructuredStore, VectorStore]:
+    """The configured backend's structured and vector stores (not yet set up)."""
+    limit = settings.max_content_bytes
+    if settings.backend == "memory":
+        from .memory import InMemoryStructuredStore, InMemoryVectorStore
+
+        return (InMemoryStructuredStore(max_content_bytes=limit),
+                InMemoryVectorStore(embedding_dim, max_content_bytes=limit))
+    if settings.backend == "postgres":
+        from .postgres import open_postgres
+
+        return await open_postgres(settings, embedding_dim)
+    if settings.backend == "redis":
+        from .redis import open_redis
+
+        return await open_redis(settings, embedding_dim)
+    raise UnsupportedBackend(f"unsupported backend {settings.backend!r}")

@@ -1,0 +1,280 @@
+"""The two storage interfaces business code depends on (ADR-001).
+
+``StructuredStore`` (L1) has two abstract methods: ``load`` a snapshot and
+``_apply`` a list of operations atomically. ``VectorStore`` (L2) has a handful
+of primitives; dedup semantics, validation and hybrid ranking live here, once,
+so every backend ranks the same data the same way.
+
+Public methods validate their arguments before any I/O and raise ``InvalidInput``
+subclasses; nothing is written when they do.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+from .. import validation as check
+from ..errors import InvalidQuery
+from ..models import (
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    MemorySnapshot,
+    SearchHit,
+    StoreResult,
+    VectorMemory,
+    utcnow,
+)
+from ..scoring import SEED_WEIGHTS, Candidate, Weights, rank
+from ..text import terms as query_terms
+from .ops import (
+    AddFact,
+    AddPending,
+    AddRule,
+    DeleteStatus,
+    L1Op,
+    RemoveFact,
+    RemovePending,
+    RemoveRule,
+    SetStatus,
+)
+
+DEFAULT_MAX_CONTENT_BYTES = 32 * 1024
+
+
+class _Lifecycle:
+    """``setup`` prepares storage (migrations), ``close`` releases it; both safe to repeat."""
+
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+
+    async def setup(self) -> None:
+        """Create or migrate what the backend needs. Safe to call more than once."""
+
+    async def close(self) -> None:
+        """Release connections. Safe to call more than once."""
+
+
+class StructuredStore(_Lifecycle, ABC):
+    """L1: rules, facts, status and the pending queue of each owner."""
+
+    #: Status entries and pending items can expire by themselves.
+    supports_ttl: ClassVar[bool] = True
+
+    @abstractmethod
+    async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
+        """The owner's current snapshot (an empty one at version 0 for a new owner)."""
+
+    @abstractmethod
+    async def _apply(self, owner: str, ops: Sequence[L1Op], now: datetime) -> MemorySnapshot:
+        """Apply validated ``ops`` atomically; return the new snapshot (version + 1)."""
+
+    async def apply(
+        self, owner: str, ops: Sequence[L1Op], *, now: datetime | None = None
+    ) -> MemorySnapshot:
+        """Apply ``ops`` to ``owner`` atomically: all of them, or none and an error."""
+        check.owner_id(owner)
+        if not ops:
+            raise InvalidQuery("apply needs at least one operation")
+        return await self._apply(owner, self.validate_ops(ops), now or utcnow())
+
+    def validate_ops(self, ops: Sequence[L1Op]) -> list[L1Op]:
+        """The operations with their text normalized, or ``InvalidInput``."""
+        out: list[L1Op] = []
+        limit = self.max_content_bytes
+        for op in ops:
+            if isinstance(op, (AddRule, AddFact)):
+                text = check.content(op.content, limit)
+                check.ids([op.id])
+                out.append(type(op)(content=text, source=_source(op.source), id=op.id))
+            elif isinstance(op, (RemoveRule, RemoveFact, RemovePending)):
+                check.ids([op.id])
+                out.append(op)
+            elif isinstance(op, SetStatus):
+                key = check.status_key(op.key)
+                value = check.content(op.value, limit, what="status value")
+                if op.ttl_s is not None and not (
+                    isinstance(op.ttl_s, (int, float)) and 0 < op.ttl_s < 10 * 365 * 86400
+                ):
+                    raise InvalidQuery(f"ttl_s must be a positive number of seconds, got {op.ttl_s!r}")
+                out.append(SetStatus(key, value, op.ttl_s))
+            elif isinstance(op, DeleteStatus):
+                out.append(DeleteStatus(check.status_key(op.key)))
+            elif isinstance(op, AddPending):
+                out.append(AddPending(self._validate_pending(op.item)))
+            else:
+                raise InvalidQuery(f"unknown operation {op!r}")
+        return out
+
+    def _validate_pending(self, item: MemoryPendingItem) -> MemoryPendingItem:
+        if not isinstance(item, MemoryPendingItem):
+            raise InvalidQuery(f"AddPending needs a MemoryPendingItem, got {item!r}")
+        check.ids([item.id])
+        if item.kind == "status":
+            if item.value is None:
+                raise InvalidQuery("a status pending item needs a value")
+            return item.model_copy(
+                update={
+                    "key": check.status_key(item.key),
+                    "value": check.content(item.value, self.max_content_bytes, "status value"),
+                }
+            )
+        return item.model_copy(
+            update={"content": check.content(item.content, self.max_content_bytes)}
+        )
+
+    # -- conveniences: each builds one operation ------------------------------------
+
+    async def add_rule(self, owner: str, content: str, *, source: str = "user") -> MemoryRule:
+        """Add a rule and return it (the existing one if the same text is already a rule)."""
+        op = AddRule(content, source)
+        snap = await self.apply(owner, [op])
+        text = check.content(content, self.max_content_bytes)
+        return _find_by_text(snap.rules, text)
+
+    async def add_fact(self, owner: str, content: str, *, source: str = "user") -> MemoryFact:
+        """Add a fact and return it (the existing one if the same text is already a fact)."""
+        snap = await self.apply(owner, [AddFact(content, source)])
+        text = check.content(content, self.max_content_bytes)
+        return _find_by_text(snap.facts, text)
+
+    async def set_status(
+        self, owner: str, key: str, value: str, *, ttl_s: float | None = None
+    ) -> MemorySnapshot:
+        return await self.apply(owner, [SetStatus(key, value, ttl_s)])
+
+    async def delete_status(self, owner: str, key: str) -> MemorySnapshot:
+        return await self.apply(owner, [DeleteStatus(key)])
+
+
+def _source(value: object) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= 64 or "\x00" in value:
+        raise InvalidQuery(f"source must be a short non-empty string, got {value!r}")
+    return value
+
+
+def _find_by_text(items: Sequence[Any], text: str) -> Any:
+    from ..text import content_hash
+
+    h = content_hash(text)
+    return next(i for i in items if content_hash(i.content) == h)
+
+
+class VectorStore(_Lifecycle, ABC):
+    """L2: semantic memories with dedup-merge on store and hybrid search."""
+
+    #: Dimension of stored embeddings; ``None`` means keyword-only (no embedder).
+    dim: int | None = None
+
+    # -- primitives a backend implements ------------------------------------------
+
+    @abstractmethod
+    async def _store(
+        self,
+        owner: str,
+        content: str,
+        embedding: list[float] | None,
+        metadata: dict[str, Any],
+        *,
+        threshold: float,
+        now: datetime,
+    ) -> StoreResult:
+        """Insert, or merge into the nearest memory of ``owner`` if cosine > ``threshold``
+        (or the same text, case and spaces aside). Atomic per owner. See ``dedup.merge``."""
+
+    @abstractmethod
+    async def _candidates(
+        self,
+        owners: Sequence[str],
+        terms: Sequence[str],
+        embedding: list[float] | None,
+        *,
+        vector_k: int,
+        keyword_k: int,
+    ) -> list[Candidate]:
+        """Up to ``vector_k`` nearest memories by cosine (when ``embedding``) plus up to
+        ``keyword_k`` memories containing the most ``terms``, each once, with its cosine."""
+
+    @abstractmethod
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        """One memory, or ``MemoryNotFound``."""
+
+    @abstractmethod
+    async def _delete(self, owner: str, memory_id: str) -> bool:
+        """Delete; ``False`` if there was no such memory."""
+
+    @abstractmethod
+    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
+        """Memories of ``owner``, newest first."""
+
+    @abstractmethod
+    async def count(self, owner: str) -> int:
+        """How many memories ``owner`` has."""
+
+    # -- the public, validated API ------------------------------------------------
+
+    async def store(
+        self,
+        owner: str,
+        content: str,
+        *,
+        embedding: Sequence[float] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        threshold: float = 0.85,
+        now: datetime | None = None,
+    ) -> StoreResult:
+        """Store ``content`` for ``owner``, merging into a near-duplicate if there is one."""
+        check.owner_id(owner)
+        text = check.content(content, self.max_content_bytes)
+        meta = check.metadata(metadata)
+        vec = self._check_embedding(embedding)
+        thr = check.unit_interval(threshold, "threshold")
+        return await self._store(owner, text, vec, meta, threshold=thr, now=now or utcnow())
+
+    async def search(
+        self,
+        owners: str | Sequence[str],
+        query: str,
+        *,
+        embedding: Sequence[float] | None = None,
+        limit: int = 10,
+        weights: Weights = SEED_WEIGHTS,
+        now: datetime | None = None,
+        vector_k: int = 100,
+        keyword_k: int = 100,
+        min_score: float = 0.0,
+    ) -> list[SearchHit]:
+        """Hybrid search over the memories of one or several owners, best first."""
+        who = check.owner_ids(owners)
+        text = check.content(query, self.max_content_bytes, what="query")
+        n = check.limit(limit)
+        vec = self._check_embedding(embedding)
+        floor = check.unit_interval(min_score, "min_score")
+        q_terms = query_terms(text)
+        cands = await self._candidates(
+            who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n)
+        )
+        return rank(cands, q_terms, now or utcnow(), weights, n, hybrid=vec is not None,
+                    min_score=floor)
+
+    async def delete(self, owner: str, memory_id: str) -> bool:
+        check.owner_id(owner)
+        check.ids([memory_id], "memory id")
+        return await self._delete(owner, memory_id)
+
+    async def list(self, owner: str, *, limit: int = 100, offset: int = 0) -> list[VectorMemory]:
+        check.owner_id(owner)
+        n = check.limit(limit)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidQuery(f"offset must be an integer >= 0, got {offset!r}")
+        return await self._list(owner, n, offset)
+
+    def _check_embedding(self, embedding: Sequence[float] | None) -> list[float] | None:
+        if embedding is None:
+            return None
+        if self.dim is None:
+            raise InvalidQuery("this store has no embedding dimension (keyword-only); "
+                               "configure embedding_model to store embeddings")
+        return check.embedding(embedding, self.dim)

@@ -1,0 +1,125 @@
+"""In-process backend: the reference implementation and the test double.
+
+Everything lives in dictionaries of this process; nothing survives it. An
+``asyncio.Lock`` per owner makes dedup-then-write atomic, as a transaction
+does on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from ..errors import MemoryNotFound
+from ..models import MemorySnapshot, StoreResult, VectorMemory, utcnow
+from ..scoring import Candidate, cosine
+from ..text import content_hash, fold
+from .base import StructuredStore, VectorStore
+from .dedup import merged
+from .ops import L1Op, apply_ops
+
+
+class InMemoryStructuredStore(StructuredStore):
+    """L1 in a dictionary of snapshots."""
+
+    def __init__(self, *, max_content_bytes: int = 32 * 1024) -> None:
+        self.max_content_bytes = max_content_bytes
+        self._snapshots: dict[str, MemorySnapshot] = {}
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
+        snap = self._snapshots.get(owner) or MemorySnapshot(owner=owner)
+        return snap.live(now or utcnow())
+
+    async def _apply(self, owner: str, ops: Sequence[L1Op], now: datetime) -> MemorySnapshot:
+        async with self._locks[owner]:
+            current = self._snapshots.get(owner) or MemorySnapshot(owner=owner)
+            new = apply_ops(current, ops, now)
+            self._snapshots[owner] = new
+            return new
+
+
+class InMemoryVectorStore(VectorStore):
+    """L2 in a dictionary per owner, with exact (brute-force) cosine search."""
+
+    def __init__(self, dim: int | None = None, *, max_content_bytes: int = 32 * 1024) -> None:
+        self.dim = dim
+        self.max_content_bytes = max_content_bytes
+        self._rows: defaultdict[str, dict[str, tuple[VectorMemory, np.ndarray | None]]] = (
+            defaultdict(dict)
+        )
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    async def _store(self, owner: str, content: str, embedding: list[float] | None,
+                     metadata: dict[str, Any], *, threshold: float,
+                     now: datetime) -> StoreResult:
+        async with self._locks[owner]:
+            rows = self._rows[owner]
+            best: tuple[float, str] | None = None
+            if embedding is not None:
+                for mid, (_, vec) in rows.items():
+                    if vec is not None:
+                        sim = cosine(embedding, vec)
+                        if best is None or sim > best[0]:
+                            best = (sim, mid)
+            target: str | None = None
+            similarity: float | None = None
+            if best is not None and best[0] > threshold:
+                similarity, target = best
+            else:
+                h = content_hash(content)
+                target = next((m for m, (mem, _) in rows.items()
+                               if content_hash(mem.content) == h), None)
+            if target is not None:
+                old, vec = rows[target]
+                new = merged(old, content, metadata, now)
+                rows[target] = (new, vec)
+                return StoreResult(memory=new, merged=True, similarity=similarity)
+            mem = VectorMemory(owner=owner, content=content, metadata=metadata,
+                               created_at=now, updated_at=now,
+                               has_embedding=embedding is not None)
+            rows[mem.id] = (mem, None if embedding is None else np.asarray(embedding))
+            return StoreResult(memory=mem, merged=False)
+
+    async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
+                          embedding: list[float] | None, *, vector_k: int,
+                          keyword_k: int) -> list[Candidate]:
+        rows = [r for o in owners for r in self._rows.get(o, {}).values()]
+        sims = {m.id: (cosine(embedding, v) if embedding is not None and v is not None else None)
+                for m, v in rows}
+        out: dict[str, Candidate] = {}
+        if embedding is not None:
+            with_vec = [m for m, v in rows if v is not None]
+            with_vec.sort(key=lambda m: -(sims[m.id] or 0.0))
+            for m in with_vec[:vector_k]:
+                out[m.id] = Candidate(m, sims[m.id])
+        if terms:
+            counted = [(sum(t in fold(m.content) for t in terms), m) for m, _ in rows]
+            counted = [(n, m) for n, m in counted if n > 0]
+            counted.sort(key=lambda nm: (-nm[0], -nm[1].updated_at.timestamp()))
+            for _, m in counted[:keyword_k]:
+                out.setdefault(m.id, Candidate(m, sims[m.id]))
+        return list(out.values())
+
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        row = self._rows.get(owner, {}).get(memory_id)
+        if row is None:
+            raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
+        return row[0]
+
+    async def _delete(self, owner: str, memory_id: str) -> bool:
+        async with self._locks[owner]:
+            return self._rows.get(owner, {}).pop(memory_id, None) is not None
+
+    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
+        mems = sorted((m for m, _ in self._rows.get(owner, {}).values()),
+                      key=lambda m: (-m.updated_at.timestamp(), m.id))
+        return mems[offset:offset + limit]
+
+    async def count(self, owner: str) -> int:
+        return len(self._rows.get(owner, {}))

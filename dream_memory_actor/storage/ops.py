@@ -1,0 +1,152 @@
+"""Structured (L1) write operations and their meaning, as pure data and functions.
+
+A write to the structured store is a list of operations applied atomically to
+one owner. :func:`apply_ops` is the reference semantics: the in-memory backend
+uses it directly, the other backends must agree with it (the contract suite
+checks), and the owner actors use it to keep their live snapshot current.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Union
+
+from ..errors import FactNotFound, PendingItemNotFound, RuleNotFound, UnknownStatusKey
+from ..models import FrozenMap, MemoryFact, MemoryPendingItem, MemoryRule, MemorySnapshot, new_id
+from ..text import content_hash
+
+
+@dataclass(frozen=True)
+class AddRule:
+    """Add a behaviour rule; an existing rule with the same text (case and spaces aside) is kept."""
+
+    content: str
+    source: str = "user"
+    id: str = field(default_factory=new_id)
+
+
+@dataclass(frozen=True)
+class RemoveRule:
+    id: str
+
+
+@dataclass(frozen=True)
+class AddFact:
+    """Add a fact; an existing fact with the same text is kept."""
+
+    content: str
+    source: str = "user"
+    id: str = field(default_factory=new_id)
+
+
+@dataclass(frozen=True)
+class RemoveFact:
+    id: str
+
+
+@dataclass(frozen=True)
+class SetStatus:
+    """Set a status entry; ``ttl_s`` makes it expire by itself."""
+
+    key: str
+    value: str
+    ttl_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DeleteStatus:
+    """Delete a status entry; an unknown key is an error (``UnknownStatusKey``)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class AddPending:
+    """Queue an item for confirmation; the same candidate already queued is kept once."""
+
+    item: MemoryPendingItem
+
+
+@dataclass(frozen=True)
+class RemovePending:
+    """Remove a pending item (after it was confirmed or rejected)."""
+
+    id: str
+
+
+L1Op = Union[
+    AddRule, RemoveRule, AddFact, RemoveFact, SetStatus, DeleteStatus, AddPending, RemovePending
+]
+
+
+def pending_fingerprint(item: MemoryPendingItem) -> str:
+    """Identity of a pending candidate: the same candidate extracted twice has one fingerprint."""
+    if item.kind == "status":
+        return f"status:{item.key}={content_hash(item.value or '')}"
+    return f"{item.kind}:{content_hash(item.content or '')}"
+
+
+def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime) -> MemorySnapshot:
+    """The snapshot after ``ops``, or an error (and no change) if one cannot apply.
+
+    Expired status entries and pending items are dropped first, so deleting an
+    expired key is an ``UnknownStatusKey`` as it is on every backend.
+    """
+    snap = snap.live(now)
+    rules = list(snap.rules)
+    facts = list(snap.facts)
+    status = dict(snap.status)
+    expires = dict(snap.status_expires_at)
+    pending = list(snap.pending)
+    for op in ops:
+        if isinstance(op, AddRule):
+            if all(content_hash(r.content) != content_hash(op.content) for r in rules):
+                rules.append(
+                    MemoryRule(id=op.id, content=op.content, source=op.source, created_at=now)
+                )
+        elif isinstance(op, AddFact):
+            if all(content_hash(f.content) != content_hash(op.content) for f in facts):
+                facts.append(
+                    MemoryFact(id=op.id, content=op.content, source=op.source, created_at=now)
+                )
+        elif isinstance(op, RemoveRule):
+            if not any(r.id == op.id for r in rules):
+                raise RuleNotFound(f"owner {snap.owner!r} has no rule {op.id!r}")
+            rules = [r for r in rules if r.id != op.id]
+        elif isinstance(op, RemoveFact):
+            if not any(f.id == op.id for f in facts):
+                raise FactNotFound(f"owner {snap.owner!r} has no fact {op.id!r}")
+            facts = [f for f in facts if f.id != op.id]
+        elif isinstance(op, SetStatus):
+            status[op.key] = op.value
+            if op.ttl_s is None:
+                expires.pop(op.key, None)
+            else:
+                expires[op.key] = now + timedelta(seconds=op.ttl_s)
+        elif isinstance(op, DeleteStatus):
+            if op.key not in status:
+                raise UnknownStatusKey(f"owner {snap.owner!r} has no status key {op.key!r}")
+            del status[op.key]
+            expires.pop(op.key, None)
+        elif isinstance(op, AddPending):
+            fp = pending_fingerprint(op.item)
+            if all(pending_fingerprint(p) != fp for p in pending):
+                pending.append(op.item)
+        elif isinstance(op, RemovePending):
+            if not any(p.id == op.id for p in pending):
+                raise PendingItemNotFound(f"owner {snap.owner!r} has no pending item {op.id!r}")
+            pending = [p for p in pending if p.id != op.id]
+        else:  # pragma: no cover - the union is closed
+            raise TypeError(f"unknown operation {op!r}")
+    return MemorySnapshot(
+        owner=snap.owner,
+        rules=tuple(rules),
+        facts=tuple(facts),
+        status=FrozenMap(status),
+        status_expires_at=expires,
+        pending=tuple(pending),
+        version=snap.version + 1,
+        updated_at=now,
+    )

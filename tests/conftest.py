@@ -1,0 +1,75 @@
+"""Session-wide fixtures: one PostgreSQL server per test session, fresh schema per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from dream_memory_actor.storage.base import StructuredStore, VectorStore
+from tests.support.servers import embedded_postgres
+
+#: Test embeddings are small; dimension 8 keeps hand-made vectors readable.
+DIM = 8
+
+BACKENDS = ["memory", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    with embedded_postgres() as dsn:
+        yield dsn
+
+
+def fresh_schema() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class Stores:
+    backend: str
+    structured: StructuredStore
+    vector: VectorStore
+
+
+async def make_stores(backend: str, request: pytest.FixtureRequest, dim: int | None = DIM
+                      ) -> Stores:
+    """Stores of ``backend`` on fresh storage (a new schema, database or key prefix)."""
+    from dream_memory_actor.config import MemorySettings
+    from dream_memory_actor.storage import open_stores
+
+    if backend == "memory":
+        settings = MemorySettings(backend="memory")
+    elif backend == "postgres":
+        dsn = request.getfixturevalue("pg_dsn")
+        settings = MemorySettings(backend="postgres", postgres_dsn=dsn,
+                                  postgres_schema=fresh_schema(), postgres_pool_max=4)
+    else:
+        raise AssertionError(f"no fixture for backend {backend}")
+    structured, vector = await open_stores(settings, dim)
+    await structured.setup()
+    await vector.setup()
+    return Stores(backend, structured, vector)
+
+
+@pytest.fixture(params=BACKENDS)
+async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
+    s = await make_stores(request.param, request)
+    try:
+        yield s
+    finally:
+        await s.structured.close()
+        await s.vector.close()
+
+
+@pytest.fixture(params=BACKENDS)
+async def keyword_stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
+    """Stores without an embedding dimension: the keyword-only mode of ADR-005."""
+    s = await make_stores(request.param, request, dim=None)
+    try:
+        yield s
+    finally:
+        await s.structured.close()
+        await s.vector.close()
