@@ -26,6 +26,15 @@ def vec(*head: float) -> list[float]:
     return v[:DIM]
 
 
+def spread(i: int) -> list[float]:
+    """The i-th of 16 fixed vectors no two of which are near-duplicates (cos < 0.85)."""
+    import numpy as np
+
+    rng = np.random.default_rng(1234)
+    table = rng.normal(size=(16, DIM))
+    return [float(x) for x in table[i]]
+
+
 async def test_store_and_get(stores: Stores) -> None:
     r = await stores.vector.store("alice", "went live on Kubernetes with helm",
                                   embedding=vec(1), metadata={"agent": "deploy"})
@@ -131,7 +140,7 @@ async def test_limit_is_honoured(stores: Stores) -> None:
     v = stores.vector
     for i in range(12):
         await v.store("alice", f"memory number {i} about topic {i * 7}",
-                      embedding=vec(1, i / 3, (i % 4) - 2, 5 - i))
+                      embedding=spread(i))
     assert len(await v.search("alice", "memory", embedding=vec(1), limit=5)) == 5
     assert len(await v.search("alice", "memory", embedding=vec(1), limit=50)) == 12
 
@@ -153,7 +162,7 @@ async def test_like_wildcards_in_query_match_literally(stores: Stores) -> None:
 async def test_delete_and_list(stores: Stores) -> None:
     v = stores.vector
     now = utcnow()
-    ids = [(await v.store("alice", f"item {i}", embedding=vec(1, i, -i),
+    ids = [(await v.store("alice", f"item {i}", embedding=spread(i),
                           now=now + timedelta(seconds=i))).memory.id for i in range(5)]
     listed = await v.list("alice", limit=3)
     assert [m.content for m in listed] == ["item 4", "item 3", "item 2"]

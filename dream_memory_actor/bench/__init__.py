@@ -1,0 +1,1 @@
+"""Benchmarks behind ``dream-memory bench``: each module has ``add_arguments`` and ``run``."""

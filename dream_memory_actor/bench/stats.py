@@ -1,0 +1,35 @@
+"""Small statistics shared by the benchmarks."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """p50/p95/p99/mean of durations given in seconds, in milliseconds."""
+    if not seconds:
+        return {"p50_ms": float("nan"), "p95_ms": float("nan"), "p99_ms": float("nan"),
+                "mean_ms": float("nan"), "n": 0}
+    a = np.asarray(seconds) * 1000.0
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 3),
+        "p95_ms": round(float(np.percentile(a, 95)), 3),
+        "p99_ms": round(float(np.percentile(a, 99)), 3),
+        "mean_ms": round(float(a.mean()), 3),
+        "n": len(a),
+    }
+
+
+def machine() -> dict[str, Any]:
+    """What ran the benchmark, recorded beside every figure."""
+    import os
+
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
