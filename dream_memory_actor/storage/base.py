@@ -68,17 +68,29 @@ class StructuredStore(_Lifecycle, ABC):
         """The owner's current snapshot (an empty one at version 0 for a new owner)."""
 
     @abstractmethod
-    async def _apply(self, owner: str, ops: Sequence[L1Op], now: datetime) -> MemorySnapshot:
-        """Apply validated ``ops`` atomically; return the new snapshot (version + 1)."""
+    async def _apply(self, owner: str, ops: Sequence[L1Op], now: datetime,
+                     op_id: str | None) -> MemorySnapshot:
+        """Apply validated ``ops`` atomically; return the new snapshot (version + 1).
+
+        With an ``op_id`` already recorded for ``owner``, apply nothing and return
+        the current snapshot; otherwise record ``op_id`` in the same transaction.
+        """
 
     async def apply(
-        self, owner: str, ops: Sequence[L1Op], *, now: datetime | None = None
+        self, owner: str, ops: Sequence[L1Op], *, now: datetime | None = None,
+        op_id: str | None = None,
     ) -> MemorySnapshot:
-        """Apply ``ops`` to ``owner`` atomically: all of them, or none and an error."""
+        """Apply ``ops`` to ``owner`` atomically: all of them, or none and an error.
+
+        ``op_id`` makes the call idempotent: a retry with the same id (after a
+        timeout or a restart) is applied once.
+        """
         check.owner_id(owner)
+        if op_id is not None:
+            check.ids([op_id], "operation id")
         if not ops:
             raise InvalidQuery("apply needs at least one operation")
-        return await self._apply(owner, self.validate_ops(ops), now or utcnow())
+        return await self._apply(owner, self.validate_ops(ops), now or utcnow(), op_id)
 
     def validate_ops(self, ops: Sequence[L1Op]) -> list[L1Op]:
         """The operations with their text normalized, or ``InvalidInput``."""
@@ -180,9 +192,14 @@ class VectorStore(_Lifecycle, ABC):
         *,
         threshold: float,
         now: datetime,
+        op_id: str | None,
     ) -> StoreResult:
         """Insert, or merge into the nearest memory of ``owner`` if cosine > ``threshold``
-        (or the same text, case and spaces aside). Atomic per owner. See ``dedup.merge``."""
+        (or the same text, case and spaces aside). Atomic per owner. See ``dedup.merged``.
+
+        With an ``op_id`` already recorded for ``owner``, write nothing and return
+        the recorded result; otherwise record ``op_id`` and the result atomically.
+        """
 
     @abstractmethod
     async def _candidates(
@@ -224,14 +241,21 @@ class VectorStore(_Lifecycle, ABC):
         metadata: Mapping[str, Any] | None = None,
         threshold: float = 0.85,
         now: datetime | None = None,
+        op_id: str | None = None,
     ) -> StoreResult:
-        """Store ``content`` for ``owner``, merging into a near-duplicate if there is one."""
+        """Store ``content`` for ``owner``, merging into a near-duplicate if there is one.
+
+        ``op_id`` makes the call idempotent: a retry with the same id is applied once.
+        """
         check.owner_id(owner)
+        if op_id is not None:
+            check.ids([op_id], "operation id")
         text = check.content(content, self.max_content_bytes)
         meta = check.metadata(metadata)
         vec = self._check_embedding(embedding)
         thr = check.unit_interval(threshold, "threshold")
-        return await self._store(owner, text, vec, meta, threshold=thr, now=now or utcnow())
+        return await self._store(owner, text, vec, meta, threshold=thr, now=now or utcnow(),
+                                 op_id=op_id)
 
     async def search(
         self,

@@ -30,17 +30,23 @@ class InMemoryStructuredStore(StructuredStore):
     def __init__(self, *, max_content_bytes: int = 32 * 1024) -> None:
         self.max_content_bytes = max_content_bytes
         self._snapshots: dict[str, MemorySnapshot] = {}
+        self._ops: set[tuple[str, str]] = set()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         snap = self._snapshots.get(owner) or MemorySnapshot(owner=owner)
         return snap.live(now or utcnow())
 
-    async def _apply(self, owner: str, ops: Sequence[L1Op], now: datetime) -> MemorySnapshot:
+    async def _apply(self, owner: str, ops: Sequence[L1Op], now: datetime,
+                     op_id: str | None) -> MemorySnapshot:
         async with self._locks[owner]:
             current = self._snapshots.get(owner) or MemorySnapshot(owner=owner)
+            if op_id is not None and (owner, op_id) in self._ops:
+                return current.live(now)
             new = apply_ops(current, ops, now)
             self._snapshots[owner] = new
+            if op_id is not None:
+                self._ops.add((owner, op_id))
             return new
 
 
@@ -54,37 +60,47 @@ class InMemoryVectorStore(VectorStore):
             defaultdict(dict)
         )
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._ops: dict[tuple[str, str], StoreResult] = {}
 
     async def _store(self, owner: str, content: str, embedding: list[float] | None,
                      metadata: dict[str, Any], *, threshold: float,
-                     now: datetime) -> StoreResult:
+                     now: datetime, op_id: str | None) -> StoreResult:
         async with self._locks[owner]:
-            rows = self._rows[owner]
-            best: tuple[float, str] | None = None
-            if embedding is not None:
-                for mid, (_, vec) in rows.items():
-                    if vec is not None:
-                        sim = cosine(embedding, vec)
-                        if best is None or sim > best[0]:
-                            best = (sim, mid)
-            target: str | None = None
-            similarity: float | None = None
-            if best is not None and best[0] > threshold:
-                similarity, target = best
-            else:
-                h = content_hash(content)
-                target = next((m for m, (mem, _) in rows.items()
-                               if content_hash(mem.content) == h), None)
-            if target is not None:
-                old, vec = rows[target]
-                new = merged(old, content, metadata, now)
-                rows[target] = (new, vec)
-                return StoreResult(memory=new, merged=True, similarity=similarity)
-            mem = VectorMemory(owner=owner, content=content, metadata=metadata,
-                               created_at=now, updated_at=now,
-                               has_embedding=embedding is not None)
-            rows[mem.id] = (mem, None if embedding is None else np.asarray(embedding))
-            return StoreResult(memory=mem, merged=False)
+            if op_id is not None and (owner, op_id) in self._ops:
+                return self._ops[(owner, op_id)]
+            result = self._store_locked(owner, content, embedding, metadata, threshold, now)
+            if op_id is not None:
+                self._ops[(owner, op_id)] = result
+            return result
+
+    def _store_locked(self, owner: str, content: str, embedding: list[float] | None,
+                      metadata: dict[str, Any], threshold: float, now: datetime) -> StoreResult:
+        rows = self._rows[owner]
+        best: tuple[float, str] | None = None
+        if embedding is not None:
+            for mid, (_, vec) in rows.items():
+                if vec is not None:
+                    sim = cosine(embedding, vec)
+                    if best is None or sim > best[0]:
+                        best = (sim, mid)
+        target: str | None = None
+        similarity: float | None = None
+        if best is not None and best[0] > threshold:
+            similarity, target = best
+        else:
+            h = content_hash(content)
+            target = next((m for m, (mem, _) in rows.items()
+                           if content_hash(mem.content) == h), None)
+        if target is not None:
+            old, vec = rows[target]
+            new = merged(old, content, metadata, now)
+            rows[target] = (new, vec)
+            return StoreResult(memory=new, merged=True, similarity=similarity)
+        mem = VectorMemory(owner=owner, content=content, metadata=metadata,
+                           created_at=now, updated_at=now,
+                           has_embedding=embedding is not None)
+        rows[mem.id] = (mem, None if embedding is None else np.asarray(embedding))
+        return StoreResult(memory=mem, merged=False)
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,

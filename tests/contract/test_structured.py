@@ -218,3 +218,14 @@ async def test_unicode_content_roundtrips(stores: Stores) -> None:
     snap = await stores.structured.load("alice")
     assert snap.rules[0].content == "以后用中文回复 🙂"
     assert snap.facts[0].content == "quote ' and \" and % and _ and \\"
+
+
+async def test_retried_operation_id_is_applied_once(stores: Stores) -> None:
+    s = stores.structured
+    first = await s.apply("alice", [AddFact("uses helm"), SetStatus("n", "1")], op_id="op-1")
+    again = await s.apply("alice", [AddFact("uses argo"), SetStatus("n", "2")], op_id="op-1")
+    assert again.version == first.version == 1
+    snap = await s.load("alice")
+    assert [f.content for f in snap.facts] == ["uses helm"] and dict(snap.status) == {"n": "1"}
+    # the same id on another owner is another operation
+    assert (await s.apply("bob", [AddFact("x")], op_id="op-1")).version == 1

@@ -248,3 +248,13 @@ async def test_cjk_bigrams_match_without_segmenter(stores: Stores) -> None:
     hits = await v.search("alice", "部署")
     assert hits[0].memory.content == "上周系统部署到了K8s集群"
     assert hits[0].keyword_score == 1.0
+
+
+async def test_retried_store_is_applied_once(stores: Stores) -> None:
+    v = stores.vector
+    a = await v.store("alice", "first text", embedding=vec(1, 0), op_id="op-7")
+    b = await v.store("alice", "first text", embedding=vec(1, 0), op_id="op-7")
+    assert b.memory.id == a.memory.id and not b.merged
+    assert (await v.get("alice", a.memory.id)).metadata == {}  # no merge recorded
+    c = await v.store("alice", "first text", embedding=vec(1, 0), op_id="op-8")
+    assert c.merged and await v.count("alice") == 1
