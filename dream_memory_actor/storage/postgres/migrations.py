@@ -1,0 +1,146 @@
+"""Append-only schema migrations, applied by an explicit ``setup()`` and recorded in a table.
+
+Never edit or reorder an entry: add a new one. ``{s}`` is the schema name,
+whitelisted by the settings (letters, digits, underscore) before it gets here.
+
+The HNSW index is per embedding dimension, on an expression
+(``embedding::vector(N)``) with a partial predicate, as pgvector documents for
+tables holding several dimensions: switching the embedding model later adds an
+index instead of rewriting the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import SchemaError
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "initial", """
+CREATE TABLE {s}.owners (
+    owner_id   text PRIMARY KEY,
+    version    bigint NOT NULL DEFAULT 0,
+    updated_at timestamptz
+);
+CREATE TABLE {s}.rules (
+    id           text PRIMARY KEY,
+    owner_id     text NOT NULL,
+    content      text NOT NULL,
+    content_hash text NOT NULL,
+    source       text NOT NULL,
+    created_at   timestamptz NOT NULL,
+    seq          bigserial,
+    UNIQUE (owner_id, content_hash)
+);
+CREATE TABLE {s}.facts (
+    id           text PRIMARY KEY,
+    owner_id     text NOT NULL,
+    content      text NOT NULL,
+    content_hash text NOT NULL,
+    source       text NOT NULL,
+    created_at   timestamptz NOT NULL,
+    seq          bigserial,
+    UNIQUE (owner_id, content_hash)
+);
+CREATE TABLE {s}.status (
+    owner_id   text NOT NULL,
+    key        text NOT NULL,
+    value      text NOT NULL,
+    updated_at timestamptz NOT NULL,
+    expires_at timestamptz,
+    PRIMARY KEY (owner_id, key)
+);
+CREATE TABLE {s}.pending (
+    id          text PRIMARY KEY,
+    owner_id    text NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('rule', 'fact', 'status', 'memory')),
+    content     text,
+    key         text,
+    value       text,
+    confidence  double precision NOT NULL CHECK (confidence >= 0 AND confidence <= 1),
+    source      text NOT NULL,
+    created_at  timestamptz NOT NULL,
+    expires_at  timestamptz,
+    fingerprint text NOT NULL,
+    seq         bigserial,
+    UNIQUE (owner_id, fingerprint)
+);
+CREATE TABLE {s}.memories (
+    id            uuid PRIMARY KEY,
+    owner_id      text NOT NULL,
+    content       text NOT NULL,
+    search_text   text NOT NULL,
+    content_hash  text NOT NULL,
+    metadata      jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+    embedding     vector,
+    embedding_dim integer,
+    created_at    timestamptz NOT NULL,
+    updated_at    timestamptz NOT NULL
+);
+CREATE INDEX memories_owner_recent ON {s}.memories (owner_id, updated_at DESC);
+CREATE INDEX memories_owner_hash ON {s}.memories (owner_id, content_hash);
+CREATE INDEX memories_trgm ON {s}.memories USING gin (search_text gin_trgm_ops);
+CREATE TABLE {s}.applied_ops (
+    owner_id   text NOT NULL,
+    op_id      text NOT NULL,
+    kind       text NOT NULL,
+    result     jsonb,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (owner_id, op_id)
+);
+"""),
+]
+
+_BOOTSTRAP = """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+def hnsw_index_name(dim: int) -> str:
+    return f"memories_hnsw_{int(dim)}"
+
+
+def dim_sql(dim: int) -> str:
+    """The typed vector expression of dimension ``dim`` (an int from settings, never user text)."""
+    return f"embedding::vector({int(dim)})"
+
+
+async def migrate(conn: Any, schema: str, dim: int | None) -> list[int]:
+    """Apply pending migrations (and the HNSW index for ``dim``); return versions applied.
+
+    Runs under a transaction-scoped advisory lock, so several processes calling
+    it at once apply each migration exactly once.
+    """
+    applied: list[int] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('dream_memory:setup', 0))")
+        await conn.execute(_BOOTSTRAP.format(s=schema))
+        done = {r["version"] for r in await conn.fetch(
+            f"SELECT version FROM {schema}.schema_migrations")}
+        known = max(v for v, _, _ in MIGRATIONS)
+        if done and max(done) > known:
+            raise SchemaError(
+                f"schema {schema!r} is at migration {max(done)}, newer than this library "
+                f"knows ({known}); upgrade dream-memory-actor"
+            )
+        for version, name, sql in MIGRATIONS:
+            if version in done:
+                continue
+            await conn.execute(sql.format(s=schema))
+            await conn.execute(
+                f"INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)",
+                version, name)
+            applied.append(version)
+        if dim is not None:
+            await conn.execute(
+                f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(dim)} ON {schema}.memories "
+                f"USING hnsw (({dim_sql(dim)}) vector_cosine_ops) WHERE embedding_dim = {int(dim)}"
+            )
+    return applied

@@ -1,0 +1,120 @@
+"""Connections to PostgreSQL: one asyncpg pool per backend, driver errors translated.
+
+Each pooled connection registers pgvector's binary codec and sets the HNSW
+search parameters: ``hnsw.iterative_scan = relaxed_order`` (pgvector 0.8) keeps
+scanning the index until enough rows pass the owner filter, so a filtered
+vector query keeps using the index instead of returning too few rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ...errors import BackendError, BackendUnavailable, SchemaError, SystemClosed
+from ...errors import missing_dependency as _missing
+
+try:
+    import asyncpg
+except ImportError as exc:  # pragma: no cover - exercised via the extras message
+    raise _missing("asyncpg", "postgres") from exc
+
+
+def translate(exc: BaseException) -> BaseException:
+    """The project's error for a driver error (returned, to be raised ``from exc``)."""
+    if isinstance(exc, asyncpg.UndefinedTableError | asyncpg.InvalidSchemaNameError):
+        return SchemaError(f"the database schema is not set up (run setup()): {exc}")
+    if isinstance(exc, (asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError,
+                        asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError,
+                        asyncpg.PostgresConnectionError, OSError, asyncio.TimeoutError)):
+        return BackendUnavailable(f"PostgreSQL is not reachable: {exc}")
+    return BackendError(f"PostgreSQL error: {exc}")
+
+
+class PostgresBackend:
+    """One pool shared by the structured and the vector store of one configuration."""
+
+    def __init__(self, dsn: str, schema: str, dim: int | None, *, min_size: int = 1,
+                 max_size: int = 8, ef_search: int = 100, max_content_bytes: int = 32 * 1024
+                 ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.dim = dim
+        self.min_size = min_size
+        self.max_size = max_size
+        self.ef_search = ef_search
+        self.max_content_bytes = max_content_bytes
+        self._pool: Any = None
+        self._pool_lock = asyncio.Lock()
+        self._closed = False
+        self._users = 0
+        self._setup_done = False
+
+    async def _init_connection(self, conn: Any) -> None:
+        from pgvector.asyncpg import register_vector
+
+        await register_vector(conn)
+        await conn.execute(
+            f"SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = {int(self.ef_search)}"
+        )
+
+    async def pool(self) -> Any:
+        if self._closed:
+            raise SystemClosed("this PostgreSQL backend was closed")
+        if self._pool is None:
+            async with self._pool_lock:
+                if self._pool is None:
+                    try:
+                        self._pool = await asyncpg.create_pool(
+                            self.dsn, min_size=self.min_size, max_size=self.max_size,
+                            init=self._init_connection, command_timeout=60)
+                    except Exception as exc:
+                        raise translate(exc) from exc
+        return self._pool
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        """A pooled connection; driver errors leave as the project's errors."""
+        pool = await self.pool()
+        try:
+            async with pool.acquire() as conn:
+                yield conn
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
+                asyncio.TimeoutError) as exc:
+            raise translate(exc) from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    async def setup(self) -> None:
+        """Apply migrations once per backend object (both stores share it)."""
+        if self._setup_done:
+            return
+        from .migrations import migrate
+
+        try:
+            conn = await asyncpg.connect(self.dsn)
+        except Exception as exc:
+            raise translate(exc) from exc
+        try:
+            await migrate(conn, self.schema, self.dim)
+        except asyncpg.PostgresError as exc:
+            raise translate(exc) from exc
+        finally:
+            await conn.close()
+        self._setup_done = True
+
+    def acquire_user(self) -> None:
+        self._users += 1
+
+    async def release_user(self) -> None:
+        """Close the pool when the last store using it closes. Safe to call twice per user."""
+        self._users = max(0, self._users - 1)
+        if self._users == 0 and not self._closed:
+            self._closed = True
+            if self._pool is not None:
+                await self._pool.close()

@@ -1,0 +1,209 @@
+"""L2 on PostgreSQL + pgvector: dedup-merge on store, candidates for hybrid search.
+
+Search gathers candidates in one statement: the nearest memories from the HNSW
+index (owner-filtered, iterative scan) and the memories containing the most
+query terms (trigram GIN index), each with its exact cosine to the query. The
+base class ranks them, so the scores equal every other backend's.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ...errors import MemoryNotFound
+from ...models import StoreResult, VectorMemory
+from ...scoring import Candidate
+from ...text import content_hash, escape_like, fold
+from ..base import VectorStore
+from ..dedup import merged
+from .migrations import dim_sql
+from .pool import PostgresBackend
+
+_COLUMNS = ("id, owner_id, content, metadata, created_at, updated_at, "
+            "embedding_dim IS NOT NULL AS has_embedding")
+
+
+def _memory(row: Any) -> VectorMemory:
+    return VectorMemory(
+        id=str(row["id"]), owner=row["owner_id"], content=row["content"],
+        metadata=json.loads(row["metadata"]), created_at=row["created_at"],
+        updated_at=row["updated_at"], has_embedding=row["has_embedding"])
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+class PostgresVectorStore(VectorStore):
+    """L2 in the ``memories`` table."""
+
+    def __init__(self, backend: PostgresBackend) -> None:
+        self.backend = backend
+        self.dim = backend.dim
+        self.max_content_bytes = backend.max_content_bytes
+        self._s = backend.schema
+        backend.acquire_user()
+        self._closed = False
+
+    async def setup(self) -> None:
+        await self.backend.setup()
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self.backend.release_user()
+
+    def _dim_filter(self) -> str:
+        # The partial HNSW index matches only a literal predicate; dim is an int from settings.
+        return f"embedding_dim = {int(self.dim or 0)}"
+
+    async def _store(self, owner: str, content: str, embedding: list[float] | None,
+                     metadata: dict[str, Any], *, threshold: float, now: datetime,
+                     op_id: str | None) -> StoreResult:
+        s = self._s
+        async with self.backend.transaction() as conn:
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                               f"{s}:l2:{owner}")
+            if op_id is not None:
+                prior = await conn.fetchval(
+                    f"SELECT result FROM {s}.applied_ops WHERE owner_id = $1 AND op_id = $2",
+                    owner, op_id)
+                if prior is not None:
+                    return StoreResult.model_validate_json(prior)
+            result = await self._store_locked(conn, owner, content, embedding, metadata,
+                                              threshold, now)
+            if op_id is not None:
+                await conn.execute(
+                    f"""INSERT INTO {s}.applied_ops (owner_id, op_id, kind, result)
+                        VALUES ($1, $2, 'store', $3::jsonb)""",
+                    owner, op_id, result.model_dump_json())
+            return result
+
+    async def _store_locked(self, conn: Any, owner: str, content: str,
+                            embedding: list[float] | None, metadata: dict[str, Any],
+                            threshold: float, now: datetime) -> StoreResult:
+        s = self._s
+        target = None
+        similarity: float | None = None
+        if embedding is not None:
+            d = self.dim or 0
+            row = await conn.fetchrow(
+                f"""SELECT {_COLUMNS}, 1 - ({dim_sql(d)} <=> $2::vector({d})) AS sim
+                    FROM {s}.memories WHERE owner_id = $1 AND {self._dim_filter()}
+                    ORDER BY {dim_sql(d)} <=> $2::vector({d}) LIMIT 1""",
+                owner, embedding)
+            if row is not None and row["sim"] > threshold:
+                target, similarity = row, float(row["sim"])
+        if target is None:
+            target = await conn.fetchrow(
+                f"""SELECT {_COLUMNS} FROM {s}.memories WHERE owner_id = $1 AND content_hash = $2
+                    ORDER BY updated_at DESC LIMIT 1""", owner, content_hash(content))
+        if target is not None:
+            new = merged(_memory(target), content, metadata, now)
+            await conn.execute(
+                f"""UPDATE {s}.memories SET content = $2, search_text = $3, content_hash = $4,
+                        metadata = $5::jsonb, updated_at = $6 WHERE id = $1""",
+                uuid.UUID(new.id), new.content, fold(new.content), content_hash(new.content),
+                json.dumps(new.metadata), new.updated_at)
+            return StoreResult(memory=new, merged=True, similarity=similarity)
+        mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
+                           updated_at=now, has_embedding=embedding is not None)
+        await conn.execute(
+            f"""INSERT INTO {s}.memories (id, owner_id, content, search_text, content_hash,
+                    metadata, embedding, embedding_dim, created_at, updated_at)
+                VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $9)""",
+            uuid.UUID(mem.id), owner, content, fold(content), content_hash(content),
+            json.dumps(metadata), embedding, None if embedding is None else self.dim, now)
+        return StoreResult(memory=mem, merged=False)
+
+    def candidates_query(self, owners: Sequence[str], terms: Sequence[str],
+                         embedding: list[float] | None, vector_k: int, keyword_k: int,
+                         ) -> tuple[str, list[Any]]:
+        """The candidate statement and its bound parameters (also used by EXPLAIN tests)."""
+        s = self._s
+        d = int(self.dim or 0)
+        args: list[Any] = [list(owners)]
+
+        def param(value: Any) -> str:
+            args.append(value)
+            return f"${len(args)}"
+
+        parts, names = [], []
+        qvec = ""
+        if embedding is not None:
+            qvec = f"{param(embedding)}::vector({d})"
+            parts.append(
+                f"""v AS MATERIALIZED (
+                    SELECT id FROM {s}.memories
+                    WHERE owner_id = ANY($1::text[]) AND {self._dim_filter()}
+                    ORDER BY {dim_sql(d)} <=> {qvec} LIMIT {param(vector_k)})""")
+            names.append("v")
+        if terms:
+            likes = [f"search_text LIKE {param(f'%{escape_like(t)}%')} ESCAPE '\\'"
+                     for t in terms]
+            matched = " + ".join(f"({x})::int" for x in likes)
+            parts.append(
+                f"""k AS MATERIALIZED (
+                    SELECT id FROM {s}.memories
+                    WHERE owner_id = ANY($1::text[]) AND ({' OR '.join(likes)})
+                    ORDER BY {matched} DESC, updated_at DESC LIMIT {param(keyword_k)})""")
+            names.append("k")
+        union = " UNION ".join(f"SELECT id FROM {n}" for n in names)
+        sim = (f"CASE WHEN m.{self._dim_filter()} THEN 1 - (m.{dim_sql(d)} <=> {qvec}) END"
+               if embedding is not None else "NULL::float8")
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        sql = (f"WITH {', '.join(parts)}, ids AS ({union}) "
+               f"SELECT {cols}, {sim} AS sim FROM {s}.memories m JOIN ids USING (id)")
+        return sql, args
+
+    async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
+                          embedding: list[float] | None, *, vector_k: int,
+                          keyword_k: int) -> list[Candidate]:
+        if embedding is None and not terms:
+            return []
+        sql, args = self.candidates_query(owners, terms, embedding, vector_k, keyword_k)
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(sql, *args)
+        return [Candidate(_memory(r), None if r["sim"] is None else float(r["sim"]))
+                for r in rows]
+
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        row = None
+        if _is_uuid(memory_id):
+            async with self.backend.connection() as conn:
+                row = await conn.fetchrow(
+                    f"SELECT {_COLUMNS} FROM {self._s}.memories WHERE owner_id = $1 AND id = $2",
+                    owner, uuid.UUID(memory_id))
+        if row is None:
+            raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
+        return _memory(row)
+
+    async def _delete(self, owner: str, memory_id: str) -> bool:
+        if not _is_uuid(memory_id):
+            return False
+        async with self.backend.connection() as conn:
+            done = await conn.execute(
+                f"DELETE FROM {self._s}.memories WHERE owner_id = $1 AND id = $2",
+                owner, uuid.UUID(memory_id))
+        return bool(done != "DELETE 0")
+
+    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(
+                f"""SELECT {_COLUMNS} FROM {self._s}.memories WHERE owner_id = $1
+                    ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3""", owner, limit, offset)
+        return [_memory(r) for r in rows]
+
+    async def count(self, owner: str) -> int:
+        async with self.backend.connection() as conn:
+            n = await conn.fetchval(
+                f"SELECT count(*) FROM {self._s}.memories WHERE owner_id = $1", owner)
+        return int(n)
