@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -56,11 +57,14 @@ def keyword_score(query_terms: Sequence[str], content: str) -> float:
     A term is found the way ``ILIKE '%term%'`` finds it, so "deploy" matches
     "deployment". No terms means no keyword evidence: 0.
     """
+    return keyword_score_folded(query_terms, fold(content))
+
+
+def keyword_score_folded(query_terms: Sequence[str], folded: str) -> float:
+    """``keyword_score`` for text already passed through ``text.fold``."""
     if not query_terms:
         return 0.0
-    haystack = fold(content)
-    found = sum(1 for t in query_terms if t in haystack)
-    return found / len(query_terms)
+    return sum(1 for t in query_terms if t in folded) / len(query_terms)
 
 
 def cosine(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
@@ -91,10 +95,35 @@ def hybrid_score(
 
 @dataclass(frozen=True)
 class Candidate:
-    """A memory a backend proposes for ranking, with its cosine to the query if known."""
+    """A memory a backend proposes for ranking, with its cosine to the query if known.
 
-    memory: VectorMemory
-    similarity: float | None = None
+    Only what ranking needs is read eagerly; ``payload`` is the backend's row,
+    turned into a ``VectorMemory`` only for the hits actually returned.
+    ``folded`` is the case-folded text when the backend already stores it.
+    """
+
+    id: str
+    content: str
+    updated_at: datetime
+    similarity: float | None
+    payload: Any
+    folded: str | None = None
+
+    @classmethod
+    def of(cls, memory: VectorMemory, similarity: float | None = None) -> Candidate:
+        """A candidate whose payload is the memory itself."""
+        return cls(memory.id, memory.content, memory.updated_at, similarity, memory)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A ranked candidate with its signal scores (before it becomes a ``SearchHit``)."""
+
+    candidate: Candidate
+    score: float
+    vector: float | None
+    keyword: float
+    time: float
 
 
 def rank(
@@ -106,35 +135,30 @@ def rank(
     *,
     hybrid: bool,
     min_score: float = 0.0,
-) -> list[SearchHit]:
+) -> list[Scored]:
     """Score candidates exactly and return the best ``limit``, ties broken by recency then id.
 
     In keyword mode (no query embedding) a candidate that matches no term is
     not a hit: recency alone is not relevance.
     """
-    hits: list[SearchHit] = []
+    scored: list[Scored] = []
     seen: set[str] = set()
     for c in candidates:
-        if c.memory.id in seen:
+        if c.id in seen:
             continue
-        seen.add(c.memory.id)
-        kw = keyword_score(query_terms, c.memory.content)
+        seen.add(c.id)
+        kw = keyword_score_folded(query_terms, c.folded if c.folded is not None else fold(c.content))
         if not hybrid and kw == 0.0:
             continue
         vec = vector_score(c.similarity) if hybrid else None
-        ts = time_score(c.memory.updated_at, now, weights.half_life_days)
+        ts = time_score(c.updated_at, now, weights.half_life_days)
         score = hybrid_score(vec, kw, ts, weights)
-        if score < min_score:
-            continue
-        hits.append(
-            SearchHit(
-                memory=c.memory,
-                score=score,
-                vector_score=vec,
-                keyword_score=kw,
-                time_score=ts,
-                mode="hybrid" if hybrid else "keyword",
-            )
-        )
-    hits.sort(key=lambda h: (-h.score, -h.memory.updated_at.timestamp(), h.memory.id))
-    return hits[:limit]
+        if score >= min_score:
+            scored.append(Scored(c, score, vec, kw, ts))
+    scored.sort(key=lambda h: (-h.score, -h.candidate.updated_at.timestamp(), h.candidate.id))
+    return scored[:limit]
+
+
+def to_hit(s: Scored, memory: VectorMemory, hybrid: bool) -> SearchHit:
+    return SearchHit(memory=memory, score=s.score, vector_score=s.vector, keyword_score=s.keyword,
+                     time_score=s.time, mode="hybrid" if hybrid else "keyword")

@@ -28,7 +28,7 @@ from ..models import (
     VectorMemory,
     utcnow,
 )
-from ..scoring import SEED_WEIGHTS, Candidate, Weights, rank
+from ..scoring import SEED_WEIGHTS, Candidate, Weights, rank, to_hit
 from ..text import terms as query_terms
 from .ops import (
     AddFact,
@@ -280,8 +280,15 @@ class VectorStore(_Lifecycle, ABC):
         cands = await self._candidates(
             who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n)
         )
-        return rank(cands, q_terms, now or utcnow(), weights, n, hybrid=vec is not None,
-                    min_score=floor)
+        hybrid = vec is not None
+        best = rank(cands, q_terms, now or utcnow(), weights, n, hybrid=hybrid, min_score=floor)
+        return [to_hit(s, self._materialize(s.candidate.payload), hybrid) for s in best]
+
+    def _materialize(self, payload: Any) -> VectorMemory:
+        """The memory a candidate's payload stands for (backends with raw rows override)."""
+        if not isinstance(payload, VectorMemory):
+            raise TypeError(f"{type(self).__name__} must override _materialize")
+        return payload
 
     async def delete(self, owner: str, memory_id: str) -> bool:
         check.owner_id(owner)

@@ -113,13 +113,13 @@ class InMemoryVectorStore(VectorStore):
             with_vec = [m for m, v in rows if v is not None]
             with_vec.sort(key=lambda m: -(sims[m.id] or 0.0))
             for m in with_vec[:vector_k]:
-                out[m.id] = Candidate(m, sims[m.id])
+                out[m.id] = Candidate.of(m, sims[m.id])
         if terms:
             counted = [(sum(t in fold(m.content) for t in terms), m) for m, _ in rows]
             counted = [(n, m) for n, m in counted if n > 0]
             counted.sort(key=lambda nm: (-nm[0], -nm[1].updated_at.timestamp()))
             for _, m in counted[:keyword_k]:
-                out.setdefault(m.id, Candidate(m, sims[m.id]))
+                out.setdefault(m.id, Candidate.of(m, sims[m.id]))
         return list(out.values())
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:

@@ -127,7 +127,11 @@ class PostgresVectorStore(VectorStore):
     def candidates_query(self, owners: Sequence[str], terms: Sequence[str],
                          embedding: list[float] | None, vector_k: int, keyword_k: int,
                          ) -> tuple[str, list[Any]]:
-        """The candidate statement and its bound parameters (also used by EXPLAIN tests)."""
+        """The candidate statement and its bound parameters (also used by EXPLAIN tests).
+
+        Each branch returns full rows with their cosine; a memory found by both
+        comes back twice and ranking keeps it once (cheaper than re-joining).
+        """
         s = self._s
         d = int(self.dim or 0)
         args: list[Any] = [list(owners)]
@@ -136,33 +140,26 @@ class PostgresVectorStore(VectorStore):
             args.append(value)
             return f"${len(args)}"
 
-        parts, names = [], []
-        qvec = ""
+        branches = []
+        cols = _COLUMNS + ", search_text"
         if embedding is not None:
-            qvec = f"{param(embedding)}::vector({d})"
-            parts.append(
-                f"""v AS MATERIALIZED (
-                    SELECT id FROM {s}.memories
+            q = f"{param(embedding)}::vector({d})"
+            branches.append(
+                f"""(SELECT {cols}, 1 - ({dim_sql(d)} <=> {q}) AS sim FROM {s}.memories
                     WHERE owner_id = ANY($1::text[]) AND {self._dim_filter()}
-                    ORDER BY {dim_sql(d)} <=> {qvec} LIMIT {param(vector_k)})""")
-            names.append("v")
+                    ORDER BY {dim_sql(d)} <=> {q} LIMIT {param(vector_k)})""")
+            sim = f"CASE WHEN {self._dim_filter()} THEN 1 - ({dim_sql(d)} <=> {q}) END"
+        else:
+            sim = "NULL::float8"
         if terms:
             likes = [f"search_text LIKE {param(f'%{escape_like(t)}%')} ESCAPE '\\'"
                      for t in terms]
             matched = " + ".join(f"({x})::int" for x in likes)
-            parts.append(
-                f"""k AS MATERIALIZED (
-                    SELECT id FROM {s}.memories
+            branches.append(
+                f"""(SELECT {cols}, {sim} AS sim FROM {s}.memories
                     WHERE owner_id = ANY($1::text[]) AND ({' OR '.join(likes)})
                     ORDER BY {matched} DESC, updated_at DESC LIMIT {param(keyword_k)})""")
-            names.append("k")
-        union = " UNION ".join(f"SELECT id FROM {n}" for n in names)
-        sim = (f"CASE WHEN m.{self._dim_filter()} THEN 1 - (m.{dim_sql(d)} <=> {qvec}) END"
-               if embedding is not None else "NULL::float8")
-        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
-        sql = (f"WITH {', '.join(parts)}, ids AS ({union}) "
-               f"SELECT {cols}, {sim} AS sim FROM {s}.memories m JOIN ids USING (id)")
-        return sql, args
+        return " UNION ALL ".join(branches), args
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
@@ -172,8 +169,12 @@ class PostgresVectorStore(VectorStore):
         sql, args = self.candidates_query(owners, terms, embedding, vector_k, keyword_k)
         async with self.backend.connection() as conn:
             rows = await conn.fetch(sql, *args)
-        return [Candidate(_memory(r), None if r["sim"] is None else float(r["sim"]))
+        return [Candidate(str(r["id"]), r["content"], r["updated_at"],
+                          None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
                 for r in rows]
+
+    def _materialize(self, payload: Any) -> VectorMemory:
+        return _memory(payload)
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         row = None

@@ -1,0 +1,164 @@
+"""Hybrid search latency by store size (query embedding excluded, reported apart).
+
+Data is synthetic but shaped like memories: texts drawn from topic vocabularies
+and embeddings clustered around topic centroids (uniform random vectors would be
+an unrealistically hard case for HNSW). A sample is written through the real
+``store`` path (dedup check included) to measure insert throughput; the rest is
+bulk-loaded (PostgreSQL ``COPY``) so large sizes fit in a benchmark run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from ..config import MemorySettings
+from ..models import utcnow
+from ..storage import open_stores
+from ..text import content_hash, fold
+from .stats import machine, percentiles_ms
+
+_TOPICS = [
+    "kubernetes helm deploy cluster rollout pods ingress",
+    "security review injection secrets tokens audit",
+    "java spring maven gradle jvm heap",
+    "travel flight hotel booking visa airport",
+    "cooking recipe garlic pasta oven dinner",
+    "music guitar concert album band practice",
+    "running marathon training knee pace shoes",
+    "database postgres index vacuum query replica",
+    "family birthday gift party cake kids",
+    "finance budget invoice tax salary savings",
+]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="postgres", choices=["postgres", "memory", "redis"])
+    p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: the embedded server)")
+    p.add_argument("--redis-url", default=None)
+    p.add_argument("--owners", type=int, default=1)
+    p.add_argument("--per-owner", type=int, default=1000)
+    p.add_argument("--dim", type=int, default=384)
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--store-sample", type=int, default=500,
+                   help="memories written through store() to time the insert path")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--keep", action="store_true", help="keep the benchmark schema")
+
+
+class _Corpus:
+    def __init__(self, dim: int, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.centroids = self.rng.normal(size=(len(_TOPICS), dim))
+        self.words = [t.split() for t in _TOPICS]
+
+    def item(self) -> tuple[str, np.ndarray]:
+        t = int(self.rng.integers(len(_TOPICS)))
+        words = self.rng.choice(self.words[t], size=4)
+        tail = int(self.rng.integers(1_000_000))
+        text = f"{' '.join(words)} note {tail}"
+        vec = self.centroids[t] + self.rng.normal(scale=1.2, size=self.centroids.shape[1])
+        return text, (vec / np.linalg.norm(vec)).astype(np.float32)
+
+    def query(self) -> tuple[str, list[float]]:
+        text, vec = self.item()
+        return " ".join(text.split()[:2]), [float(x) for x in vec]
+
+
+async def _bulk_postgres(vector: Any, owner: str, rows: list[tuple[str, np.ndarray]]) -> None:
+    s = vector.backend.schema
+    now = utcnow()
+    records = [(uuid.uuid4(), owner, t, fold(t), content_hash(t), json.dumps({}), v, len(v),
+                now, now) for t, v in rows]
+    async with vector.backend.connection() as conn:
+        await conn.copy_records_to_table(
+            "memories", schema_name=s, records=records,
+            columns=["id", "owner_id", "content", "search_text", "content_hash", "metadata",
+                     "embedding", "embedding_dim", "created_at", "updated_at"])
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    kw: dict[str, Any] = {"backend": args.backend, "postgres_schema": schema,
+                          "redis_prefix": schema}
+    if args.dsn:
+        kw["postgres_dsn"] = args.dsn
+    if args.redis_url:
+        kw["redis_url"] = args.redis_url
+    settings = MemorySettings(**kw)
+    structured, vector = await open_stores(settings, args.dim)
+    await vector.setup()
+    corpus = _Corpus(args.dim, args.seed)
+    owners = [f"owner-{i}" for i in range(args.owners)]
+    result: dict[str, Any] = {
+        "benchmark": "search-latency", "backend": args.backend, "owners": args.owners,
+        "per_owner": args.per_owner, "total_memories": args.owners * args.per_owner,
+        "dim": args.dim, "limit": args.limit, "machine": machine(),
+        "data": "synthetic: 10 topic vocabularies, embeddings clustered by topic",
+    }
+    try:
+        # 1. insert throughput through the real store path (dedup check included)
+        sample = min(args.store_sample, args.per_owner)
+        t0 = time.perf_counter()
+        for _ in range(sample):
+            text, vec = corpus.item()
+            await vector.store(owners[0], text, embedding=vec.tolist())
+        took = time.perf_counter() - t0
+        result["store_path"] = {"ops": sample, "ops_per_s": round(sample / took, 1)}
+
+        # 2. bulk load the rest
+        t0 = time.perf_counter()
+        loaded = 0
+        for i, owner in enumerate(owners):
+            todo = args.per_owner - (sample if i == 0 else 0)
+            while todo > 0:
+                batch = [corpus.item() for _ in range(min(todo, 5000))]
+                if args.backend == "postgres":
+                    await _bulk_postgres(vector, owner, batch)
+                else:
+                    for text, vec in batch:
+                        await vector.store(owner, text, embedding=vec.tolist(), threshold=1.0)
+                todo -= len(batch)
+                loaded += len(batch)
+        result["bulk_load"] = {"rows": loaded,
+                               "rows_per_s": round(loaded / max(time.perf_counter() - t0, 1e-9))}
+        if args.backend == "postgres":
+            async with vector.backend.connection() as conn:
+                await conn.execute(f"ANALYZE {schema}.memories")
+
+        # 3. searches (query embedding given: its cost is excluded by construction)
+        queries = [corpus.query() for _ in range(args.queries)]
+        for text, vec in queries[:10]:  # warm the pool and caches
+            await vector.search(owners[0], text, embedding=vec, limit=args.limit)
+        lat = []
+        for i, (text, vec) in enumerate(queries):
+            owner = owners[i % len(owners)]
+            t0 = time.perf_counter()
+            await vector.search(owner, text, embedding=vec, limit=args.limit,
+                                weights=settings.weights, vector_k=settings.vector_candidates,
+                                keyword_k=settings.keyword_candidates)
+            lat.append(time.perf_counter() - t0)
+        result["search"] = percentiles_ms(lat)
+        result["query_embedding"] = (
+            "excluded: queries carry precomputed embeddings; see bench retrieval for "
+            "embedding cost with a real model")
+
+        if args.backend == "postgres":
+            sql, qargs = vector.candidates_query([owners[0]], [], queries[0][1],
+                                                 settings.vector_candidates, 100)
+            async with vector.backend.connection() as conn:
+                plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *qargs))
+            result["explain_uses_vector_index"] = f"memories_hnsw_{args.dim}" in plan
+    finally:
+        if args.backend == "postgres" and not args.keep:
+            async with vector.backend.connection() as conn:
+                await conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        await structured.close()
+        await vector.close()
+    return result
