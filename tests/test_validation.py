@@ -1,0 +1,83 @@
+"""Bad input: typed errors from one hierarchy, checked by properties (hypothesis)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dream_memory_actor import validation as check
+from dream_memory_actor.errors import (
+    DreamMemoryError,
+    InvalidContent,
+    InvalidEmbedding,
+    InvalidInput,
+    InvalidOwnerId,
+)
+from dream_memory_actor.storage.memory import InMemoryStructuredStore, InMemoryVectorStore
+
+owner_ok = st.from_regex(check.OWNER_ID_PATTERN, fullmatch=True)
+
+
+@given(owner_ok)
+def test_valid_owner_ids_pass(owner: str) -> None:
+    assert check.owner_id(owner) == owner
+
+
+@given(st.text(max_size=200).filter(lambda s: not check.OWNER_ID_PATTERN.fullmatch(s)))
+def test_invalid_owner_ids_are_typed_errors(owner: str) -> None:
+    with pytest.raises(InvalidOwnerId):
+        check.owner_id(owner)
+
+
+@given(st.text(alphabet=" \t\n\r\u00a0\u2003", max_size=50))
+def test_whitespace_only_content_is_rejected(text: str) -> None:
+    with pytest.raises(InvalidContent):
+        check.content(text, 1024)
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=12))
+def test_embeddings_must_be_finite_and_of_the_dimension(values: list[float]) -> None:
+    ok = len(values) == 4 and all(math.isfinite(v) for v in values) and any(values)
+    if ok:
+        assert check.embedding(values, 4) == values
+    else:
+        with pytest.raises(InvalidEmbedding):
+            check.embedding(values, 4)
+
+
+def test_errors_are_one_hierarchy_and_value_errors() -> None:
+    for cls in (InvalidOwnerId, InvalidContent, InvalidEmbedding):
+        assert issubclass(cls, InvalidInput) and issubclass(cls, DreamMemoryError)
+        assert issubclass(cls, ValueError)
+
+
+bad_owner = st.one_of(st.text(max_size=140).filter(
+    lambda s: not check.OWNER_ID_PATTERN.fullmatch(s)), st.integers(), st.none())
+bad_text = st.one_of(st.text(alphabet=" \n\t", max_size=10),
+                     st.text(min_size=1, max_size=20).map(lambda s: s + "\x00"),
+                     st.integers())
+
+
+@settings(max_examples=60, deadline=None)
+@given(owner=bad_owner, text=st.text(min_size=1, max_size=50))
+async def test_bad_owner_writes_nothing(owner: object, text: str) -> None:
+    s, v = InMemoryStructuredStore(), InMemoryVectorStore(4)
+    with pytest.raises(InvalidInput):
+        await s.add_rule(owner, text)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        await v.store(owner, text)  # type: ignore[arg-type]
+    assert s._snapshots == {} and not any(v._rows.values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=bad_text, emb=st.one_of(st.none(), st.lists(st.floats(), max_size=6)))
+async def test_bad_content_or_embedding_writes_nothing(text: object, emb: object) -> None:
+    s, v = InMemoryStructuredStore(), InMemoryVectorStore(4)
+    with pytest.raises(InvalidInput):
+        await s.add_fact("alice", text)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        await v.store("alice", text, embedding=emb)  # type: ignore[arg-type]
+    assert s._snapshots == {} and await v.count("alice") == 0
