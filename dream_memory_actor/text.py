@@ -29,9 +29,11 @@ _CJK_RANGES = (
 # Words that carry no topic; a query's share of matched terms ignores them.
 # Kept short on purpose: "deploy", "security", "not" all stay.
 STOPWORDS = frozenset(
-    """a an and are as at be been but by did do does for from had has have how i if in
-    into is it its me my of on or our so that the their them then there these they this
-    to was we were what when where which who why will with you your""".split()
+    """
+    a an and are as at be been but by did do does for from had has have how i if in into
+    is it its me my of on or our so that the their them then there these they this to
+    was we were what when where which who why will with you your
+    """.split()
 )
 
 # Underscores stay inside words: "snake_case" is one term, as identifiers are.

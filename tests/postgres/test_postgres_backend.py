@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -11,10 +9,10 @@ import pytest
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.errors import BackendUnavailable, ConfigurationError, SchemaError
+from dream_memory_actor.models import utcnow
 from dream_memory_actor.storage import open_stores
 from dream_memory_actor.storage.postgres import PostgresVectorStore
 from dream_memory_actor.storage.postgres.migrations import MIGRATIONS
-from dream_memory_actor.text import content_hash, fold
 from tests.conftest import DIM, fresh_schema
 
 
@@ -88,17 +86,12 @@ async def test_unreachable_server_is_backend_unavailable() -> None:
 
 async def _bulk(vector: PostgresVectorStore, owner: str, n: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n):
-        text = f"memory {i} of {owner}"
-        rows.append((uuid.uuid4(), owner, text, fold(text), content_hash(text), json.dumps({}),
-                     rng.normal(size=DIM).astype(np.float32), DIM))
+    now = utcnow()
+    await vector.bulk_insert(owner, [(f"memory {i} of {owner}", list(rng.normal(size=DIM)), now)
+                                     for i in range(n)])
     async with vector.backend.connection() as conn:
-        await conn.executemany(
-            f"""INSERT INTO {vector.backend.schema}.memories (id, owner_id, content, search_text,
-                content_hash, metadata, embedding, embedding_dim, created_at, updated_at)
-                VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, now(), now())""", rows)
         await conn.execute(f"ANALYZE {vector.backend.schema}.memories")
+        await conn.execute(f"ANALYZE {vector.backend.schema}.memory_text")
 
 
 async def test_vector_candidates_use_the_hnsw_index(pg: tuple[MemorySettings,
@@ -129,12 +122,11 @@ async def test_keyword_candidates_use_the_trigram_index(pg: tuple[MemorySettings
         await tx.start()
         try:
             await conn.execute("SET LOCAL enable_seqscan = off")
-            await conn.execute(f"DROP INDEX {vector.backend.schema}.memories_owner_recent")
-            await conn.execute(f"DROP INDEX {vector.backend.schema}.memories_owner_hash")
+            await conn.execute(f"DROP INDEX {vector.backend.schema}.memory_text_owner_recent")
             plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *args))
         finally:
             await tx.rollback()
-    assert "memories_trgm" in plan, plan
+    assert "memory_text_trgm" in plan, plan
 
 
 async def test_hnsw_search_agrees_with_exact_search(pg: tuple[MemorySettings,

@@ -109,20 +109,54 @@ class PostgresVectorStore(VectorStore):
         if target is not None:
             new = merged(_memory(target), content, metadata, now)
             await conn.execute(
-                f"""UPDATE {s}.memories SET content = $2, search_text = $3, content_hash = $4,
-                        metadata = $5::jsonb, updated_at = $6 WHERE id = $1""",
-                uuid.UUID(new.id), new.content, fold(new.content), content_hash(new.content),
+                f"""UPDATE {s}.memories SET content = $2, content_hash = $3,
+                        metadata = $4::jsonb, updated_at = $5 WHERE id = $1""",
+                uuid.UUID(new.id), new.content, content_hash(new.content),
                 json.dumps(new.metadata), new.updated_at)
+            await conn.execute(
+                f"UPDATE {s}.memory_text SET search_text = $2, updated_at = $3 WHERE id = $1",
+                uuid.UUID(new.id), fold(new.content), new.updated_at)
             return StoreResult(memory=new, merged=True, similarity=similarity)
         mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
                            updated_at=now, has_embedding=embedding is not None)
         await conn.execute(
-            f"""INSERT INTO {s}.memories (id, owner_id, content, search_text, content_hash,
+            f"""INSERT INTO {s}.memories (id, owner_id, content, content_hash,
                     metadata, embedding, embedding_dim, created_at, updated_at)
-                VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $9)""",
-            uuid.UUID(mem.id), owner, content, fold(content), content_hash(content),
+                VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $8)""",
+            uuid.UUID(mem.id), owner, content, content_hash(content),
             json.dumps(metadata), embedding, None if embedding is None else self.dim, now)
+        await conn.execute(
+            f"""INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
+                VALUES ($1, $2, $3, $4)""", uuid.UUID(mem.id), owner, fold(content), now)
         return StoreResult(memory=mem, merged=False)
+
+    async def bulk_insert(self, owner: str,
+                          rows: Sequence[tuple[str, Sequence[float] | None, datetime]]) -> int:
+        """Import ``(content, embedding, created_at)`` rows with ``COPY``: no dedup, no merge.
+
+        For loading an existing corpus (and for benchmarks); ``store`` is the
+        path for live writes. Content and embeddings are validated first.
+        """
+        from ... import validation as check
+
+        check.owner_id(owner)
+        mems, texts = [], []
+        for content, emb, at in rows:
+            text = check.content(content, self.max_content_bytes)
+            vec = self._check_embedding(emb)
+            mid = uuid.uuid4()
+            mems.append((mid, owner, text, content_hash(text), "{}", vec,
+                         None if vec is None else self.dim, at, at))
+            texts.append((mid, owner, fold(text), at))
+        async with self.backend.transaction() as conn:
+            await conn.copy_records_to_table(
+                "memories", schema_name=self._s, records=mems,
+                columns=["id", "owner_id", "content", "content_hash", "metadata", "embedding",
+                         "embedding_dim", "created_at", "updated_at"])
+            await conn.copy_records_to_table(
+                "memory_text", schema_name=self._s, records=texts,
+                columns=["id", "owner_id", "search_text", "updated_at"])
+        return len(mems)
 
     def candidates_query(self, owners: Sequence[str], terms: Sequence[str],
                          embedding: list[float] | None, vector_k: int, keyword_k: int,
@@ -141,14 +175,16 @@ class PostgresVectorStore(VectorStore):
             return f"${len(args)}"
 
         branches = []
-        cols = _COLUMNS + ", search_text"
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
         if embedding is not None:
             q = f"{param(embedding)}::vector({d})"
             branches.append(
-                f"""(SELECT {cols}, 1 - ({dim_sql(d)} <=> {q}) AS sim FROM {s}.memories
-                    WHERE owner_id = ANY($1::text[]) AND {self._dim_filter()}
-                    ORDER BY {dim_sql(d)} <=> {q} LIMIT {param(vector_k)})""")
-            sim = f"CASE WHEN {self._dim_filter()} THEN 1 - ({dim_sql(d)} <=> {q}) END"
+                f"""(SELECT {cols}, NULL::text AS search_text,
+                        1 - (m.{dim_sql(d)} <=> {q}) AS sim
+                    FROM {s}.memories m
+                    WHERE m.owner_id = ANY($1::text[]) AND m.{self._dim_filter()}
+                    ORDER BY m.{dim_sql(d)} <=> {q} LIMIT {param(vector_k)})""")
+            sim = f"CASE WHEN m.{self._dim_filter()} THEN 1 - (m.{dim_sql(d)} <=> {q}) END"
         else:
             sim = "NULL::float8"
         if terms:
@@ -156,9 +192,11 @@ class PostgresVectorStore(VectorStore):
                      for t in terms]
             matched = " + ".join(f"({x})::int" for x in likes)
             branches.append(
-                f"""(SELECT {cols}, {sim} AS sim FROM {s}.memories
-                    WHERE owner_id = ANY($1::text[]) AND ({' OR '.join(likes)})
-                    ORDER BY {matched} DESC, updated_at DESC LIMIT {param(keyword_k)})""")
+                f"""(SELECT {cols}, t.search_text, {sim} AS sim
+                    FROM (SELECT id, search_text FROM {s}.memory_text
+                          WHERE owner_id = ANY($1::text[]) AND ({' OR '.join(likes)})
+                          ORDER BY {matched} DESC, updated_at DESC LIMIT {param(keyword_k)}) t
+                    JOIN {s}.memories m USING (id))""")
         return " UNION ALL ".join(branches), args
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
