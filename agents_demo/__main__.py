@@ -48,8 +48,9 @@ async def run(settings: MemorySettings) -> int:
 
         print("\nconversation 2 — deploy agent")
         _say("user", "We went live on Kubernetes with helm yesterday.")
-        stored = await engine.store(run_id, "Went live on Kubernetes with helm; rollout took 20 min",
-                                    metadata={"agent": "deploy"})
+        stored = await engine.store(
+            run_id, "Went live on Kubernetes with helm; rollout took 20 min",
+            metadata={"agent": "deploy"})
         await engine.store(run_id, "The team prefers green tea at standups",
                            metadata={"agent": "smalltalk"})
         _say("deploy-agent", f"Stored memory {stored.memory.id[:8]}.")

@@ -34,7 +34,7 @@ PLACEMENTS = ("dedicated", "sharded")
 
 
 def default_data_dir() -> Path:
-    """Per-user data directory: ``$XDG_DATA_HOME/dream-memory`` or ``~/.local/share/dream-memory``."""
+    """Per-user data directory: ``$XDG_DATA_HOME/dream-memory``, else under ``~/.local/share``."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "dream-memory"
 

@@ -147,7 +147,8 @@ def rank(
         if c.id in seen:
             continue
         seen.add(c.id)
-        kw = keyword_score_folded(query_terms, c.folded if c.folded is not None else fold(c.content))
+        folded = c.folded if c.folded is not None else fold(c.content)
+        kw = keyword_score_folded(query_terms, folded)
         if not hybrid and kw == 0.0:
             continue
         vec = vector_score(c.similarity) if hybrid else None

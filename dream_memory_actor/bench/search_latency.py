@@ -78,7 +78,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.redis_url:
         kw["redis_url"] = args.redis_url
     settings = MemorySettings(**kw)
-    structured, vector = await open_stores(settings, args.dim)
+    structured, vector_store = await open_stores(settings, args.dim)
+    vector: Any = vector_store  # backend-specific extras (bulk_insert, EXPLAIN) used below
     await vector.setup()
     corpus = _Corpus(args.dim, args.seed)
     owners = [f"owner-{i}" for i in range(args.owners)]
@@ -93,8 +94,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         sample = min(args.store_sample, args.per_owner)
         t0 = time.perf_counter()
         for _ in range(sample):
-            text, vec = corpus.item()
-            await vector.store(owners[0], text, embedding=vec.tolist())
+            item_text, item_vec = corpus.item()
+            await vector.store(owners[0], item_text, embedding=item_vec.tolist())
         took = time.perf_counter() - t0
         result["store_path"] = {"ops": sample, "ops_per_s": round(sample / took, 1)}
 
@@ -113,8 +114,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     now = utcnow()
                     await vector.bulk_insert(owner, [(t, v.tolist(), now) for t, v in batch])
                 else:
-                    for text, vec in batch:
-                        await vector.store(owner, text, embedding=vec.tolist(), threshold=1.0)
+                    for item_text, item_vec in batch:
+                        await vector.store(owner, item_text, embedding=item_vec.tolist(),
+                                           threshold=1.0)
                 todo -= len(batch)
                 loaded += len(batch)
         result["bulk_load"] = {"rows": loaded,

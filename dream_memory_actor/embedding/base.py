@@ -55,14 +55,14 @@ class CachedEmbedder:
         self.hits += len(keys) - len(missing)
         self.misses += len(missing)
         if missing:
-            by_key = {k: t for k, t in zip(keys, texts)}
+            by_key = {k: t for k, t in zip(keys, texts, strict=True)}
             vectors = await self.inner.embed([by_key[k] for k in missing])
             if len(vectors) != len(missing):
                 raise EmbeddingError(
                     f"embedder {self.model!r} returned {len(vectors)} vectors for "
                     f"{len(missing)} texts"
                 )
-            for k, v in zip(missing, vectors):
+            for k, v in zip(missing, vectors, strict=True):
                 try:
                     self._cache[k] = check.embedding(v, self.dim)
                 except ValueError as exc:

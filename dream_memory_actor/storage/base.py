@@ -11,10 +11,11 @@ subclasses; nothing is written when they do.
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from .. import validation as check
 from ..errors import InvalidQuery
@@ -110,7 +111,8 @@ class StructuredStore(_Lifecycle, ABC):
                 if op.ttl_s is not None and not (
                     isinstance(op.ttl_s, (int, float)) and 0 < op.ttl_s < 10 * 365 * 86400
                 ):
-                    raise InvalidQuery(f"ttl_s must be a positive number of seconds, got {op.ttl_s!r}")
+                    raise InvalidQuery(
+                        f"ttl_s must be a positive number of seconds, got {op.ttl_s!r}")
                 out.append(SetStatus(key, value, op.ttl_s))
             elif isinstance(op, DeleteStatus):
                 out.append(DeleteStatus(check.status_key(op.key)))
@@ -167,7 +169,10 @@ def _source(value: object) -> str:
     return value
 
 
-def _find_by_text(items: Sequence[Any], text: str) -> Any:
+_Item = TypeVar("_Item", MemoryRule, MemoryFact)
+
+
+def _find_by_text(items: Sequence[_Item], text: str) -> _Item:
     from ..text import content_hash
 
     h = content_hash(text)
@@ -302,7 +307,8 @@ class VectorStore(_Lifecycle, ABC):
             raise InvalidQuery(f"offset must be an integer >= 0, got {offset!r}")
         return await self._list(owner, n, offset)
 
-    def _check_embedding(self, embedding: Sequence[float] | None) -> list[float] | None:
+    def _check_embedding(self, embedding: Sequence[float] | None
+                         ) -> builtins.list[float] | None:
         if embedding is None:
             return None
         if self.dim is None:

@@ -76,7 +76,7 @@ class RemovePending:
     id: str
 
 
-L1Op = Union[
+L1Op = Union[  # noqa: UP007 - a runtime alias; "X | Y" of classes needs 3.10 at import
     AddRule, RemoveRule, AddFact, RemoveFact, SetStatus, DeleteStatus, AddPending, RemovePending
 ]
 

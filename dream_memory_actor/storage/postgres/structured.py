@@ -123,8 +123,10 @@ class PostgresStructuredStore(StructuredStore):
         if isinstance(op, (AddRule, AddFact)):
             table = "rules" if isinstance(op, AddRule) else "facts"
             await conn.execute(
-                f"""INSERT INTO {s}.{table} (id, owner_id, content, content_hash, source, created_at)
-                    VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (owner_id, content_hash) DO NOTHING""",
+                f"""INSERT INTO {s}.{table}
+                        (id, owner_id, content, content_hash, source, created_at)
+                    VALUES ($1, $2, $3, $4, $5, $6)
+                    ON CONFLICT (owner_id, content_hash) DO NOTHING""",
                 op.id, owner, op.content, content_hash(op.content), op.source, now)
         elif isinstance(op, (RemoveRule, RemoveFact)):
             table, err = (("rules", RuleNotFound) if isinstance(op, RemoveRule)
