@@ -62,8 +62,7 @@ class MemoryEngine:
             return
         self._closed = True
         await self.structured.close()
-        if self.vector is not self.structured:  # one backend object may serve both
-            await self.vector.close()
+        await self.vector.close()
 
     def _open(self) -> None:
         if self._closed:
@@ -75,10 +74,11 @@ class MemoryEngine:
         self._open()
         return await self.structured.load(check.owner_id(owner))
 
-    async def apply(self, owner: str, ops: Sequence[L1Op], *, now: datetime | None = None
-                    ) -> MemorySnapshot:
+    async def apply(self, owner: str, ops: Sequence[L1Op], *, now: datetime | None = None,
+                    op_id: str | None = None) -> MemorySnapshot:
+        """Apply ``ops`` atomically; a retry with the same ``op_id`` is applied once."""
         self._open()
-        return await self.structured.apply(owner, ops, now=now)
+        return await self.structured.apply(owner, ops, now=now, op_id=op_id)
 
     # -- L2 ------------------------------------------------------------------------
 
@@ -96,8 +96,12 @@ class MemoryEngine:
         metadata: Mapping[str, Any] | None = None,
         now: datetime | None = None,
         embedding: Sequence[float] | None = None,
+        op_id: str | None = None,
     ) -> StoreResult:
-        """Embed (unless ``embedding`` is given) and store, merging near-duplicates."""
+        """Embed (unless ``embedding`` is given) and store, merging near-duplicates.
+
+        A retry with the same ``op_id`` is applied once (and returns the first result).
+        """
         self._open()
         check.owner_id(owner)
         text = check.content(content, self.settings.max_content_bytes)
@@ -105,7 +109,7 @@ class MemoryEngine:
         vec = list(embedding) if embedding is not None else await self.embed(text)
         return await self.vector.store(
             owner, text, embedding=vec, metadata=metadata,
-            threshold=self.settings.dedup_threshold, now=now,
+            threshold=self.settings.dedup_threshold, now=now, op_id=op_id,
         )
 
     async def search(

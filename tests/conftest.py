@@ -14,13 +14,31 @@ from tests.support.servers import embedded_postgres
 #: Test embeddings are small; dimension 8 keeps hand-made vectors readable.
 DIM = 8
 
-BACKENDS = ["memory", "postgres"]
+BACKENDS = ["memory", "postgres", "redis", "redis-stack"]
 
 
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
     with embedded_postgres() as dsn:
         yield dsn
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis server without modules (Debian's redis-server, started for the session)."""
+    from tests.support.redis_servers import plain_redis
+
+    with plain_redis() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_stack_url() -> Iterator[str]:
+    """A Redis server with the search module (Redis Stack, started for the session)."""
+    from tests.support.redis_servers import redis_stack
+
+    with redis_stack() as url:
+        yield url
 
 
 def fresh_schema() -> str:
@@ -46,6 +64,13 @@ async def make_stores(backend: str, request: pytest.FixtureRequest, dim: int | N
         dsn = request.getfixturevalue("pg_dsn")
         settings = MemorySettings(backend="postgres", postgres_dsn=dsn,
                                   postgres_schema=fresh_schema(), postgres_pool_max=4)
+    elif backend in ("redis", "redis-stack"):
+        from tests.support.redis_servers import drop_prefix
+
+        url = request.getfixturevalue("redis_url" if backend == "redis" else "redis_stack_url")
+        prefix = fresh_schema()
+        settings = MemorySettings(backend="redis", redis_url=url, redis_prefix=prefix)
+        request.addfinalizer(lambda: drop_prefix(url, prefix))
     else:
         raise AssertionError(f"no fixture for backend {backend}")
     structured, vector = await open_stores(settings, dim)

@@ -150,6 +150,12 @@ def _load(target: str) -> tuple[Any, threading.Lock]:
             missing = getattr(exc, "name", None) or "sentence_transformers"
             raise missing_dependency(missing.split(".")[0], "local") from exc
         _limit_torch_threads(torch)
+        try:  # transformers draws a "Loading weights" bar whatever the hub setting says
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
+            pass
         try:
             model = SentenceTransformer(target, device="cpu", local_files_only=_offline())
         except Exception as exc:
