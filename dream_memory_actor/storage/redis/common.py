@@ -1,0 +1,207 @@
+"""What both Redis stores share: the client, key names, error translation, locks, scripts.
+
+Every key of an owner carries the hash tag ``{owner}`` (``<prefix>:{<owner>}:...``),
+so one owner's keys live in one cluster slot and a MULTI/EXEC or a Lua script
+may touch all of them. Owner ids cannot contain braces (see
+``validation.OWNER_ID_PATTERN``), so the tag is always the owner id itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ...errors import BackendError, BackendUnavailable, ConfigurationError, missing_dependency
+
+if TYPE_CHECKING:
+    from ...config import MemorySettings
+
+#: Optimistic transactions (WATCH/MULTI/EXEC) retried this often before giving up.
+MAX_TX_ATTEMPTS = 200
+
+#: How long an operation id (``op_id``) is remembered: a retry within this time is
+#: applied once. Retries come after timeouts and actor restarts, minutes later.
+OP_ID_RETENTION_S = 7 * 24 * 3600
+
+
+def import_redis() -> Any:
+    """The ``redis`` package, or ``MissingDependency`` naming the extra to install."""
+    try:
+        import redis
+        import redis.asyncio
+        import redis.exceptions
+    except ImportError as exc:  # pragma: no cover - the dev install has redis
+        raise missing_dependency("redis", "redis") from exc
+    return redis
+
+
+def connect(settings: MemorySettings) -> Any:
+    """A ``redis.asyncio.Redis`` client for ``settings.redis_url`` (connects lazily).
+
+    Commands are retried twice, briefly, on a dropped connection (all our writes
+    are idempotent: they set absolute values); a server that stays down is a
+    ``BackendUnavailable`` within about a second, not after long back-offs.
+    """
+    redis = import_redis()
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
+    if settings.redis_url is None:
+        raise ConfigurationError("backend 'redis' needs redis_url (e.g. redis://localhost:6379/0)")
+    url = settings.redis_url.get_secret_value()
+    try:
+        return redis.asyncio.Redis.from_url(
+            url,
+            decode_responses=False,
+            socket_connect_timeout=5.0,
+            socket_timeout=30.0,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+            health_check_interval=30,
+        )
+    except ValueError as exc:
+        raise ConfigurationError(f"redis_url is not a valid Redis URL: {exc}") from exc
+
+
+@contextmanager
+def translate(what: str) -> Iterator[None]:
+    """Turn redis-py's exceptions into ``BackendUnavailable`` / ``BackendError``."""
+    from redis import exceptions as rx
+
+    try:
+        yield
+    except (rx.ConnectionError, rx.TimeoutError) as exc:
+        raise BackendUnavailable(f"Redis is unavailable during {what}: {exc}") from exc
+    except rx.RedisError as exc:
+        raise BackendError(f"Redis failed during {what}: {exc}") from exc
+    except OSError as exc:
+        raise BackendUnavailable(f"Redis is unavailable during {what}: {exc}") from exc
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """True for redis-py's ``WatchError`` that stands for a dropped connection."""
+    from redis import exceptions as rx
+
+    context = exc.__cause__ or exc.__context__
+    return (isinstance(context, (rx.ConnectionError, rx.TimeoutError))
+            or "occurred while watching" in str(exc))
+
+
+def commit_lost(exc: BaseException) -> BackendUnavailable:
+    """The error for a connection lost during EXEC: the write may or may not be applied."""
+    return BackendUnavailable(
+        "the connection to Redis was lost while committing; the write may or may not have "
+        "been applied (retry with the same op_id to apply it exactly once)")
+
+
+class Keys:
+    """Key names of one prefix. ``tag(owner)`` is the hash-tagged owner part."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def owner(self, owner: str) -> str:
+        """``<prefix>:{<owner>}:`` - the start of every key of ``owner``."""
+        return f"{self.prefix}:{{{owner}}}:"
+
+    # L1
+    def l1_doc(self, owner: str) -> str:
+        return self.owner(owner) + "l1"
+
+    def l1_status_keys(self, owner: str) -> str:
+        return self.owner(owner) + "l1:sk"
+
+    def l1_pending_ids(self, owner: str) -> str:
+        return self.owner(owner) + "l1:pq"
+
+    def l1_status(self, owner: str, key: str) -> str:
+        return self.owner(owner) + "l1:st:" + key
+
+    def l1_pending(self, owner: str, item_id: str) -> str:
+        return self.owner(owner) + "l1:pd:" + item_id
+
+    def l1_op(self, owner: str, op_id: str) -> str:
+        return self.owner(owner) + "l1:op:" + op_id
+
+    # L2
+    def l2_version(self, owner: str) -> str:
+        return self.owner(owner) + "l2:ver"
+
+    def l2_ids(self, owner: str) -> str:
+        return self.owner(owner) + "l2:ids"
+
+    def l2_op(self, owner: str, op_id: str) -> str:
+        return self.owner(owner) + "l2:op:" + op_id
+
+    def l2_doc_prefix(self, owner: str) -> str:
+        return self.owner(owner) + "m:"
+
+    def l2_doc(self, owner: str, memory_id: str) -> str:
+        return self.l2_doc_prefix(owner) + memory_id
+
+    def index(self, dim: int | None) -> str:
+        return f"{self.prefix}:idx:v1:{dim or 0}"
+
+    def all_pattern(self) -> str:
+        return f"{self.prefix}:*"
+
+
+class OwnerLocks:
+    """An ``asyncio.Lock`` per owner, dropped when nobody holds or waits for it.
+
+    In-process writers of one owner queue here instead of failing each other's
+    WATCH; writers in other processes are still caught by WATCH.
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @asynccontextmanager
+    async def hold(self, owner: str) -> AsyncIterator[None]:
+        entry = self._locks.get(owner)
+        if entry is None:
+            entry = self._locks[owner] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                self._locks.pop(owner, None)
+
+
+class Script:
+    """A Lua script run by SHA, loaded again when the server forgot it (restart, flush)."""
+
+    def __init__(self, source: str) -> None:
+        import hashlib
+
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    async def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        from redis.exceptions import NoScriptError
+
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await client.script_load(self.source)
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+
+def text(value: bytes | str | None) -> str | None:
+    """A reply decoded as UTF-8 (``None`` stays ``None``)."""
+    if value is None or isinstance(value, str):
+        return value
+    return value.decode("utf-8")
+
+
+async def close_client(client: Any) -> None:
+    """Close a client and its pool; safe to repeat, never raises for a dead server."""
+    from contextlib import suppress
+
+    with suppress(Exception):
+        await client.aclose()

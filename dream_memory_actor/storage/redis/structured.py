@@ -1,0 +1,224 @@
+"""L1 on Redis: rules, facts, status and the pending queue of each owner.
+
+Keys of owner ``o`` (prefix ``p``)::
+
+    p:{o}:l1            string  JSON: version, updated_at, rules, facts
+    p:{o}:l1:sk         set     the status keys
+    p:{o}:l1:st:<key>   string  JSON {"v": value, "x": expires_at}; PXAT when it has a TTL
+    p:{o}:l1:pq         list    the pending item ids, oldest first
+    p:{o}:l1:pd:<id>    string  JSON of the pending item; PXAT when it expires
+
+Status entries and pending items with an expiry are deleted by the server
+when they expire; reads also drop whatever expired by the caller's ``now`` (a
+test may look into the future), so a snapshot never shows an expired entry.
+
+``_apply`` is an optimistic transaction: WATCH the owner's document, read the
+snapshot, compute :func:`apply_ops` (the reference semantics; an error raises
+here, before anything is written), then write the difference in MULTI/EXEC,
+with ``p:{o}:l1:op:<op_id>`` when the call has an operation id (kept for
+``OP_ID_RETENTION_S``; a retry within that time finds it and writes nothing).
+Every write rewrites the document (its version), so a concurrent writer in any
+process makes EXEC fail and the transaction runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ...errors import BackendError
+from ...models import FrozenMap, MemoryFact, MemoryPendingItem, MemoryRule, MemorySnapshot, utcnow
+from ..base import StructuredStore
+from ..ops import L1Op, apply_ops
+from .common import (
+    MAX_TX_ATTEMPTS,
+    OP_ID_RETENTION_S,
+    Keys,
+    OwnerLocks,
+    Script,
+    close_client,
+    commit_lost,
+    lost_connection,
+    text,
+    translate,
+)
+
+# KEYS: document, status key set, pending id list. ARGV[1]: the owner's key prefix.
+# Reply: {doc or false, n_status, key1, entry1, ..., id1, item1, ...}. The entry
+# keys are not in KEYS, but they share the owner's hash tag, hence the slot.
+_LOAD = Script(
+    """#!lua flags=no-writes
+local doc = redis.call('GET', KEYS[1])
+local sk = redis.call('SMEMBERS', KEYS[2])
+local pq = redis.call('LRANGE', KEYS[3], 0, -1)
+local out = {doc or false, #sk}
+for _, k in ipairs(sk) do
+  out[#out + 1] = k
+  out[#out + 1] = redis.call('GET', ARGV[1] .. 'l1:st:' .. k) or false
+end
+for _, id in ipairs(pq) do
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('GET', ARGV[1] .. 'l1:pd:' .. id) or false
+end
+return out
+"""
+)
+
+
+def _ms(t: datetime) -> int:
+    """Unix milliseconds, rounded up: the server never drops an entry before it expired."""
+    return max(1, math.ceil(t.timestamp() * 1000))
+
+
+class RedisStructuredStore(StructuredStore):
+    """L1 on a Redis server (any Redis >= 7.0; no module needed)."""
+
+    def __init__(self, client: Any, prefix: str, *, max_content_bytes: int = 32 * 1024) -> None:
+        self.max_content_bytes = max_content_bytes
+        self._r = client
+        self._keys = Keys(prefix)
+        self._locks = OwnerLocks()
+        self._closed = False
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await close_client(self._r)
+
+    async def setup(self) -> None:
+        with translate("setup"):
+            await self._r.ping()
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def _read(self, client: Any, owner: str) -> MemorySnapshot:
+        k = self._keys
+        reply = await _LOAD(client, [k.l1_doc(owner), k.l1_status_keys(owner),
+                                     k.l1_pending_ids(owner)], [k.owner(owner)])
+        return _snapshot(owner, reply)
+
+    async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
+        with translate("load"):
+            snap = await self._read(self._r, owner)
+        return snap.live(now or utcnow())
+
+    # -- writing -----------------------------------------------------------------------
+
+    async def _apply(self, owner: str, ops: Sequence[L1Op], now: datetime,
+                     op_id: str | None) -> MemorySnapshot:
+        from redis.exceptions import WatchError
+
+        k = self._keys
+        async with self._locks.hold(owner):
+            with translate("apply"):
+                for _ in range(MAX_TX_ATTEMPTS):
+                    async with self._r.pipeline(transaction=True) as pipe:
+                        try:
+                            await pipe.watch(k.l1_doc(owner))
+                            current = await self._read(pipe, owner)
+                            seen = op_id is not None and await pipe.exists(k.l1_op(owner, op_id))
+                        except WatchError:
+                            continue  # the connection dropped before any write: again
+                        if seen:
+                            return current.live(now)  # a retry of an applied operation
+                        new = apply_ops(current, ops, now)  # raises before any write
+                        pipe.multi()
+                        self._write(pipe, owner, current, new)
+                        if op_id is not None:
+                            pipe.set(k.l1_op(owner, op_id), _ms(now), ex=OP_ID_RETENTION_S)
+                        try:
+                            await pipe.execute()
+                        except WatchError as exc:
+                            if lost_connection(exc):
+                                raise commit_lost(exc) from exc
+                            continue  # another writer came first: again
+                        return new
+        raise BackendError(f"owner {owner!r}: too many concurrent writers, apply gave up")
+
+    def _write(self, pipe: Any, owner: str, old: MemorySnapshot, new: MemorySnapshot) -> None:
+        """Queue the commands that turn ``old`` (as stored) into ``new``."""
+        k = self._keys
+        doc = {
+            "version": new.version,
+            "updated_at": new.updated_at.isoformat() if new.updated_at else None,
+            "rules": [r.model_dump(mode="json") for r in new.rules],
+            "facts": [f.model_dump(mode="json") for f in new.facts],
+        }
+        pipe.set(k.l1_doc(owner), json.dumps(doc, ensure_ascii=False))
+
+        for key in old.status:
+            if key not in new.status:
+                pipe.delete(k.l1_status(owner, key))
+        for key, value in new.status.items():
+            exp = new.status_expires_at.get(key)
+            if old.status.get(key) == value and old.status_expires_at.get(key) == exp:
+                continue
+            entry = json.dumps({"v": value, "x": exp.isoformat() if exp else None},
+                               ensure_ascii=False)
+            if exp is None:
+                pipe.set(k.l1_status(owner, key), entry)
+            else:
+                pipe.set(k.l1_status(owner, key), entry, pxat=_ms(exp))
+        pipe.delete(k.l1_status_keys(owner))
+        if new.status:
+            pipe.sadd(k.l1_status_keys(owner), *new.status)
+
+        new_ids = {p.id for p in new.pending}
+        old_ids = {p.id for p in old.pending}
+        for item_id in old_ids - new_ids:
+            pipe.delete(k.l1_pending(owner, item_id))
+        for item in new.pending:
+            if item.id in old_ids:
+                continue
+            body = item.model_dump_json()
+            if item.expires_at is None:
+                pipe.set(k.l1_pending(owner, item.id), body)
+            else:
+                pipe.set(k.l1_pending(owner, item.id), body, pxat=_ms(item.expires_at))
+        pipe.delete(k.l1_pending_ids(owner))
+        if new.pending:
+            pipe.rpush(k.l1_pending_ids(owner), *(p.id for p in new.pending))
+
+
+def _snapshot(owner: str, reply: list[Any]) -> MemorySnapshot:
+    """The snapshot stored in Redis (entries the server already expired are absent)."""
+    doc_raw = text(reply[0])
+    if doc_raw is None:
+        return MemorySnapshot(owner=owner)
+    doc = json.loads(doc_raw)
+    n_status = int(reply[1])
+    status: dict[str, str] = {}
+    expires: dict[str, datetime] = {}
+    pos = 2
+    for _ in range(n_status):
+        key, raw = text(reply[pos]), text(reply[pos + 1])
+        pos += 2
+        if key is None or raw is None:
+            continue  # expired on the server
+        entry = json.loads(raw)
+        status[key] = entry["v"]
+        if entry.get("x"):
+            expires[key] = datetime.fromisoformat(entry["x"])
+    pending: list[MemoryPendingItem] = []
+    while pos < len(reply):
+        raw = text(reply[pos + 1])
+        pos += 2
+        if raw is not None:
+            pending.append(MemoryPendingItem.model_validate_json(raw))
+    updated = doc.get("updated_at")
+    return MemorySnapshot(
+        owner=owner,
+        rules=tuple(MemoryRule.model_validate(r) for r in doc.get("rules", ())),
+        facts=tuple(MemoryFact.model_validate(f) for f in doc.get("facts", ())),
+        status=FrozenMap(status),
+        status_expires_at=expires,
+        pending=tuple(pending),
+        version=int(doc.get("version", 0)),
+        updated_at=datetime.fromisoformat(updated) if updated else None,
+    )
+
+
+__all__ = ["RedisStructuredStore"]

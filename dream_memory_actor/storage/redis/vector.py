@@ -1,0 +1,340 @@
+"""L2 on Redis: semantic memories with dedup-merge and hybrid search candidates.
+
+Keys of owner ``o`` (prefix ``p``)::
+
+    p:{o}:m:<id>    hash    owner, content, folded, meta (JSON), created, updated,
+                            vec (float64 bytes; absent without an embedding)
+    p:{o}:l2:ids    zset    memory ids, scored by creation time
+    p:{o}:l2:ver    string  a random token, replaced by every write of the owner
+
+The token lets each process cache an owner's rows (``rows.RowCache``): one
+round trip checks it and, only when it changed, returns the rows. A store is an
+optimistic transaction (WATCH the token, read the rows, decide insert or merge
+exactly as ``memory.py`` does, MULTI/EXEC); writers of one owner in this process
+also queue on a lock, so they do not make each other retry. A store with an
+``op_id`` records its result in ``p:{o}:l2:op:<op_id>`` in the same transaction
+(kept for ``OP_ID_RETENTION_S``); a retry returns that result and writes nothing.
+
+With the search module, vector candidates come from an HNSW index (see
+``search_module``); without it, from exact cosine over the cached rows.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from ...errors import BackendError, MemoryNotFound
+from ...models import StoreResult, VectorMemory
+from ...scoring import Candidate, cosine
+from ...text import content_hash, fold
+from ..base import VectorStore
+from ..dedup import merged
+from . import search_module as fts
+from .common import (
+    MAX_TX_ATTEMPTS,
+    OP_ID_RETENTION_S,
+    Keys,
+    OwnerLocks,
+    Script,
+    close_client,
+    commit_lost,
+    lost_connection,
+    translate,
+)
+from .rows import (
+    FETCH_ROWS,
+    NO_TOKEN,
+    ROW_FIELDS,
+    OwnerRows,
+    Row,
+    RowCache,
+    make_row,
+    row_from_fields,
+    vec_bytes,
+)
+
+_FETCH = Script(FETCH_ROWS)
+
+# KEYS: memory hash, id set, version token. ARGV: memory id, new token.
+_DELETE = Script(
+    """
+if redis.call('DEL', KEYS[1]) == 1 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('SET', KEYS[3], ARGV[2])
+  return 1
+end
+return 0
+"""
+)
+
+
+def _token() -> str:
+    return uuid.uuid4().hex
+
+
+class RedisVectorStore(VectorStore):
+    """L2 on a Redis server; HNSW search when the server has the search module."""
+
+    def __init__(self, client: Any, prefix: str, dim: int | None, *,
+                 max_content_bytes: int = 32 * 1024, ef_search: int = 100,
+                 use_search_module: bool | None = None, cache_owners: int = 1024) -> None:
+        self.dim = dim
+        self.max_content_bytes = max_content_bytes
+        self._r = client
+        self._keys = Keys(prefix)
+        self._ef = ef_search
+        self._locks = OwnerLocks()
+        self._cache = RowCache(cache_owners)
+        self._want_module = use_search_module
+        self._module: bool | None = None
+        self._closed = False
+
+    @property
+    def search_module(self) -> bool | None:
+        """Whether KNN runs on RediSearch (``None`` until ``setup`` or the first search)."""
+        return self._module
+
+    async def setup(self) -> None:
+        with translate("setup"):
+            await self._ensure_setup(force=True)
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await close_client(self._r)
+
+    async def _ensure_setup(self, *, force: bool = False) -> bool:
+        if self._module is None or force:
+            found = await fts.has_search_module(self._r)
+            if self._want_module and not found:
+                raise BackendError("use_search_module=True but the Redis server has no "
+                                   "search module (FT.* commands)")
+            module = found if self._want_module is None else self._want_module
+            if module:
+                await fts.create_index(self._r, self._keys, self.dim)
+            self._module = module
+        return self._module
+
+    # -- rows ------------------------------------------------------------------------
+
+    def _fetch_args(self, owner: str, token: str) -> tuple[list[str], list[str]]:
+        k = self._keys
+        return [k.l2_version(owner), k.l2_ids(owner)], [token, k.l2_doc_prefix(owner)]
+
+    async def _rows(self, client: Any, owner: str) -> OwnerRows:
+        """The owner's rows via ``client`` (a watched pipeline in a transaction)."""
+        token = self._cache.token(owner)
+        for _ in range(2):
+            reply = await _FETCH(client, *self._fetch_args(owner, token))
+            rows = self._cache.resolve(owner, reply)
+            if rows is not None:
+                return rows
+            token = NO_TOKEN
+        raise BackendError(f"owner {owner!r}: could not read a consistent set of memories")
+
+    # -- writes -----------------------------------------------------------------------
+
+    async def _store(self, owner: str, content: str, embedding: list[float] | None,
+                     metadata: dict[str, Any], *, threshold: float, now: datetime,
+                     op_id: str | None) -> StoreResult:
+        from redis.exceptions import WatchError
+
+        k = self._keys
+        query = None if embedding is None else np.asarray(embedding, dtype=np.float64)
+        async with self._locks.hold(owner):
+            with translate("store"):
+                for _ in range(MAX_TX_ATTEMPTS):
+                    async with self._r.pipeline(transaction=True) as pipe:
+                        try:
+                            await pipe.watch(k.l2_version(owner))
+                            done = None if op_id is None else await pipe.get(
+                                k.l2_op(owner, op_id))
+                            rows = await self._rows(pipe, owner)
+                        except WatchError:
+                            continue  # the connection dropped before any write: again
+                        if done is not None:  # a retry of a recorded store
+                            return StoreResult.model_validate_json(done)
+                        result, row = self._decide(rows, owner, content, query, metadata,
+                                                   threshold, now)
+                        token = _token()
+                        pipe.multi()
+                        self._queue_write(pipe, row, is_new=not result.merged)
+                        pipe.set(k.l2_version(owner), token)
+                        if op_id is not None:
+                            pipe.set(k.l2_op(owner, op_id), result.model_dump_json(),
+                                     ex=OP_ID_RETENTION_S)
+                        try:
+                            await pipe.execute()
+                        except WatchError as exc:
+                            if lost_connection(exc):
+                                raise commit_lost(exc) from exc
+                            continue  # another writer came first: again
+                    rows.token = token
+                    rows.put(row)
+                    self._cache.put(owner, rows)
+                    return result
+        raise BackendError(f"owner {owner!r}: too many concurrent writers, store gave up")
+
+    @staticmethod
+    def _decide(rows: OwnerRows, owner: str, content: str, query: np.ndarray | None,
+                metadata: dict[str, Any], threshold: float,
+                now: datetime) -> tuple[StoreResult, Row]:
+        """Insert or merge, exactly as the in-memory reference backend decides."""
+        target: str | None = None
+        similarity: float | None = None
+        if query is not None:
+            best = rows.nearest(query)
+            if best is not None:
+                vec = rows.rows[best].vec
+                assert vec is not None
+                sim = cosine(query, vec)
+                if sim > threshold:
+                    target, similarity = best, sim
+        if target is None:
+            target = rows.with_hash(content_hash(content))
+        if target is not None:
+            old = rows.rows[target]
+            new = merged(old.memory, content, metadata, now)
+            return StoreResult(memory=new, merged=True, similarity=similarity), \
+                make_row(new, old.vec)
+        mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
+                           updated_at=now, has_embedding=query is not None)
+        return StoreResult(memory=mem, merged=False), make_row(mem, query)
+
+    def _queue_write(self, pipe: Any, row: Row, *, is_new: bool) -> None:
+        mem = row.memory
+        k = self._keys
+        fields: dict[str, Any] = {
+            "content": mem.content,
+            "folded": fold(mem.content),
+            "meta": json.dumps(mem.metadata, ensure_ascii=False),
+            "updated": mem.updated_at.isoformat(),
+        }
+        if is_new:
+            fields.update(owner=mem.owner, created=mem.created_at.isoformat())
+            if row.vec is not None:
+                fields["vec"] = vec_bytes(row.vec)
+            pipe.zadd(k.l2_ids(mem.owner), {mem.id: mem.created_at.timestamp()})
+        pipe.hset(k.l2_doc(mem.owner, mem.id), mapping=fields)
+
+    async def _delete(self, owner: str, memory_id: str) -> bool:
+        k = self._keys
+        async with self._locks.hold(owner):
+            with translate("delete"):
+                done = await _DELETE(
+                    self._r, [k.l2_doc(owner, memory_id), k.l2_ids(owner), k.l2_version(owner)],
+                    [memory_id, _token()])
+            if done:
+                self._cache.drop(owner)
+            return bool(done)
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        with translate("get"):
+            fields = await self._r.hmget(self._keys.l2_doc(owner, memory_id), list(ROW_FIELDS))
+        row = row_from_fields(owner, memory_id, fields)
+        if row is None:
+            raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
+        return row.memory
+
+    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
+        with translate("list"):
+            rows = await self._rows(self._r, owner)
+        mems = sorted((r.memory for r in rows.rows.values()),
+                      key=lambda m: (-m.updated_at.timestamp(), m.id))
+        return mems[offset:offset + limit]
+
+    async def count(self, owner: str) -> int:
+        with translate("count"):
+            return int(await self._r.zcard(self._keys.l2_ids(owner)))
+
+    async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
+                          embedding: list[float] | None, *, vector_k: int,
+                          keyword_k: int) -> list[Candidate]:
+        with translate("search"):
+            module = await self._ensure_setup()
+            knn = module and embedding is not None and self.dim is not None
+            by_owner, hits = await self._fetch_for_search(owners, embedding, vector_k, knn)
+        query = None if embedding is None else np.asarray(embedding, dtype=np.float64)
+
+        def candidate(row: Row) -> Candidate:
+            m = row.memory
+            sim = None if query is None or row.vec is None else cosine(query, row.vec)
+            return Candidate(m.id, m.content, m.updated_at, sim, m, row.folded)
+
+        out: dict[str, Candidate] = {}
+        if query is not None:
+            if not knn:
+                hits = self._exact_nearest(by_owner, query, vector_k)
+            for owner, mid in hits[:vector_k]:
+                row = by_owner[owner].rows.get(mid)
+                if row is not None and row.vec is not None:
+                    out.setdefault(mid, candidate(row))
+        if terms:
+            counted = [(sum(t in r.folded for t in terms), o, r)
+                       for o, rows in by_owner.items() for r in rows.rows.values()]
+            found = [c for c in counted if c[0] > 0]
+            found.sort(key=lambda c: (-c[0], -c[2].memory.updated_at.timestamp()))
+            for _, _, row in found[:keyword_k]:
+                out.setdefault(row.memory.id, candidate(row))
+        return list(out.values())
+
+    async def _fetch_for_search(self, owners: Sequence[str], embedding: list[float] | None,
+                                vector_k: int, knn: bool
+                                ) -> tuple[dict[str, OwnerRows], list[tuple[str, str]]]:
+        """Every owner's rows (cache-checked) and, with KNN, the nearest ids: one round trip."""
+        from redis.exceptions import NoScriptError, ResponseError
+
+        stale: set[str] = set()
+        for attempt in range(4):
+            async with self._r.pipeline(transaction=False) as pipe:
+                for o in owners:
+                    keys, args = self._fetch_args(
+                        o, NO_TOKEN if o in stale else self._cache.token(o))
+                    pipe.evalsha(_FETCH.sha, len(keys), *keys, *args)
+                if knn:
+                    assert embedding is not None
+                    pipe.execute_command(*fts.knn_command(
+                        self._keys, self.dim, owners, vec_bytes(embedding), vector_k, self._ef))
+                try:
+                    replies = await pipe.execute()
+                except NoScriptError:
+                    await self._r.script_load(_FETCH.source)
+                    continue
+                except ResponseError as exc:
+                    if attempt < 3 and fts.is_missing_index(exc):  # the server restarted empty
+                        await fts.create_index(self._r, self._keys, self.dim)
+                        continue
+                    raise
+            by_owner: dict[str, OwnerRows] = {}
+            for o, reply in zip(owners, replies[:len(owners)], strict=True):
+                rows = self._cache.resolve(o, reply)
+                if rows is None:
+                    stale.add(o)
+                else:
+                    by_owner[o] = rows
+            if len(by_owner) == len(owners):
+                hits = fts.knn_ids(self._keys, owners, replies[-1]) if knn else []
+                return by_owner, hits
+        raise BackendError("could not read the owners' memories consistently")
+
+    @staticmethod
+    def _exact_nearest(by_owner: dict[str, OwnerRows], query: np.ndarray,
+                       k: int) -> list[tuple[str, str]]:
+        pairs: list[tuple[str, str]] = []
+        sims: list[np.ndarray] = []
+        for owner, rows in by_owner.items():
+            ids, s = rows.similarities(query)
+            pairs.extend((owner, mid) for mid in ids)
+            sims.append(s)
+        if not pairs:
+            return []
+        order = np.argsort(-np.concatenate(sims), kind="stable")[:k]
+        return [pairs[i] for i in order]
