@@ -308,7 +308,7 @@ async def test_same_top_k_and_scores_as_the_reference_backend(
     now = utcnow()
     results: dict[str, list[list[tuple[Any, ...]]]] = {}
     listing: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for backend in ["memory", *REDIS_FLAVOURS]:
+    for backend in ["memory", "postgres", *REDIS_FLAVOURS]:
         async with opened(backend, request) as s:
             await _fill(s, base)
             results[backend] = await _results(s, now)
@@ -317,7 +317,7 @@ async def test_same_top_k_and_scores_as_the_reference_backend(
                                 for o in OWNERS for m in await s.vector.list(o, limit=100)]
     ref = results["memory"]
     assert all(ref) and any(len(r) >= 5 for r in ref)
-    for backend in REDIS_FLAVOURS:
+    for backend in ["postgres", *REDIS_FLAVOURS]:
         assert listing[backend] == listing["memory"], backend
         for q, (got, want) in enumerate(zip(results[backend], ref, strict=True)):
             assert [h[:2] for h in got] == [h[:2] for h in want], (backend, QUERIES[q])

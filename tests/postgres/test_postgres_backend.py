@@ -166,3 +166,14 @@ async def test_embedded_default_starts_without_a_dsn(tmp_path: object) -> None:
         from dream_memory_actor.storage.postgres import start_embedded
 
         start_embedded(data / "pg", cleanup="delete").cleanup()
+
+
+async def test_hnsw_settings_survive_the_pools_reset(pg: tuple[MemorySettings,
+                                                                PostgresVectorStore]) -> None:
+    # Regression: SET in the pool's init was undone by the RESET ALL asyncpg runs on
+    # release, so filtered HNSW scans stopped at ef_search=40 rows and lost results.
+    _, vector = pg
+    for _ in range(3):
+        async with vector.backend.connection() as conn:
+            assert await conn.fetchval("SHOW hnsw.iterative_scan") == "relaxed_order"
+            assert await conn.fetchval("SHOW hnsw.ef_search") == "100"

@@ -56,9 +56,11 @@ class PostgresBackend:
         from pgvector.asyncpg import register_vector
 
         await register_vector(conn)
-        await conn.execute(
-            f"SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = {int(self.ef_search)}"
-        )
+
+    def _server_settings(self) -> dict[str, str]:
+        # Sent in the startup packet, not with SET: the pool's RESET ALL on release
+        # would undo a SET, while startup values are the session's defaults.
+        return {"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": str(int(self.ef_search))}
 
     async def pool(self) -> Any:
         if self._closed:
@@ -69,7 +71,8 @@ class PostgresBackend:
                     try:
                         self._pool = await asyncpg.create_pool(
                             self.dsn, min_size=self.min_size, max_size=self.max_size,
-                            init=self._init_connection, command_timeout=60)
+                            init=self._init_connection, command_timeout=60,
+                            server_settings=self._server_settings())
                     except Exception as exc:
                         raise translate(exc) from exc
         return self._pool
