@@ -21,6 +21,10 @@ BENCHMARKS = {
     "actor-overhead": "actor_overhead",
     "footprint": "footprint",
     "cold-start": "cold_start",
+    "retrieval": "retrieval",
+    "compare-mem0": "compare_mem0",
+    "report": "report",
+    "extraction": "extraction",
 }
 
 

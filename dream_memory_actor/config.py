@@ -83,6 +83,15 @@ class MemorySettings(BaseSettings):
     hitl_pending_threshold: float = Field(0.55, ge=0, le=1)
     pending_ttl_s: float | None = Field(7 * 24 * 3600.0, gt=0)
 
+    # extraction: None = the rule-based extractor (offline); else a litellm model name
+    extraction_model: str | None = None
+    extraction_api_base: str | None = None
+    extraction_api_key: SecretStr | None = None
+    extraction_temperature: float = Field(0.0, ge=0, le=2)
+    extraction_timeout_s: float = Field(60.0, gt=0)
+    extraction_max_retries: int = Field(2, ge=0, le=10)
+    extraction_pool_size: int = Field(2, ge=1, le=256)
+
     # runtime
     placement: str = "sharded"
     shards: int = Field(2, ge=1, le=1024)

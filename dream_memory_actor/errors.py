@@ -16,6 +16,7 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── MemoryNotFound
     │   ├── RuleNotFound / FactNotFound
     │   └── PendingItemNotFound
+    │       └── PendingItemDecided           confirmed or rejected already (the other way)
     ├── ConfigurationError                   the settings cannot work
     │   ├── UnsupportedBackend
     │   └── MissingDependency                an optional extra is not installed
@@ -23,6 +24,9 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── BackendUnavailable               cannot connect / connection lost
     │   └── SchemaError                      migrations missing or incompatible
     ├── EmbeddingError                       the embedding model failed
+    ├── ExtractionError                      the extraction LLM failed; nothing was written
+    │   ├── MalformedExtraction              its reply is not the expected JSON
+    │   └── ExtractionUnavailable            timeout, rate limit, 5xx, no connection
     └── SystemClosed                         a call after shutdown()
 """
 
@@ -115,6 +119,22 @@ class EmbeddingError(DreamMemoryError):
 
 class SystemClosed(DreamMemoryError):
     """The memory system (or store) was shut down; no call is accepted after that."""
+
+
+class PendingItemDecided(PendingItemNotFound):
+    """The pending item was already decided the other way (rejected, or confirmed)."""
+
+
+class ExtractionError(DreamMemoryError):
+    """Memory extraction failed; nothing of that extraction was written."""
+
+
+class MalformedExtraction(ExtractionError):
+    """The extractor's reply is not the expected JSON (shape, fields or value ranges)."""
+
+
+class ExtractionUnavailable(ExtractionError):
+    """The extraction model could not answer in time: timeout, rate limit, 5xx, no connection."""
 
 
 def missing_dependency(module: str, extra: str) -> MissingDependency:

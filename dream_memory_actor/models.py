@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 PendingKind = Literal["rule", "fact", "status", "memory"]
+ChatRole = Literal["user", "assistant", "system", "tool"]
+AuditAction = Literal["confirmed", "rejected"]
 
 
 def utcnow() -> datetime:
@@ -110,6 +112,8 @@ class MemoryPendingItem(_Frozen):
     source: str = "extractor"
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime | None = None
+    #: The words of the conversation the item was extracted from, for the person deciding.
+    evidence: str | None = None
 
     def describe(self) -> str:
         """One line for a person deciding on the item."""
@@ -203,3 +207,38 @@ class SearchHit(_Frozen):
     keyword_score: float
     time_score: float
     mode: Literal["hybrid", "keyword"]
+
+
+class ChatMessage(_Frozen):
+    """One message of a conversation (the L3 chat window keeps the last N of them)."""
+
+    role: ChatRole
+    content: str
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ChatAppend(_Frozen):
+    """What appending to a chat window did: the window now, and what fell out of it.
+
+    ``overflow`` (oldest first) is what the caller sends to extraction.
+    """
+
+    window: tuple[ChatMessage, ...]
+    overflow: tuple[ChatMessage, ...] = ()
+
+
+class AuditEntry(_Frozen):
+    """A person's decision on a pending item: who confirmed or rejected what, and when.
+
+    ``item`` is the pending item as it was queued; ``written`` is the text that
+    was written on confirmation (the content, or the value of a status item),
+    which differs from the item's when the person edited it.
+    """
+
+    id: str = Field(default_factory=new_id)
+    pending_id: str
+    action: AuditAction
+    by: str
+    at: datetime = Field(default_factory=utcnow)
+    item: MemoryPendingItem
+    written: str | None = None

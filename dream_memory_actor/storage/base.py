@@ -1,7 +1,8 @@
 """The two storage interfaces business code depends on (ADR-001).
 
 ``StructuredStore`` (L1) has two abstract methods: ``load`` a snapshot and
-``_apply`` a list of operations atomically. ``VectorStore`` (L2) has a handful
+``_apply`` a list of operations atomically; four primitives keep the L3 chat
+windows and the audit trail of HITL decisions. ``VectorStore`` (L2) has a handful
 of primitives; dedup semantics, validation and hybrid ranking live here, once,
 so every backend ranks the same data the same way.
 
@@ -20,6 +21,9 @@ from typing import Any, ClassVar, TypeVar
 from .. import validation as check
 from ..errors import InvalidQuery
 from ..models import (
+    AuditEntry,
+    ChatAppend,
+    ChatMessage,
     MemoryFact,
     MemoryPendingItem,
     MemoryRule,
@@ -32,6 +36,7 @@ from ..models import (
 from ..scoring import SEED_WEIGHTS, Candidate, Weights, rank, to_hit
 from ..text import terms as query_terms
 from .ops import (
+    AddAudit,
     AddFact,
     AddPending,
     AddRule,
@@ -118,6 +123,8 @@ class StructuredStore(_Lifecycle, ABC):
                 out.append(DeleteStatus(check.status_key(op.key)))
             elif isinstance(op, AddPending):
                 out.append(AddPending(self._validate_pending(op.item)))
+            elif isinstance(op, AddAudit):
+                out.append(AddAudit(self._validate_audit(op.entry)))
             else:
                 raise InvalidQuery(f"unknown operation {op!r}")
         return out
@@ -138,6 +145,83 @@ class StructuredStore(_Lifecycle, ABC):
         return item.model_copy(
             update={"content": check.content(item.content, self.max_content_bytes)}
         )
+
+    def _validate_audit(self, entry: AuditEntry) -> AuditEntry:
+        if not isinstance(entry, AuditEntry):
+            raise InvalidQuery(f"AddAudit needs an AuditEntry, got {entry!r}")
+        check.ids([entry.id, entry.pending_id])
+        written = (None if entry.written is None
+                   else check.content(entry.written, self.max_content_bytes, "written content"))
+        return entry.model_copy(update={"by": _source(entry.by), "written": written,
+                                        "item": self._validate_pending(entry.item)})
+
+    # -- L3 chat window and the audit trail ------------------------------------------
+    #
+    # Every backend implements the four primitives below, and keeps the entries of
+    # ``AddAudit`` operations in ``_apply``. They are not abstract yet only so that
+    # a backend written before them still opens; calling one there raises
+    # ``NotImplementedError``.
+
+    async def _append_messages(
+        self, owner: str, conversation: str, messages: Sequence[ChatMessage], window: int
+    ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        """Append ``messages`` in order, then remove all but the newest ``window`` messages
+        of the conversation; atomic per (owner, conversation). Return ``(window, removed)``,
+        both oldest first (by arrival, not by ``created_at``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no chat window yet")
+
+    async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
+        """The messages in the conversation's window, oldest first (empty if none)."""
+        raise NotImplementedError(f"{type(self).__name__} has no chat window yet")
+
+    async def _end_conversation(self, owner: str, conversation: str) -> list[ChatMessage]:
+        """Delete the conversation's window; return what it held, oldest first."""
+        raise NotImplementedError(f"{type(self).__name__} has no chat window yet")
+
+    async def _audit(self, owner: str, limit: int, pending_id: str | None
+                     ) -> list[AuditEntry]:
+        """Audit entries of ``owner`` (only those of ``pending_id`` if given), newest first."""
+        raise NotImplementedError(f"{type(self).__name__} has no audit trail yet")
+
+    async def append_messages(
+        self, owner: str, conversation: str, messages: Sequence[ChatMessage], *, window: int
+    ) -> ChatAppend:
+        """Append to the chat window of (``owner``, ``conversation``), keeping the newest
+        ``window`` messages; what falls out is returned as ``overflow`` for extraction."""
+        check.owner_id(owner)
+        conv = _conversation_id(conversation)
+        size = _window(window)
+        if isinstance(messages, (str, ChatMessage)):
+            raise InvalidQuery("messages must be a sequence of ChatMessage")
+        msgs = [self._validate_message(m) for m in messages]
+        kept, removed = await self._append_messages(owner, conv, msgs, size)
+        return ChatAppend(window=tuple(kept), overflow=tuple(removed))
+
+    async def load_window(self, owner: str, conversation: str) -> tuple[ChatMessage, ...]:
+        """The messages in the window of (``owner``, ``conversation``), oldest first."""
+        check.owner_id(owner)
+        return tuple(await self._load_window(owner, _conversation_id(conversation)))
+
+    async def end_conversation(self, owner: str, conversation: str) -> tuple[ChatMessage, ...]:
+        """Close the conversation: its window is deleted and returned (for extraction)."""
+        check.owner_id(owner)
+        return tuple(await self._end_conversation(owner, _conversation_id(conversation)))
+
+    async def audit(self, owner: str, *, limit: int = 100, pending_id: str | None = None
+                    ) -> list[AuditEntry]:
+        """Who confirmed or rejected which pending items of ``owner``, and when; newest first."""
+        check.owner_id(owner)
+        n = check.limit(limit)
+        if pending_id is not None:
+            check.ids([pending_id], "pending item id")
+        return await self._audit(owner, n, pending_id)
+
+    def _validate_message(self, message: ChatMessage) -> ChatMessage:
+        if not isinstance(message, ChatMessage):
+            raise InvalidQuery(f"expected a ChatMessage, got {type(message).__name__}")
+        text = check.content(message.content, self.max_content_bytes, "message content")
+        return message if text == message.content else message.model_copy(
+            update={"content": text})
 
     # -- conveniences: each builds one operation ------------------------------------
 
@@ -166,6 +250,26 @@ class StructuredStore(_Lifecycle, ABC):
 def _source(value: object) -> str:
     if not isinstance(value, str) or not 0 < len(value) <= 64 or "\x00" in value:
         raise InvalidQuery(f"source must be a short non-empty string, got {value!r}")
+    return value
+
+
+#: The longest chat window a conversation may keep.
+MAX_WINDOW = 10_000
+
+
+def _conversation_id(value: object) -> str:
+    # Same alphabet as owner ids: safe in keys, lock names and log lines.
+    if not isinstance(value, str) or not check.OWNER_ID_PATTERN.fullmatch(value):
+        raise InvalidQuery(
+            f"invalid conversation id {value!r}: use 1-128 characters of A-Z a-z 0-9 . _ : @ -, "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def _window(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WINDOW:
+        raise InvalidQuery(f"window must be an integer in 1..{MAX_WINDOW}, got {value!r}")
     return value
 
 

@@ -16,22 +16,24 @@ from typing import Any
 import numpy as np
 
 from ..errors import MemoryNotFound
-from ..models import MemorySnapshot, StoreResult, VectorMemory, utcnow
+from ..models import AuditEntry, ChatMessage, MemorySnapshot, StoreResult, VectorMemory, utcnow
 from ..scoring import Candidate, cosine
 from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
 from .dedup import merged
-from .ops import L1Op, apply_ops
+from .ops import AddAudit, L1Op, apply_ops
 
 
 class InMemoryStructuredStore(StructuredStore):
-    """L1 in a dictionary of snapshots."""
+    """L1 in a dictionary of snapshots; chat windows and audit trails in lists beside it."""
 
     def __init__(self, *, max_content_bytes: int = 32 * 1024) -> None:
         self.max_content_bytes = max_content_bytes
         self._snapshots: dict[str, MemorySnapshot] = {}
         self._ops: set[tuple[str, str]] = set()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._windows: dict[tuple[str, str], list[ChatMessage]] = {}
+        self._audit_log: defaultdict[str, list[AuditEntry]] = defaultdict(list)
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         snap = self._snapshots.get(owner) or MemorySnapshot(owner=owner)
@@ -47,7 +49,34 @@ class InMemoryStructuredStore(StructuredStore):
             self._snapshots[owner] = new
             if op_id is not None:
                 self._ops.add((owner, op_id))
+            log = self._audit_log[owner]
+            for op in ops:
+                if isinstance(op, AddAudit) and all(
+                        e.pending_id != op.entry.pending_id for e in log):
+                    log.append(op.entry)
             return new
+
+    # No await between reading and writing a window: each method is atomic in the loop.
+
+    async def _append_messages(self, owner: str, conversation: str,
+                               messages: Sequence[ChatMessage], window: int
+                               ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        msgs = self._windows.get((owner, conversation), []) + list(messages)
+        cut = max(0, len(msgs) - window)
+        self._windows[(owner, conversation)] = msgs[cut:]
+        return msgs[cut:], msgs[:cut]
+
+    async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
+        return list(self._windows.get((owner, conversation), []))
+
+    async def _end_conversation(self, owner: str, conversation: str) -> list[ChatMessage]:
+        return self._windows.pop((owner, conversation), [])
+
+    async def _audit(self, owner: str, limit: int, pending_id: str | None
+                     ) -> list[AuditEntry]:
+        entries = [e for e in reversed(self._audit_log.get(owner, []))
+                   if pending_id is None or e.pending_id == pending_id]
+        return entries[:limit]
 
 
 class InMemoryVectorStore(VectorStore):

@@ -14,7 +14,15 @@ from datetime import datetime, timedelta
 from typing import Union
 
 from ..errors import FactNotFound, PendingItemNotFound, RuleNotFound, UnknownStatusKey
-from ..models import FrozenMap, MemoryFact, MemoryPendingItem, MemoryRule, MemorySnapshot, new_id
+from ..models import (
+    AuditEntry,
+    FrozenMap,
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    MemorySnapshot,
+    new_id,
+)
 from ..text import content_hash
 
 
@@ -76,8 +84,21 @@ class RemovePending:
     id: str
 
 
+@dataclass(frozen=True)
+class AddAudit:
+    """Record a person's decision on a pending item, in the same transaction as the write.
+
+    The audit trail is not part of the snapshot (only the version moves). One
+    entry per pending item: a second entry for the same ``pending_id`` is
+    ignored, the first decision stands. Read it with ``StructuredStore.audit``.
+    """
+
+    entry: AuditEntry
+
+
 L1Op = Union[  # noqa: UP007 - a runtime alias; "X | Y" of classes needs 3.10 at import
-    AddRule, RemoveRule, AddFact, RemoveFact, SetStatus, DeleteStatus, AddPending, RemovePending
+    AddRule, RemoveRule, AddFact, RemoveFact, SetStatus, DeleteStatus, AddPending, RemovePending,
+    AddAudit,
 ]
 
 
@@ -138,6 +159,8 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime) -> Memor
             if not any(p.id == op.id for p in pending):
                 raise PendingItemNotFound(f"owner {snap.owner!r} has no pending item {op.id!r}")
             pending = [p for p in pending if p.id != op.id]
+        elif isinstance(op, AddAudit):
+            pass  # kept by the backend beside the snapshot, not in it
         else:  # pragma: no cover - the union is closed
             raise TypeError(f"unknown operation {op!r}")
     return MemorySnapshot(

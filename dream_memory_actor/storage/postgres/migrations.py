@@ -97,6 +97,33 @@ CREATE TABLE {s}.applied_ops (
     PRIMARY KEY (owner_id, op_id)
 );
 """),
+    (2, "chat window, audit trail, pending evidence", """
+ALTER TABLE {s}.pending ADD COLUMN evidence text;
+-- The L3 window of each conversation; seq orders messages by arrival.
+CREATE TABLE {s}.chat_messages (
+    seq             bigserial PRIMARY KEY,
+    owner_id        text NOT NULL,
+    conversation_id text NOT NULL,
+    role            text NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+    content         text NOT NULL,
+    created_at      timestamptz NOT NULL
+);
+CREATE INDEX chat_messages_conversation ON {s}.chat_messages (owner_id, conversation_id, seq);
+-- Who confirmed or rejected which pending item, when; one decision per item.
+CREATE TABLE {s}.audit (
+    seq        bigserial PRIMARY KEY,
+    id         text NOT NULL UNIQUE,
+    owner_id   text NOT NULL,
+    pending_id text NOT NULL,
+    action     text NOT NULL CHECK (action IN ('confirmed', 'rejected')),
+    actor      text NOT NULL,
+    at         timestamptz NOT NULL,
+    item       jsonb NOT NULL,
+    written    text,
+    UNIQUE (owner_id, pending_id)
+);
+CREATE INDEX audit_owner_recent ON {s}.audit (owner_id, seq DESC);
+"""),
 ]
 
 _BOOTSTRAP = """

@@ -13,10 +13,20 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ...errors import FactNotFound, PendingItemNotFound, RuleNotFound, UnknownStatusKey
-from ...models import FrozenMap, MemoryFact, MemoryPendingItem, MemoryRule, MemorySnapshot, utcnow
+from ...models import (
+    AuditEntry,
+    ChatMessage,
+    FrozenMap,
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    MemorySnapshot,
+    utcnow,
+)
 from ...text import content_hash
 from ..base import StructuredStore
 from ..ops import (
+    AddAudit,
     AddFact,
     AddPending,
     AddRule,
@@ -45,7 +55,8 @@ SELECT
      FROM {s}.status WHERE owner_id = $1 AND (expires_at IS NULL OR expires_at > $2)) AS status,
   (SELECT coalesce(json_agg(json_build_object('id', id, 'kind', kind, 'content', content,
           'key', key, 'value', value, 'confidence', confidence, 'source', source,
-          'created_at', created_at, 'expires_at', expires_at) ORDER BY seq), '[]')
+          'created_at', created_at, 'expires_at', expires_at, 'evidence', evidence)
+          ORDER BY seq), '[]')
      FROM {s}.pending WHERE owner_id = $1 AND (expires_at IS NULL OR expires_at > $2)) AS pending
 """
 
@@ -151,15 +162,87 @@ class PostgresStructuredStore(StructuredStore):
             p = op.item
             await conn.execute(
                 f"""INSERT INTO {s}.pending (id, owner_id, kind, content, key, value, confidence,
-                        source, created_at, expires_at, fingerprint)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                        source, created_at, expires_at, fingerprint, evidence)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
                     ON CONFLICT (owner_id, fingerprint) DO NOTHING""",
                 p.id, owner, p.kind, p.content, p.key, p.value, p.confidence, p.source,
-                p.created_at, p.expires_at, pending_fingerprint(p))
+                p.created_at, p.expires_at, pending_fingerprint(p), p.evidence)
         elif isinstance(op, RemovePending):
             done = await conn.execute(
                 f"DELETE FROM {s}.pending WHERE owner_id = $1 AND id = $2", owner, op.id)
             if done == "DELETE 0":
                 raise PendingItemNotFound(f"owner {owner!r} has no pending item {op.id!r}")
+        elif isinstance(op, AddAudit):
+            e = op.entry
+            await conn.execute(
+                f"""INSERT INTO {s}.audit (id, owner_id, pending_id, action, actor, at, item,
+                        written)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8) ON CONFLICT DO NOTHING""",
+                e.id, owner, e.pending_id, e.action, e.by, e.at, e.item.model_dump_json(),
+                e.written)
         else:  # pragma: no cover - validate_ops admits only the union
             raise TypeError(f"unknown operation {op!r}")
+
+    # -- L3 chat window and audit trail ----------------------------------------------
+
+    async def _append_messages(self, owner: str, conversation: str,
+                               messages: Sequence[ChatMessage], window: int
+                               ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        s = self._s
+        async with self.backend.transaction() as conn:
+            # Serializes appends to one conversation, so seq order is arrival order.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                               _lock_key(s, "l3", f"{owner}/{conversation}"))
+            if messages:
+                await conn.executemany(
+                    f"""INSERT INTO {s}.chat_messages
+                            (owner_id, conversation_id, role, content, created_at)
+                        VALUES ($1, $2, $3, $4, $5)""",
+                    [(owner, conversation, m.role, m.content, m.created_at) for m in messages])
+            removed = await conn.fetch(
+                f"""DELETE FROM {s}.chat_messages WHERE seq IN (
+                        SELECT seq FROM {s}.chat_messages
+                        WHERE owner_id = $1 AND conversation_id = $2
+                        ORDER BY seq DESC OFFSET $3)
+                    RETURNING seq, role, content, created_at""", owner, conversation, window)
+            kept = await conn.fetch(
+                f"""SELECT seq, role, content, created_at FROM {s}.chat_messages
+                    WHERE owner_id = $1 AND conversation_id = $2 ORDER BY seq""",
+                owner, conversation)
+        return _messages(kept), _messages(removed)
+
+    async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(
+                f"""SELECT seq, role, content, created_at FROM {self._s}.chat_messages
+                    WHERE owner_id = $1 AND conversation_id = $2 ORDER BY seq""",
+                owner, conversation)
+        return _messages(rows)
+
+    async def _end_conversation(self, owner: str, conversation: str) -> list[ChatMessage]:
+        s = self._s
+        async with self.backend.transaction() as conn:
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                               _lock_key(s, "l3", f"{owner}/{conversation}"))
+            rows = await conn.fetch(
+                f"""DELETE FROM {s}.chat_messages WHERE owner_id = $1 AND conversation_id = $2
+                    RETURNING seq, role, content, created_at""", owner, conversation)
+        return _messages(rows)
+
+    async def _audit(self, owner: str, limit: int, pending_id: str | None
+                     ) -> list[AuditEntry]:
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(
+                f"""SELECT id, pending_id, action, actor, at, item, written FROM {self._s}.audit
+                    WHERE owner_id = $1 AND ($3::text IS NULL OR pending_id = $3)
+                    ORDER BY seq DESC LIMIT $2""", owner, limit, pending_id)
+        return [AuditEntry(id=r["id"], pending_id=r["pending_id"], action=r["action"],
+                           by=r["actor"], at=r["at"], written=r["written"],
+                           item=MemoryPendingItem.model_validate_json(r["item"]))
+                for r in rows]
+
+
+def _messages(rows: Sequence[Any]) -> list[ChatMessage]:
+    """Chat messages from rows, in ``seq`` order (``RETURNING`` promises no order)."""
+    return [ChatMessage(role=r["role"], content=r["content"], created_at=r["created_at"])
+            for r in sorted(rows, key=lambda r: r["seq"])]

@@ -1,0 +1,396 @@
+"""Extraction for one memory: run the extractor, gate, write, queue; confirm and reject.
+
+``ExtractionService`` writes through a :class:`MemoryWriter` (a ``MemoryEngine``,
+or an owner actor's single writer in the Ray runtime) and reads the chat
+windows and the audit trail from the structured store::
+
+    service = ExtractionService.for_engine(engine)          # rule-based without a model
+    report = await service.extract("alice", [ChatMessage(role="user",
+                                             content="From now on, reply in Chinese.")])
+    report.counts["written"]                                 # 1
+    await service.confirm("alice", pending_id, by="alice")   # a person's decision
+
+Confirming and rejecting are one atomic ``apply``: ``RemovePending``, the write
+(``AddRule``/``AddFact``/``SetStatus``) and ``AddAudit``, under the operation id
+``hitl:<pending id>``. Both are idempotent: a second call finds the item gone,
+reads its audit entry and returns it (``applied=False``) without writing. Of two
+concurrent calls, the operation id lets one apply; the other reads the winner.
+A ``memory`` item is written to L2 after that apply, with its own operation id,
+and a repeated confirm re-issues that store (a no-op once done), so a crash in
+between is repaired by retrying.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from .. import validation as check
+from ..errors import (
+    ExtractionError,
+    InvalidQuery,
+    PendingItemDecided,
+    PendingItemNotFound,
+)
+from ..models import (
+    AuditAction,
+    AuditEntry,
+    ChatAppend,
+    ChatMessage,
+    MemoryPendingItem,
+    MemorySnapshot,
+    StoreResult,
+    utcnow,
+)
+from ..storage.ops import (
+    AddAudit,
+    AddFact,
+    AddPending,
+    AddRule,
+    L1Op,
+    RemovePending,
+    SetStatus,
+    pending_fingerprint,
+)
+from ..text import content_hash
+from .candidates import ExtractedItem, ExtractionResult, Extractor, Usage, check_items
+from .gate import Thresholds, gate
+
+if TYPE_CHECKING:
+    from ..config import MemorySettings
+    from ..engine import MemoryEngine
+    from ..storage.base import StructuredStore
+
+Result = Literal["written", "queued", "already_pending", "duplicate", "skipped"]
+RESULTS: tuple[Result, ...] = ("written", "queued", "already_pending", "duplicate", "skipped")
+
+
+class MemoryWriter(Protocol):
+    """Where extracted memories are written: ``MemoryEngine`` has these methods."""
+
+    async def snapshot(self, owner: str) -> MemorySnapshot: ...
+
+    async def apply(self, owner: str, ops: Sequence[L1Op], *, op_id: str | None = None
+                    ) -> MemorySnapshot: ...
+
+    async def store(self, owner: str, content: str, *,
+                    metadata: Mapping[str, Any] | None = None, op_id: str | None = None
+                    ) -> StoreResult: ...
+
+
+class ItemOutcome(BaseModel):
+    """What became of one extracted item."""
+
+    model_config = ConfigDict(frozen=True)
+
+    item: ExtractedItem
+    result: Result
+    reason: str
+    #: The queued (or already queued) pending item.
+    pending_id: str | None = None
+
+
+class ExtractionReport(BaseModel):
+    """One extraction for one owner: every item's outcome, counted, and its cost."""
+
+    model_config = ConfigDict(frozen=True)
+
+    owner: str
+    extractor: str
+    outcomes: tuple[ItemOutcome, ...] = ()
+    usage: Usage = Usage()
+    #: The snapshot version after the write (``None``: nothing was written to L1).
+    version: int | None = None
+    duration_s: float = 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        seen = Counter(o.result for o in self.outcomes)
+        return {r: seen[r] for r in RESULTS}
+
+
+class HitlDecision(BaseModel):
+    """A person's decision as recorded; ``applied`` is False when it had been made before."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entry: AuditEntry
+    applied: bool
+    memory_id: str | None = None
+
+
+class ExtractionService:
+    """Extraction, the gate and the pending queue for every owner of one memory."""
+
+    def __init__(self, writer: MemoryWriter, structured: StructuredStore, extractor: Extractor,
+                 settings: MemorySettings) -> None:
+        self.writer = writer
+        self.structured = structured
+        self.extractor = extractor
+        self.settings = settings
+        self.thresholds = Thresholds.from_settings(settings)
+        self._stats: Counter[str] = Counter()
+        self._cost_usd = 0.0
+
+    @classmethod
+    def for_engine(cls, engine: MemoryEngine, extractor: Extractor | None = None
+                   ) -> ExtractionService:
+        """A service writing through ``engine``; the configured extractor by default."""
+        from . import open_extractor
+
+        return cls(engine, engine.structured, extractor or open_extractor(engine.settings),
+                   engine.settings)
+
+    # -- extraction -------------------------------------------------------------------
+
+    async def extract(self, owner: str, messages: Sequence[ChatMessage]) -> ExtractionReport:
+        """Extract from ``messages`` and apply the result for ``owner`` (the caller's owner:
+        nothing in the messages can change it). Nothing is written if the extractor fails."""
+        check.owner_id(owner)
+        msgs = _messages(messages)
+        if not msgs:
+            return ExtractionReport(owner=owner, extractor=self.extractor.name)
+        try:
+            result = await self.extractor.extract(msgs)
+        except ExtractionError as exc:
+            self._stats[f"failed:{type(exc).__name__}"] += 1
+            raise
+        return await self.apply_result(owner, msgs, result)
+
+    async def apply_result(self, owner: str, messages: Sequence[ChatMessage],
+                           result: ExtractionResult) -> ExtractionReport:
+        """Gate ``result`` (extracted from ``messages``, e.g. by the pool) and write it."""
+        t0 = time.perf_counter()
+        check.owner_id(owner)
+        items = check_items(result.items, self.settings.max_content_bytes)
+        conversation = "\n".join(m.content for m in _messages(messages))
+        gated = gate(items, self.thresholds, conversation=conversation)
+        snap = await self.writer.snapshot(owner)
+        plan = _Plan(snap, f"extracted:{result.source}", self._expiry())
+        for d in gated.decisions:
+            plan.add(d.item, d.outcome, d.reason)
+        version = None
+        if plan.ops:
+            written = await self.writer.apply(owner, plan.ops)
+            plan.settle(written)
+            version = written.version
+        for item in plan.stores:
+            await self.writer.store(owner, item.text, metadata={
+                "source": plan.source, "confidence": item.confidence, "evidence": item.evidence})
+        report = ExtractionReport(owner=owner, extractor=result.extractor,
+                                  outcomes=tuple(plan.outcomes), usage=result.usage,
+                                  version=version,
+                                  duration_s=result.total_s + time.perf_counter() - t0)
+        self._count(report)
+        return report
+
+    def _expiry(self) -> datetime | None:
+        ttl = self.settings.pending_ttl_s
+        return None if ttl is None else utcnow() + timedelta(seconds=ttl)
+
+    def _count(self, report: ExtractionReport) -> None:
+        self._stats["extractions"] += 1
+        self._stats.update(report.counts)
+        self._stats["prompt_tokens"] += report.usage.prompt_tokens
+        self._stats["completion_tokens"] += report.usage.completion_tokens
+        if report.usage.cost_usd is not None:
+            self._cost_usd += report.usage.cost_usd
+
+    def stats(self) -> dict[str, Any]:
+        """Totals since this service started: outcomes, failures, tokens and cost."""
+        out: dict[str, Any] = {r: 0 for r in RESULTS}
+        out.update(self._stats)
+        out["cost_usd"] = self._cost_usd
+        return out
+
+    # -- the pending queue: a person decides --------------------------------------------
+
+    async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]:
+        """The items waiting for ``owner``'s decision (expired ones are gone)."""
+        return (await self.writer.snapshot(check.owner_id(owner))).pending
+
+    async def confirm(self, owner: str, pending_id: str, *, by: str,
+                      edited_content: str | None = None) -> HitlDecision:
+        """Write the pending item (``edited_content`` replaces its content or status value)
+        and remove it from the queue. Idempotent; ``PendingItemDecided`` if it was rejected."""
+        return await self._decide(owner, pending_id, "confirmed", by, edited_content)
+
+    async def reject(self, owner: str, pending_id: str, *, by: str) -> HitlDecision:
+        """Drop the pending item. Idempotent; ``PendingItemDecided`` if it was confirmed."""
+        return await self._decide(owner, pending_id, "rejected", by, None)
+
+    async def audit(self, owner: str, *, limit: int = 100) -> list[AuditEntry]:
+        """The decisions on ``owner``'s pending items, newest first."""
+        return await self.structured.audit(owner, limit=limit)
+
+    async def _decide(self, owner: str, pending_id: str, action: AuditAction, by: str,
+                      edited: str | None) -> HitlDecision:
+        check.owner_id(owner)
+        check.ids([pending_id], "pending item id")
+        if not isinstance(by, str) or not 0 < len(by) <= 64 or "\x00" in by:
+            raise InvalidQuery(f"by must name who decides (1-64 characters), got {by!r}")
+        limit = self.settings.max_content_bytes
+        text = None if edited is None else check.content(edited, limit, "edited content")
+        snap = await self.writer.snapshot(owner)
+        item = next((p for p in snap.pending if p.id == pending_id), None)
+        if item is None:
+            return await self._recorded(owner, pending_id, action)
+        written = None
+        ops: list[L1Op] = [RemovePending(pending_id)]
+        if action == "confirmed":
+            written = text or (item.value if item.kind == "status" else item.content) or ""
+            if item.kind == "rule":
+                ops.append(AddRule(written, source="confirmed"))
+            elif item.kind == "fact":
+                ops.append(AddFact(written, source="confirmed"))
+            elif item.kind == "status":
+                ops.append(SetStatus(item.key or "", written))
+        entry = AuditEntry(pending_id=pending_id, action=action, by=by, at=utcnow(), item=item,
+                           written=written)
+        ops.append(AddAudit(entry))
+        await self.writer.apply(owner, ops, op_id=f"hitl:{pending_id}")
+        decision = await self._recorded(owner, pending_id, action)
+        self._stats[action] += int(decision.entry.id == entry.id)
+        return decision.model_copy(update={"applied": decision.entry.id == entry.id})
+
+    async def _recorded(self, owner: str, pending_id: str, action: AuditAction
+                        ) -> HitlDecision:
+        found = await self.structured.audit(owner, limit=1, pending_id=pending_id)
+        if not found:
+            raise PendingItemNotFound(
+                f"owner {owner!r} has no pending item {pending_id!r} (expired, or never queued)")
+        entry = found[0]
+        if entry.action != action:
+            raise PendingItemDecided(
+                f"pending item {pending_id!r} of owner {owner!r} was already {entry.action} "
+                f"by {entry.by!r} at {entry.at.isoformat()}")
+        memory_id = None
+        if entry.action == "confirmed" and entry.item.kind == "memory":
+            stored = await self.writer.store(  # a no-op returning the first result once done
+                owner, entry.written or "", op_id=f"hitl-store:{pending_id}",
+                metadata={"source": "confirmed", "confidence": entry.item.confidence,
+                          "evidence": entry.item.evidence or ""})
+            memory_id = stored.memory.id
+        return HitlDecision(entry=entry, applied=False, memory_id=memory_id)
+
+    # -- the L3 chat window ---------------------------------------------------------
+
+    async def append_messages(self, owner: str, conversation: str,
+                              messages: Sequence[ChatMessage]) -> ChatAppend:
+        """Append to the window (``settings.chat_window`` messages); returns the overflow,
+        which the caller sends to extraction."""
+        return await self.structured.append_messages(owner, conversation, messages,
+                                                     window=self.settings.chat_window)
+
+    async def end_conversation(self, owner: str, conversation: str
+                               ) -> tuple[ChatMessage, ...]:
+        """Delete the conversation's window; returns it, for extraction."""
+        return await self.structured.end_conversation(owner, conversation)
+
+    async def observe(self, owner: str, conversation: str, messages: Sequence[ChatMessage]
+                      ) -> tuple[ChatAppend, ExtractionReport | None]:
+        """Append, then extract from what left the window (in this process)."""
+        appended = await self.append_messages(owner, conversation, messages)
+        report = await self.extract(owner, appended.overflow) if appended.overflow else None
+        return appended, report
+
+    async def finish(self, owner: str, conversation: str) -> ExtractionReport | None:
+        """End the conversation and extract from its last window (in this process)."""
+        window = await self.end_conversation(owner, conversation)
+        return await self.extract(owner, window) if window else None
+
+
+class _Plan:
+    """The writes of one extraction, decided against one snapshot."""
+
+    def __init__(self, snap: MemorySnapshot, source: str, expires_at: datetime | None) -> None:
+        self.snap = snap
+        self.source = source
+        self.expires_at = expires_at
+        self.rules = {content_hash(r.content) for r in snap.rules}
+        self.facts = {content_hash(f.content) for f in snap.facts}
+        self.queued = {pending_fingerprint(p): p.id for p in snap.pending}
+        self.seen: set[str] = set()
+        self.ops: list[L1Op] = []
+        self.stores: list[ExtractedItem] = []
+        self.outcomes: list[ItemOutcome] = []
+        #: Outcome index -> fingerprint of the items this plan queues.
+        self.mine: dict[int, str] = {}
+
+    def _known(self, item: ExtractedItem, *, any_kind: bool) -> bool:
+        """Already a rule or fact (of this kind only when ``any_kind`` is False)."""
+        if item.kind == "status":
+            return self.snap.status.get(item.key or "") == item.value
+        if item.kind == "memory":
+            return False  # L2 merges near-duplicates when it stores
+        h = content_hash(item.text)
+        mine = self.rules if item.kind == "rule" else self.facts
+        return h in mine or (any_kind and h in (self.rules | self.facts))
+
+    def add(self, item: ExtractedItem, outcome: str, reason: str) -> None:
+        pending = MemoryPendingItem(
+            kind=item.kind, content=None if item.kind == "status" else item.text,
+            key=item.key if item.kind == "status" else None,
+            value=item.value if item.kind == "status" else None, confidence=item.confidence,
+            source=self.source, expires_at=self.expires_at, evidence=item.evidence)
+        fp = pending_fingerprint(pending)
+        if outcome == "skip":
+            self._out(item, "skipped", reason)
+        elif fp in self.seen:
+            self._out(item, "duplicate", "repeated in this extraction")
+        elif outcome == "write":
+            self.seen.add(fp)
+            if self._known(item, any_kind=False):
+                self._out(item, "duplicate", "already known")
+                return
+            if item.kind == "rule":
+                self.ops.append(AddRule(item.text, source=self.source))
+            elif item.kind == "fact":
+                self.ops.append(AddFact(item.text, source=self.source))
+            elif item.kind == "status":
+                self.ops.append(SetStatus(item.key or "", item.text))
+            else:
+                self.stores.append(item)
+            # A pending twin stays queued: removing it could fail the whole apply if it
+            # expired or a concurrent extraction removed it; confirming it later is a no-op.
+            self._out(item, "written", reason)
+        else:
+            self.seen.add(fp)
+            if self._known(item, any_kind=True):
+                self._out(item, "duplicate", "already a rule, fact or status")
+            elif fp in self.queued:
+                self._out(item, "already_pending", reason, self.queued[fp])
+            else:
+                self.ops.append(AddPending(pending))
+                self.queued[fp] = pending.id
+                self.mine[len(self.outcomes)] = fp
+                self._out(item, "queued", reason, pending.id)
+
+    def settle(self, snap: MemorySnapshot) -> None:
+        """Correct "queued" outcomes whose twin a concurrent extraction queued first."""
+        ids = {pending_fingerprint(p): p.id for p in snap.pending}
+        for i, fp in self.mine.items():
+            theirs = ids.get(fp)
+            if theirs is not None and theirs != self.outcomes[i].pending_id:
+                self.outcomes[i] = self.outcomes[i].model_copy(
+                    update={"result": "already_pending", "pending_id": theirs})
+
+    def _out(self, item: ExtractedItem, result: Result, reason: str,
+             pending_id: str | None = None) -> None:
+        self.outcomes.append(ItemOutcome(item=item, result=result, reason=reason,
+                                         pending_id=pending_id))
+
+
+def _messages(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    if isinstance(messages, (str, ChatMessage)):
+        raise InvalidQuery("messages must be a sequence of ChatMessage")
+    out = list(messages)
+    for m in out:
+        if not isinstance(m, ChatMessage):
+            raise InvalidQuery(f"expected a ChatMessage, got {type(m).__name__}")
+    return out
