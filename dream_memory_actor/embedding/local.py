@@ -153,7 +153,7 @@ def _load(target: str) -> tuple[Any, threading.Lock]:
         try:  # transformers draws a "Loading weights" bar whatever the hub setting says
             from transformers.utils import logging as hf_logging
 
-            hf_logging.disable_progress_bar()
+            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
             pass
         try:

@@ -158,30 +158,28 @@ class StructuredStore(_Lifecycle, ABC):
     # -- L3 chat window and the audit trail ------------------------------------------
     #
     # Every backend implements the four primitives below, and keeps the entries of
-    # ``AddAudit`` operations in ``_apply``. They are not abstract yet only so that
-    # a backend written before them still opens; calling one there raises
-    # ``NotImplementedError``.
+    # ``AddAudit`` operations in ``_apply``.
 
+    @abstractmethod
     async def _append_messages(
         self, owner: str, conversation: str, messages: Sequence[ChatMessage], window: int
     ) -> tuple[list[ChatMessage], list[ChatMessage]]:
         """Append ``messages`` in order, then remove all but the newest ``window`` messages
         of the conversation; atomic per (owner, conversation). Return ``(window, removed)``,
         both oldest first (by arrival, not by ``created_at``)."""
-        raise NotImplementedError(f"{type(self).__name__} has no chat window yet")
 
+    @abstractmethod
     async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
         """The messages in the conversation's window, oldest first (empty if none)."""
-        raise NotImplementedError(f"{type(self).__name__} has no chat window yet")
 
+    @abstractmethod
     async def _end_conversation(self, owner: str, conversation: str) -> list[ChatMessage]:
         """Delete the conversation's window; return what it held, oldest first."""
-        raise NotImplementedError(f"{type(self).__name__} has no chat window yet")
 
+    @abstractmethod
     async def _audit(self, owner: str, limit: int, pending_id: str | None
                      ) -> list[AuditEntry]:
         """Audit entries of ``owner`` (only those of ``pending_id`` if given), newest first."""
-        raise NotImplementedError(f"{type(self).__name__} has no audit trail yet")
 
     async def append_messages(
         self, owner: str, conversation: str, messages: Sequence[ChatMessage], *, window: int

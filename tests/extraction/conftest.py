@@ -1,8 +1,4 @@
-"""Fixtures of the extraction tests: the scripted LLM server and engines on two backends.
-
-The chat window and the audit trail are not implemented on Redis yet, so these
-tests run on the in-memory reference and PostgreSQL only.
-"""
+"""Fixtures of the extraction tests: the scripted LLM server and engines on every backend."""
 
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ from tests.conftest import make_stores
 from tests.support.openai_server import ScriptedOpenAIServer
 
 #: Backends that implement the chat window and the audit trail.
-EXTRACTION_BACKENDS = ["memory", "postgres"]
+EXTRACTION_BACKENDS = ["memory", "postgres", "redis", "redis-stack"]
 MODEL = "openai/gpt-4o-mini"
 API_KEY = "sk-test-extraction-0123456789"
 

@@ -124,6 +124,19 @@ class Keys:
     def l1_op(self, owner: str, op_id: str) -> str:
         return self.owner(owner) + "l1:op:" + op_id
 
+    def l1_audit_ids(self, owner: str) -> str:
+        return self.owner(owner) + "l1:au"
+
+    def l1_audit_prefix(self, owner: str) -> str:
+        return self.owner(owner) + "l1:ad:"
+
+    def l1_audit(self, owner: str, pending_id: str) -> str:
+        return self.l1_audit_prefix(owner) + pending_id
+
+    # L3
+    def l3_window(self, owner: str, conversation: str) -> str:
+        return self.owner(owner) + "l3:w:" + conversation
+
     # L2
     def l2_version(self, owner: str) -> str:
         return self.owner(owner) + "l2:ver"

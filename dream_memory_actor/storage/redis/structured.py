@@ -1,4 +1,5 @@
-"""L1 on Redis: rules, facts, status and the pending queue of each owner.
+"""L1 on Redis: rules, facts, status and the pending queue of each owner; the audit
+trail of HITL decisions and the L3 chat windows beside them.
 
 Keys of owner ``o`` (prefix ``p``)::
 
@@ -7,6 +8,11 @@ Keys of owner ``o`` (prefix ``p``)::
     p:{o}:l1:st:<key>   string  JSON {"v": value, "x": expires_at}; PXAT when it has a TTL
     p:{o}:l1:pq         list    the pending item ids, oldest first
     p:{o}:l1:pd:<id>    string  JSON of the pending item; PXAT when it expires
+    p:{o}:l1:au         list    pending ids that have an audit entry, newest first
+    p:{o}:l1:ad:<pid>   string  JSON of the audit entry of pending item <pid>
+    p:{o}:l3:w:<conv>   list    JSON of the messages in the window of <conv>, oldest first
+
+None of these is a hash: the search module indexes every hash under ``p:{``.
 
 Status entries and pending items with an expiry are deleted by the server
 when they expire; reads also drop whatever expired by the caller's ``now`` (a
@@ -19,20 +25,40 @@ with ``p:{o}:l1:op:<op_id>`` when the call has an operation id (kept for
 ``OP_ID_RETENTION_S``; a retry within that time finds it and writes nothing).
 Every write rewrites the document (its version), so a concurrent writer in any
 process makes EXEC fail and the transaction runs again.
+
+``AddAudit`` entries are written in the same MULTI/EXEC. Which pending ids already
+have an entry is read under the same WATCH (audit entries are only written by
+``_apply``, which always rewrites the document), so the first entry per pending
+id stands, as on the other backends.
+
+A chat window is a list: an append is RPUSH, LRANGE of what falls out, LTRIM and
+LRANGE of what is kept in one MULTI/EXEC; ending a conversation is LRANGE and DEL
+in one. Both WATCH the list first, only so that a connection lost during EXEC is
+an error (``BackendUnavailable``) rather than a silent resend by redis-py's
+retry, which would append the messages twice or return an empty window.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...errors import BackendError
-from ...models import FrozenMap, MemoryFact, MemoryPendingItem, MemoryRule, MemorySnapshot, utcnow
+from ...errors import BackendError, BackendUnavailable
+from ...models import (
+    AuditEntry,
+    ChatMessage,
+    FrozenMap,
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    MemorySnapshot,
+    utcnow,
+)
 from ..base import StructuredStore
-from ..ops import L1Op, apply_ops
+from ..ops import AddAudit, L1Op, apply_ops
 from .common import (
     MAX_TX_ATTEMPTS,
     OP_ID_RETENTION_S,
@@ -68,6 +94,21 @@ return out
 )
 
 
+# KEYS: the audit id list. ARGV: how many entries, the key prefix of the entries
+# (they share the owner's hash tag).
+# Reply: the JSON of the newest entries, newest first.
+_AUDIT = Script(
+    """#!lua flags=no-writes
+local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+local out = {}
+for _, id in ipairs(ids) do
+  out[#out + 1] = redis.call('GET', ARGV[2] .. id) or false
+end
+return out
+"""
+)
+
+
 def _ms(t: datetime) -> int:
     """Unix milliseconds, rounded up: the server never drops an entry before it expired."""
     return max(1, math.ceil(t.timestamp() * 1000))
@@ -81,6 +122,7 @@ class RedisStructuredStore(StructuredStore):
         self._r = client
         self._keys = Keys(prefix)
         self._locks = OwnerLocks()
+        self._window_locks = OwnerLocks()  # by window key: appends of this process queue
         self._closed = False
 
     async def close(self) -> None:
@@ -112,6 +154,7 @@ class RedisStructuredStore(StructuredStore):
         from redis.exceptions import WatchError
 
         k = self._keys
+        audits = [op.entry for op in ops if isinstance(op, AddAudit)]
         async with self._locks.hold(owner):
             with translate("apply"):
                 for _ in range(MAX_TX_ATTEMPTS):
@@ -120,6 +163,7 @@ class RedisStructuredStore(StructuredStore):
                             await pipe.watch(k.l1_doc(owner))
                             current = await self._read(pipe, owner)
                             seen = op_id is not None and await pipe.exists(k.l1_op(owner, op_id))
+                            audited = await self._audited(pipe, owner, audits)
                         except WatchError:
                             continue  # the connection dropped before any write: again
                         if seen:
@@ -127,6 +171,7 @@ class RedisStructuredStore(StructuredStore):
                         new = apply_ops(current, ops, now)  # raises before any write
                         pipe.multi()
                         self._write(pipe, owner, current, new)
+                        self._write_audit(pipe, owner, audits, audited)
                         if op_id is not None:
                             pipe.set(k.l1_op(owner, op_id), _ms(now), ex=OP_ID_RETENTION_S)
                         try:
@@ -137,6 +182,26 @@ class RedisStructuredStore(StructuredStore):
                             continue  # another writer came first: again
                         return new
         raise BackendError(f"owner {owner!r}: too many concurrent writers, apply gave up")
+
+    async def _audited(self, pipe: Any, owner: str, entries: Sequence[AuditEntry]) -> set[str]:
+        """Those pending ids of ``entries`` that already have an audit entry (read under WATCH)."""
+        if not entries:
+            return set()
+        pids = list(dict.fromkeys(e.pending_id for e in entries))
+        found = await pipe.mget([self._keys.l1_audit(owner, p) for p in pids])
+        return {p for p, raw in zip(pids, found, strict=True) if raw is not None}
+
+    def _write_audit(self, pipe: Any, owner: str, entries: Sequence[AuditEntry],
+                     audited: set[str]) -> None:
+        """Queue the audit entries of pending ids without one (the first entry wins)."""
+        k = self._keys
+        done = set(audited)
+        for e in entries:
+            if e.pending_id in done:
+                continue
+            done.add(e.pending_id)
+            pipe.set(k.l1_audit(owner, e.pending_id), e.model_dump_json())
+            pipe.lpush(k.l1_audit_ids(owner), e.pending_id)
 
     def _write(self, pipe: Any, owner: str, old: MemorySnapshot, new: MemorySnapshot) -> None:
         """Queue the commands that turn ``old`` (as stored) into ``new``."""
@@ -181,6 +246,80 @@ class RedisStructuredStore(StructuredStore):
         pipe.delete(k.l1_pending_ids(owner))
         if new.pending:
             pipe.rpush(k.l1_pending_ids(owner), *(p.id for p in new.pending))
+
+    # -- L3 chat window and audit trail ----------------------------------------------
+
+    async def _append_messages(self, owner: str, conversation: str,
+                               messages: Sequence[ChatMessage], window: int
+                               ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        bodies = [m.model_dump_json() for m in messages]
+
+        def queue(pipe: Any, key: str) -> None:
+            if bodies:
+                pipe.rpush(key, *bodies)
+            pipe.lrange(key, 0, -(window + 1))  # what falls out, oldest first
+            pipe.ltrim(key, -window, -1)
+            pipe.lrange(key, 0, -1)
+
+        reply = await self._window_tx(owner, conversation, "append_messages", queue)
+        return _chat(reply[-1]), _chat(reply[-3])
+
+    async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
+        with translate("load_window"):
+            raw = await self._r.lrange(self._keys.l3_window(owner, conversation), 0, -1)
+        return _chat(raw)
+
+    async def _end_conversation(self, owner: str, conversation: str) -> list[ChatMessage]:
+        def queue(pipe: Any, key: str) -> None:
+            pipe.lrange(key, 0, -1)
+            pipe.delete(key)
+
+        reply = await self._window_tx(owner, conversation, "end_conversation", queue)
+        return _chat(reply[0])
+
+    async def _window_tx(self, owner: str, conversation: str, what: str,
+                         queue: Callable[[Any, str], None]) -> list[Any]:
+        """Run the commands ``queue`` adds in one MULTI/EXEC on the conversation's window.
+
+        The key is watched so that a lost connection is an error, not a resend.
+        """
+        from redis.exceptions import WatchError
+
+        key = self._keys.l3_window(owner, conversation)
+        async with self._window_locks.hold(key):
+            with translate(what):
+                for _ in range(MAX_TX_ATTEMPTS):
+                    async with self._r.pipeline(transaction=True) as pipe:
+                        try:
+                            await pipe.watch(key)
+                        except WatchError:
+                            continue  # the connection dropped before any write: again
+                        pipe.multi()
+                        queue(pipe, key)
+                        try:
+                            return list(await pipe.execute())
+                        except WatchError as exc:
+                            if lost_connection(exc):
+                                raise BackendUnavailable(
+                                    f"the connection to Redis was lost during {what}; the "
+                                    "chat window may or may not have changed") from exc
+                            continue  # another process wrote the window: again
+        raise BackendError(f"owner {owner!r}: too many concurrent writers, {what} gave up")
+
+    async def _audit(self, owner: str, limit: int, pending_id: str | None
+                     ) -> list[AuditEntry]:
+        k = self._keys
+        with translate("audit"):
+            if pending_id is not None:
+                raw = [await self._r.get(k.l1_audit(owner, pending_id))]
+            else:
+                raw = await _AUDIT(self._r, [k.l1_audit_ids(owner)],
+                                   [limit, k.l1_audit_prefix(owner)])
+        return [AuditEntry.model_validate_json(r) for r in raw if r is not None]
+
+
+def _chat(raw: Sequence[bytes]) -> list[ChatMessage]:
+    return [ChatMessage.model_validate_json(r) for r in raw]
 
 
 def _snapshot(owner: str, reply: list[Any]) -> MemorySnapshot:
