@@ -1,0 +1,127 @@
+"""Embeddings computed once per text and model, kept on disk for the benchmarks.
+
+``.bench/cache/emb-<model>.npz`` holds the keys (sha256 of model + text) and the
+float32 vectors. :class:`DiskCachedEmbedder` is an ``Embedder`` reading that
+file first and asking the real embedder (``LocalEmbedder``) only for what is
+missing; it pickles to its model name and directory, so it can serve as a
+``MemorySystem`` ``embedder_factory`` product inside the VectorIndex actor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEFAULT_CACHE_DIR = Path(".bench") / "cache"
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+def _key(model: str, text: str) -> str:
+    return hashlib.sha256(f"{model}\x00{text}".encode()).hexdigest()
+
+
+class VectorFile:
+    """The on-disk cache of one model: load, look up, add, save (atomically)."""
+
+    def __init__(self, directory: str | Path, model: str) -> None:
+        slug = re.sub(r"[^A-Za-z0-9._-]", "_", model)
+        self.path = Path(directory) / f"emb-{slug}.npz"
+        self.model = model
+        self._rows: dict[str, np.ndarray] = {}
+        self._dirty = False
+        if self.path.is_file():
+            with np.load(self.path) as data:
+                for k, v in zip(data["keys"].tolist(), data["vecs"], strict=True):
+                    self._rows[str(k)] = v
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def get(self, text: str) -> np.ndarray | None:
+        return self._rows.get(_key(self.model, text))
+
+    def put(self, text: str, vector: Sequence[float]) -> None:
+        self._rows[_key(self.model, text)] = np.asarray(vector, dtype=np.float32)
+        self._dirty = True
+
+    def save(self) -> None:
+        if not self._dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = np.array(list(self._rows), dtype="U64")
+        vecs = np.stack(list(self._rows.values())) if self._rows else np.zeros((0, 0))
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".npz")
+        os.close(fd)
+        np.savez(tmp, keys=keys, vecs=vecs)
+        os.replace(tmp, self.path)
+        self._dirty = False
+
+
+class DiskCachedEmbedder:
+    """An ``Embedder``: vectors from the disk cache, the local model for the rest."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, directory: str | Path = DEFAULT_CACHE_DIR
+                 ) -> None:
+        from ..embedding.local import LocalEmbedder
+
+        self.model = model
+        self.directory = str(directory)
+        self._inner = LocalEmbedder(model)  # cheap: the model loads on the first miss
+        self.dim = self._inner.dim
+        self._file: VectorFile | None = None
+        self.hits = 0
+        self.misses = 0
+        self.compute_s = 0.0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DiskCachedEmbedder, (self.model, self.directory))
+
+    def __call__(self) -> DiskCachedEmbedder:
+        """A factory of itself (``MemorySystem.start(embedder_factory=...)``)."""
+        return DiskCachedEmbedder(self.model, self.directory)
+
+    @property
+    def file(self) -> VectorFile:
+        if self._file is None:
+            self._file = VectorFile(self.directory, self.model)
+        return self._file
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        cached = [self.file.get(t) for t in texts]
+        missing = list(dict.fromkeys(t for t, v in zip(texts, cached, strict=True) if v is None))
+        self.hits += len(texts) - len(missing)
+        self.misses += len(missing)
+        if missing:
+            t0 = time.perf_counter()
+            for i in range(0, len(missing), 512):
+                chunk = missing[i:i + 512]
+                for t, v in zip(chunk, await self._inner.embed(chunk), strict=True):
+                    self.file.put(t, v)
+                self.file.save()
+            self.compute_s += time.perf_counter() - t0
+        out = []
+        for t in texts:
+            row = self.file.get(t)
+            assert row is not None
+            out.append([float(x) for x in row])
+        return out
+
+    async def embed_raw(self, texts: Sequence[str]) -> list[list[float]]:
+        """The model's vectors, never the cache (to time query embedding)."""
+        return await self._inner.embed(texts)
+
+    async def load(self) -> None:
+        await self._inner.load()
+
+    def stats(self) -> dict[str, Any]:
+        return {"model": self.model, "dim": self.dim, "cache_file": str(self.file.path),
+                "cache_hits": self.hits, "computed": self.misses,
+                "compute_s": round(self.compute_s, 2)}
