@@ -70,8 +70,8 @@ class MemorySettings(BaseSettings):
     keyword_weight: float = Field(0.3, ge=0)
     time_weight: float = Field(0.1, ge=0)
     time_half_life_days: float = Field(30.0, gt=0)
-    vector_candidates: int = Field(100, ge=1, le=10_000)
-    keyword_candidates: int = Field(100, ge=1, le=10_000)
+    vector_candidates: int = Field(40, ge=1, le=10_000)
+    keyword_candidates: int = Field(40, ge=1, le=10_000)
     hnsw_ef_search: int = Field(100, ge=1, le=1000)
 
     # writes
