@@ -71,3 +71,19 @@ __all__ = [
     "VectorMemory",
     "Weights",
 ]
+
+# The Ray runtime is an optional extra (``ray``): imported on first use, not here.
+__all__ += ["MemorySystem", "OwnerHandle"]
+
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:
+    from .runtime import MemorySystem, OwnerHandle
+
+
+def __getattr__(name: str) -> object:
+    if name in ("MemorySystem", "OwnerHandle"):
+        from . import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

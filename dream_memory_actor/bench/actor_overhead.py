@@ -1,0 +1,149 @@
+"""actor-overhead: snapshot read and search through the actors vs a bare Ray call and a
+direct backend call, measured in the same run.
+
+Sequential calls from the driver, interleaved in rounds so every kind sees the
+same machine load. ``bare_sync`` is a no-op method of a plain Ray actor,
+``bare_async`` of an async actor (the runtime's actors are async),
+``bare_async_arg`` the same with an argument shaped like a snapshot read's; ``direct``
+calls the backend through a ``MemoryEngine`` in this process (for ``memory``
+that is a dictionary lookup, for ``postgres`` one query). Target: snapshot
+read rate >= 0.8 x the bare Ray call rate. ``snapshot`` is an agent re-reading
+its snapshot (unchanged ones are confirmed by version, not re-sent);
+``snapshot_transfer`` forgets the local copy first, so every call carries it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .stats import machine, percentiles_ms
+
+QUERY = "kubernetes deployment with helm"
+
+
+class _Bare:
+    def ping(self) -> None:
+        return None
+
+
+class _BareAsync:
+    async def ping(self) -> None:
+        return None
+
+    def ping_arg(self, query: Any) -> None:
+        return None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..runtime.local import add_runtime_arguments
+
+    add_runtime_arguments(parser)
+    parser.add_argument("--calls", type=int, default=2000, help="calls per kind")
+    parser.add_argument("--rounds", type=int, default=5)
+
+
+async def _timed(fn: Callable[[], Any], n: int, out: list[float]) -> None:
+    for _ in range(n):
+        t0 = time.perf_counter()
+        result = fn()
+        if inspect.isawaitable(result):
+            await result
+        out.append(time.perf_counter() - t0)
+
+
+def _summary(samples: list[float]) -> dict[str, Any]:
+    total = sum(samples)
+    return {"calls_per_s": round(len(samples) / total, 1) if total else None,
+            **percentiles_ms(samples)}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    import ray
+
+    from ..engine import MemoryEngine
+    from ..runtime.local import system_from_args
+
+    with system_from_args(args, "bench-overhead") as system:
+        owner = "bench-overhead"
+        h = system.owner(owner)
+        for i in range(5):
+            h.add_rule(f"rule number {i}: review security first")
+            h.add_fact(f"fact number {i}: the user writes Java")
+        h.set_status("project", "dream-saas")
+        for i in range(20):
+            h.store(f"memory {i}: went live on kubernetes with helm, release {i}")
+
+        engine = await MemoryEngine.open(system.settings)
+        if system.settings.backend == "memory":  # its own process: give it the same data
+            snap = h.snapshot()
+            from ..storage.ops import AddFact, AddRule, SetStatus
+
+            await engine.apply(owner, [*(AddRule(r.content) for r in snap.rules),
+                                       *(AddFact(f.content) for f in snap.facts),
+                                       *(SetStatus(k, v) for k, v in snap.status.items())])
+            for m in h.list(limit=100):
+                await engine.store(owner, m.content)
+        from ..runtime.connection import connection
+
+        conn = connection(system._view)
+
+        query = (owner, None, *conn.known(owner))
+
+        def transfer() -> Any:
+            conn._snaps.clear()  # hold no copy: the actor sends the snapshot
+            return h.snapshot()
+
+        bare: Any = ray.remote(num_cpus=0)(_Bare).remote()
+        bare_async: Any = ray.remote(num_cpus=0)(_BareAsync).remote()
+        kinds: dict[str, Callable[[], Any]] = {
+            "bare_sync": lambda: ray.get(bare.ping.remote()),
+            "bare_async": lambda: ray.get(bare_async.ping.remote()),
+            # What a snapshot read costs at least: same actor kind, same-sized argument.
+            "bare_async_arg": lambda: ray.get(bare_async.ping_arg.remote(query)),
+            "snapshot": h.snapshot,
+            # The same read from a process that holds no copy: the snapshot is sent.
+            "snapshot_transfer": transfer,
+            "search": lambda: h.search(QUERY, limit=10),
+            "direct_snapshot": lambda: engine.snapshot(owner),
+            "direct_search": lambda: engine.search(owner, QUERY),
+        }
+        samples: dict[str, list[float]] = {k: [] for k in kinds}
+        try:
+            for fn in kinds.values():  # warm up: worker processes, caches, pools
+                await _timed(fn, 50, [])
+            per_round = max(1, args.calls // args.rounds)
+            for _ in range(args.rounds):
+                for name, fn in kinds.items():
+                    await _timed(fn, per_round, samples[name])
+        finally:
+            await engine.close()
+            ray.kill(bare)
+            ray.kill(bare_async)
+    res = {k: _summary(v) for k, v in samples.items()}
+
+    def ratio(a: str, b: str) -> float:
+        return round(float(res[a]["calls_per_s"]) / float(res[b]["calls_per_s"]), 3)
+
+    return {
+        "benchmark": "actor-overhead",
+        "backend": args.backend,
+        "placement": args.placement,
+        **res,
+        "ratios": {
+            "snapshot_vs_bare_sync": ratio("snapshot", "bare_sync"),
+            "snapshot_vs_bare_async": ratio("snapshot", "bare_async"),
+            "snapshot_vs_bare_async_arg": ratio("snapshot", "bare_async_arg"),
+            "snapshot_transfer_vs_bare_sync": ratio("snapshot_transfer", "bare_sync"),
+            "snapshot_vs_direct": ratio("snapshot", "direct_snapshot"),
+            "search_vs_bare_async": ratio("search", "bare_async"),
+            "search_vs_direct": ratio("search", "direct_search"),
+        },
+        "target_snapshot_vs_bare": 0.8,
+        "machine": machine(),
+        "command": " ".join(["dream-memory", *sys.argv[1:]]),
+    }

@@ -1,0 +1,178 @@
+"""concurrency: many writers (Ray tasks) on one owner; lost updates, duplicates, throughput.
+
+``writers`` concurrent writers run in ``--tasks`` Ray tasks (asyncio inside each,
+so 32 writers need 4 processes, not 32). Each mixes L1 writes (a fact, its own
+status key, a shared status key) with L2 stores of near-duplicate texts on a
+few topics. The check replays every acknowledged L1 write in version order and
+compares with the final snapshot, and counts the L2 memories per topic:
+
+- ``lost``: acknowledged facts missing from the final snapshot;
+- ``duplicates``: topics stored as more than one memory (a dedup race);
+- ``double_applied``: versions given to two writes, or facts present twice.
+
+The test suite runs the same workload (``tests/runtime/test_concurrency.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..models import MemorySnapshot, VectorMemory, utcnow
+from ..storage.ops import AddFact, L1Op, SetStatus, apply_ops
+from .stats import machine, percentiles_ms
+
+TOPICS = 4
+
+
+def plain_text(topic: int, writer: int, step: int) -> str:
+    """Near-duplicates for any embedder (or none): one text per topic, case and spaces varied."""
+    text = f"deploy note for topic {topic}: the service went live"
+    return text.upper() if (writer + step) % 2 else f"  {text}  "
+
+
+@dataclass
+class Record:
+    """One acknowledged write: its kind, what it sent, what came back, how long it took."""
+
+    kind: str  # "l1" or "l2"
+    seconds: float
+    ops: list[L1Op] = field(default_factory=list)
+    version: int = 0
+    topic: int = -1
+    memory_id: str = ""
+    merged: bool = False
+
+
+async def writer(handle: Any, w: int, steps: int, gate: int,
+                 text: Callable[[int, int, int], str]) -> list[Record]:
+    """Writer ``w``: wait for the gate version, then ``steps`` writes, L1 and L2 mixed."""
+    await handle.snapshot_async(min_version=gate, timeout_s=120)
+    out: list[Record] = []
+    for k in range(steps):
+        t0 = time.perf_counter()
+        if k % 3 == 1:
+            topic = (w + k) % TOPICS
+            r = await handle.store_async(text(topic, w, k), {"writer": w, "step": k})
+            out.append(Record("l2", time.perf_counter() - t0, topic=topic,
+                              memory_id=r.memory.id, merged=r.merged))
+            continue
+        ops: list[L1Op] = [SetStatus("shared", f"w{w}-k{k}")]
+        if k % 3 == 0:
+            ops = [AddFact(f"writer {w} fact {k}", id=f"fact-{w}-{k}"),
+                   SetStatus(f"w{w}", f"v{k}"), *ops]
+        snap = await handle.apply_async(ops)
+        out.append(Record("l1", time.perf_counter() - t0, ops=ops, version=snap.version))
+    return out
+
+
+async def writer_group(handle: Any, writers: Sequence[int], steps: int, gate: int,
+                       text: Callable[[int, int, int], str]) -> list[Record]:
+    """Say ready (one L1 write), then run ``writers`` concurrently."""
+    ready = SetStatus(f"ready{writers[0]}", "1")
+    snap = await handle.apply_async([ready])
+    records = [Record("l1", 0.0, ops=[ready], version=snap.version)]
+    done = await asyncio.gather(*(writer(handle, w, steps, gate, text) for w in writers))
+    return records + [r for rs in done for r in rs]
+
+
+def _run_group(handle: Any, writers: Sequence[int], steps: int, gate: int,
+               text: Callable[[int, int, int], str]) -> list[Record]:
+    return asyncio.run(writer_group(handle, writers, steps, gate, text))
+
+
+def run_load(handle: Any, writers: int, tasks: int, steps: int,
+             text: Callable[[int, int, int], str] = plain_text
+             ) -> tuple[list[Record], float]:
+    """Run the load from ``tasks`` Ray tasks; all acknowledged records and the wall time."""
+    import ray
+
+    remote = ray.remote(num_cpus=0, max_retries=0)(_run_group)
+    groups = [list(range(writers))[i::tasks] for i in range(tasks)]
+    base = handle.snapshot().version
+    gate = base + tasks + 1  # every group said ready, then the driver's "go"
+    refs = [remote.remote(handle, g, steps, gate, text) for g in groups]
+    handle.snapshot(min_version=gate - 1, timeout_s=300)
+    t0 = time.perf_counter()
+    go = SetStatus("go", "1")
+    snap = handle.apply([go])
+    records = [r for rs in ray.get(refs) for r in rs]
+    wall = time.perf_counter() - t0
+    return [Record("l1", 0.0, ops=[go], version=snap.version), *records], wall
+
+
+def verify(records: Sequence[Record], final: MemorySnapshot, memories: Sequence[VectorMemory],
+           base: MemorySnapshot | None = None) -> dict[str, Any]:
+    """Compare the final state with a sequential replay of the acknowledged writes."""
+    l1 = sorted((r for r in records if r.kind == "l1"), key=lambda r: r.version)
+    versions = Counter(r.version for r in l1)
+    start = base or MemorySnapshot(owner=final.owner)
+    replay = start
+    now = utcnow()
+    for r in l1:
+        replay = apply_ops(replay, r.ops, now)
+    acked_facts = {op.id for r in l1 for op in r.ops if isinstance(op, AddFact)}
+    final_facts = Counter(f.id for f in final.facts)
+    by_topic: defaultdict[int, list[Record]] = defaultdict(list)
+    for r in records:
+        if r.kind == "l2":
+            by_topic[r.topic].append(r)
+    merges_expected = sum(len(rs) - 1 for rs in by_topic.values())
+    merges_seen = sum(int(m.metadata.get("merge_count", 0)) for m in memories)
+    return {
+        "lost": len(acked_facts - set(final_facts)),
+        # One memory per topic is right; more means a dedup check raced a write.
+        "duplicates": max(0, len(memories) - len(by_topic)),
+        "double_applied": sum(n - 1 for n in versions.values() if n > 1)
+        + sum(n - 1 for n in final_facts.values() if n > 1),
+        "versions_contiguous": sorted(versions) == list(
+            range(start.version + 1, start.version + 1 + len(l1))),
+        "replay_matches": (
+            [(f.id, f.content) for f in replay.facts] == [(f.id, f.content) for f in final.facts]
+            and dict(replay.status) == dict(final.status) and replay.version == final.version
+        ),
+        "merges_once": merges_seen == merges_expected and all(
+            len({r.memory_id for r in rs}) == 1 and sum(not r.merged for r in rs) <= 1
+            for rs in by_topic.values()),
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..runtime.local import add_runtime_arguments
+
+    parser.add_argument("--writers", type=int, default=32)
+    parser.add_argument("--tasks", type=int, default=4, help="Ray tasks the writers run in")
+    parser.add_argument("--steps", type=int, default=12, help="writes per writer")
+    add_runtime_arguments(parser)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from ..runtime.local import system_from_args
+
+    with system_from_args(args, "bench-concurrency") as system:
+        handle = system.owner("bench-concurrency")
+        base = handle.snapshot()
+        records, wall = run_load(handle, args.writers, args.tasks, args.steps)
+        final = handle.snapshot()
+        memories = handle.list(limit=1000)
+        checks = verify(records, final, memories, base)
+    timed = [r.seconds for r in records if r.seconds > 0]
+    return {
+        "benchmark": "concurrency",
+        "placement": args.placement,
+        "backend": args.backend,
+        "writers": args.writers,
+        "tasks": args.tasks,
+        "ops": len(timed),
+        "ops_per_s": round(len(timed) / wall, 1) if wall else None,
+        "latency": percentiles_ms(timed),
+        **checks,
+        "machine": machine(),
+        "command": " ".join(["dream-memory", *sys.argv[1:]]),
+    }

@@ -1,0 +1,227 @@
+"""One owner's live memory, and a table of many: pure asyncio, no Ray.
+
+:class:`OwnerMemory` is the single writer of one owner. Every write takes its
+lock, writes through to the backend, and only then answers; the snapshot it
+keeps is the backend's, so reads need no round trip. The owner actors
+(``dedicated``) hold one, the shard hosts (``sharded``) hold an
+:class:`OwnerTable` of them. Both only ever run inside one event loop, which is
+what makes the bookkeeping below race-free without further locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+from ..errors import InvalidInput, NotFound
+from ..models import MemorySnapshot, StoreResult, new_id, utcnow
+from ..storage.ops import L1Op
+from .errors import OwnerMoved, RuntimeTimeout
+from .placement import LiveSet
+
+#: How often a ``min_version`` wait looks at the backend for writes made elsewhere.
+VERSION_POLL_S = 0.25
+
+
+class L1Engine(Protocol):
+    async def snapshot(self, owner: str) -> MemorySnapshot: ...
+
+    async def apply(self, owner: str, ops: Sequence[L1Op], *, op_id: str | None = None
+                    ) -> MemorySnapshot: ...
+
+
+class L2Path(Protocol):
+    """Where an owner's semantic memories are written: the VectorIndex (or an engine)."""
+
+    async def store(self, owner: str, content: str, *, metadata: Mapping[str, Any] | None,
+                    op_id: str | None) -> StoreResult: ...
+
+    async def delete(self, owner: str, memory_id: str) -> bool: ...
+
+
+class OwnerMemory:
+    """The live snapshot of one owner and the lock that serializes its writes."""
+
+    def __init__(self, owner: str, l1: L1Engine, l2: L2Path) -> None:
+        self.owner = owner
+        self._l1 = l1
+        self._l2 = l2
+        self._lock = asyncio.Lock()
+        self._snap: MemorySnapshot | None = None
+        self._bumped = asyncio.Event()
+        #: Calls inside or waiting for this owner; a busy owner is never passivated.
+        self.users = 0
+        #: Set when passivated: calls still arriving are told to go elsewhere.
+        self.closed = False
+        #: Names this instance's snapshot lineage: a reader's cached copy is reused only
+        #: for the same token and version (a reload, e.g. after a restart, gets a new one).
+        self.token = new_id()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def enter(self) -> None:
+        if self.closed:
+            raise OwnerMoved(f"owner {self.owner!r} was passivated here")
+        self.users += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            self._idle.set()
+
+    async def drain(self, grace_s: float) -> bool:
+        """Refuse new calls and wait (bounded) for the calls in flight; True if none remain."""
+        self.closed = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    @property
+    def version(self) -> int:
+        return -1 if self._snap is None else self._snap.version
+
+    def _set(self, snap: MemorySnapshot) -> None:
+        # Versions only move forward: a reload racing a write keeps the newer one.
+        if self._snap is None or snap.version >= self._snap.version:
+            self._snap = snap
+        self._bumped.set()
+        self._bumped = asyncio.Event()
+
+    async def _loaded(self) -> MemorySnapshot:
+        if self._snap is None:
+            async with self._lock:
+                if self._snap is None:
+                    self._set(await self._l1.snapshot(self.owner))
+        assert self._snap is not None
+        return self._snap
+
+    # -- reads ------------------------------------------------------------------------
+
+    def peek(self, min_version: int | None = None) -> MemorySnapshot | None:
+        """The snapshot if it is in memory (and at ``min_version``), without waiting.
+
+        Not expired here: readers call ``live()`` on what they get.
+        """
+        snap = self._snap
+        if self.closed or snap is None or (min_version is not None
+                                            and snap.version < min_version):
+            return None
+        return snap
+
+    async def snapshot(self, min_version: int | None = None, timeout_s: float = 10.0
+                       ) -> MemorySnapshot:
+        """The live snapshot, from memory; with ``min_version``, wait until it is reached."""
+        snap = await self._loaded()
+        if min_version is not None and snap.version < min_version:
+            snap = await self._wait_version(min_version, timeout_s)
+        return snap.live(utcnow())
+
+    async def _wait_version(self, version: int, timeout_s: float) -> MemorySnapshot:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            snap = await self._loaded()
+            if snap.version >= version:
+                return snap
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeTimeout(
+                    f"owner {self.owner!r} is at version {snap.version}; version {version} "
+                    f"was not reached within {timeout_s}s"
+                )
+            try:
+                await asyncio.wait_for(self._bumped.wait(), min(remaining, VERSION_POLL_S))
+            except asyncio.TimeoutError:
+                # No write came through here: look for one made outside the runtime.
+                if not self._lock.locked():
+                    async with self._lock:
+                        self._set(await self._l1.snapshot(self.owner))
+
+    # -- writes: one at a time, written through before the answer -----------------------
+
+    async def apply(self, ops: Sequence[L1Op], op_id: str | None) -> MemorySnapshot:
+        async with self._lock:
+            try:
+                snap = await self._l1.apply(self.owner, ops, op_id=op_id)
+            except (InvalidInput, NotFound):
+                raise  # refused before anything was written
+            except BaseException:
+                self._snap = None  # the write may have landed: reload before the next read
+                raise
+            self._set(snap)
+            return snap.live(utcnow())
+
+    async def store(self, content: str, metadata: Mapping[str, Any] | None,
+                    op_id: str | None) -> StoreResult:
+        # Under the owner's lock, so the dedup check and the write cannot interleave
+        # with another store of the same owner.
+        async with self._lock:
+            return await self._l2.store(self.owner, content, metadata=metadata, op_id=op_id)
+
+    async def delete(self, memory_id: str) -> bool:
+        async with self._lock:
+            return await self._l2.delete(self.owner, memory_id)
+
+
+class OwnerTable:
+    """The owners one shard host holds: made live on first use, passivated when idle or
+    least recently used, never more than ``cap`` at once."""
+
+    def __init__(self, make: Callable[[str], OwnerMemory], cap: int, idle_timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._make = make
+        self.live: LiveSet[OwnerMemory] = LiveSet(cap, idle_timeout_s, clock)
+        self._freed = asyncio.Event()
+
+    @asynccontextmanager
+    async def use(self, owner: str) -> AsyncIterator[OwnerMemory]:
+        """The owner's memory, counted as busy for the duration of the block."""
+        mem = self.live.get(owner)
+        if mem is None:
+            mem = await self._admit(owner)
+        # No await between finding ``mem`` and entering it: an eviction cannot slip in.
+        mem.enter()
+        self.live.touch(owner)
+        try:
+            yield mem
+        finally:
+            mem.leave()
+            self.live.touch(owner)
+            if mem.users == 0:
+                self._freed.set()
+
+    async def _admit(self, owner: str) -> OwnerMemory:
+        while True:
+            mem = self.live.get(owner)
+            if mem is not None:
+                return mem
+            if not self.live.full or self._evict_one():
+                mem = self._make(owner)
+                self.live.add(owner, mem)
+                return mem
+            # Every live owner is busy: wait for one to finish rather than exceed the cap.
+            self._freed.clear()
+            await self._freed.wait()
+
+    def _evict_one(self) -> bool:
+        return any(self.evict(victim) for victim in self.live.lru())
+
+    def evict(self, owner: str) -> bool:
+        """Passivate ``owner`` unless it is busy; True if it went."""
+        mem = self.live.get(owner)
+        if mem is None or mem.users:
+            return False
+        mem.closed = True
+        self.live.pop(owner)
+        return True
+
+    def sweep(self) -> int:
+        """Passivate the owners idle for ``idle_timeout_s``; how many went."""
+        return sum(self.evict(o) for o in self.live.idle())

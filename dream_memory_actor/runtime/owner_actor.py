@@ -1,0 +1,237 @@
+"""The actors that hold owners: one per owner (``dedicated``) or one per shard (``sharded``).
+
+Both expose the same methods, each taking the owner id first, so a handle calls
+them the same way whatever the placement. They open their engine lazily, so a
+restarted actor (``max_restarts``) comes back empty and reloads each owner from
+the backend on first use: nothing acknowledged is lost, since every write was
+written through before it was acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import ray
+
+from ..engine import MemoryEngine
+from ..models import MemorySnapshot, StoreResult
+from ..storage.ops import L1Op
+from .errors import OwnerMoved
+from .owner import OwnerMemory, OwnerTable
+from .placement import NAMESPACE, registry_name
+from .spec import SystemSpec, open_owner_engine
+from .vector_index import IndexL2, process_info
+
+#: A snapshot read's answer: (lineage token, version, the snapshot or None if unchanged).
+SnapshotReply = tuple[str, int, MemorySnapshot | None]
+#: A fast read's question: (owner, min_version, token held, version held).
+ReadQuery = tuple[str, "int | None", "str | None", "int | None"]
+
+
+def sweep_interval(idle_timeout_s: float) -> float:
+    """How often idle owners are looked for: a quarter of the timeout, within 50 ms..30 s."""
+    return min(max(idle_timeout_s / 4, 0.05), 30.0)
+
+
+class _Holder:
+    """What the two kinds of owner-holding actors share: the engine and the calls."""
+
+    def __init__(self, spec: SystemSpec) -> None:
+        self._spec = spec
+        self._l2 = IndexL2(spec.name, spec.index_replicas, spec.call_timeout_s)
+        self._engine: MemoryEngine | None = None
+        self._opening = asyncio.Lock()
+
+    async def _open(self) -> MemoryEngine:
+        if self._engine is None:
+            async with self._opening:
+                if self._engine is None:
+                    self._engine = await open_owner_engine(self._spec)
+        return self._engine
+
+    def _use(self, owner: str) -> Any:  # an async context manager yielding OwnerMemory
+        raise NotImplementedError
+
+    def _live(self, owner: str) -> OwnerMemory | None:
+        """The owner's memory if it is live here (recording the use), else ``None``."""
+        raise NotImplementedError
+
+    def read(self, query: ReadQuery) -> SnapshotReply | None:
+        """The fast read: a plain method with one argument (each argument of a Ray call
+        costs a serialization), so it runs without a coroutine hop.
+
+        ``query`` is (owner, min_version, token, version). Answers from memory only;
+        ``None`` sends the caller to :meth:`snapshot` (the owner is not loaded here, or
+        ``min_version`` is ahead). A caller that already holds version ``version`` of
+        lineage ``token`` gets no snapshot back, only the confirmation it is current.
+        """
+        owner, min_version, token, version = query
+        mem = self._live(owner)
+        snap = None if mem is None else mem.peek(min_version)
+        if mem is None or snap is None:
+            return None
+        if token == mem.token and version == snap.version:
+            return (mem.token, snap.version, None)
+        return (mem.token, snap.version, snap)
+
+    async def snapshot(self, owner: str, min_version: int | None, timeout_s: float
+                       ) -> SnapshotReply:
+        """The full read: loads the owner if needed, waits for ``min_version``."""
+        async with self._use(owner) as mem:
+            snap: MemorySnapshot = await mem.snapshot(min_version, timeout_s)
+            return (mem.token, snap.version, snap)
+
+    async def apply(self, owner: str, ops: Sequence[L1Op], op_id: str | None
+                    ) -> MemorySnapshot:
+        async with self._use(owner) as mem:
+            snap: MemorySnapshot = await mem.apply(ops, op_id)
+            return snap
+
+    async def store(self, owner: str, content: str, metadata: Mapping[str, Any] | None,
+                    op_id: str | None) -> StoreResult:
+        async with self._use(owner) as mem:
+            result: StoreResult = await mem.store(content, metadata, op_id)
+            return result
+
+    async def delete(self, owner: str, memory_id: str) -> bool:
+        async with self._use(owner) as mem:
+            deleted: bool = await mem.delete(memory_id)
+            return deleted
+
+    async def ping(self) -> None:
+        """A no-op (benchmarks compare against it; the registry probes with it)."""
+
+
+class OwnerActor(_Holder):
+    """``dedicated``: the single live instance of one owner, ``_owner.<system>.<owner>``."""
+
+    def __init__(self, spec: SystemSpec, owner: str) -> None:
+        super().__init__(spec)
+        self._owner = owner
+        self._registry: Any = None  # found by name on first use (see IndexL2)
+        self._mem: OwnerMemory | None = None
+        self._closed = False
+        self._touched = 0.0
+        # The registry keeps the LRU order from these reports; a few per second at most.
+        self._touch_every = min(1.0, spec.settings.idle_timeout_s / 4)
+
+    @asynccontextmanager
+    async def _use(self, owner: str) -> AsyncIterator[OwnerMemory]:
+        if owner != self._owner or self._closed:
+            raise OwnerMoved(f"owner {owner!r} is not held by this actor")
+        engine = await self._open()
+        if self._mem is None:
+            self._mem = OwnerMemory(owner, engine, self._l2)
+        mem = self._mem
+        mem.enter()
+        self._note_use()
+        try:
+            yield mem
+        finally:
+            mem.leave()
+
+    def _live(self, owner: str) -> OwnerMemory | None:
+        if owner != self._owner or self._closed or self._mem is None:
+            return None
+        self._note_use()
+        return self._mem
+
+    def _note_use(self) -> None:
+        now = time.monotonic()
+        if now - self._touched >= self._touch_every:
+            self._touched = now
+            try:
+                if self._registry is None:
+                    self._registry = ray.get_actor(registry_name(self._spec.name),
+                                                   namespace=NAMESPACE)
+                self._registry.touch.remote(self._owner)  # fire and forget
+            except ValueError:  # the registry is gone: the system is shutting down
+                pass
+
+    async def drain(self, grace_s: float) -> bool:
+        """Before passivation: refuse new calls, let the ones in flight finish (bounded)."""
+        self._closed = True
+        return True if self._mem is None else await self._mem.drain(grace_s)
+
+    async def info(self) -> dict[str, Any]:
+        info = process_info()
+        info.update(owner=self._owner, live=0 if self._mem is None else 1,
+                    version=None if self._mem is None else self._mem.version)
+        return info
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            await self._engine.close()
+
+
+class HostActor(_Holder):
+    """``sharded``: many owners' snapshots in one process, ``_shard.<system>.<i>``.
+
+    Each owner has its own lock (in its :class:`OwnerMemory`), so owners of one
+    shard never wait for each other. The host's share of ``max_live_owners`` is
+    ``max_live_owners // shards`` (at least 1), so the system stays within the cap
+    whenever ``max_live_owners >= shards``.
+    """
+
+    def __init__(self, spec: SystemSpec, shard: int) -> None:
+        super().__init__(spec)
+        s = spec.settings
+        self._shard = shard
+        self._table = OwnerTable(self._make, max(1, s.max_live_owners // s.shards),
+                                 s.idle_timeout_s)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def _make(self, owner: str) -> OwnerMemory:
+        assert self._engine is not None
+        return OwnerMemory(owner, self._engine, self._l2)
+
+    @asynccontextmanager
+    async def _use(self, owner: str) -> AsyncIterator[OwnerMemory]:
+        if self._closed:
+            raise OwnerMoved(f"shard {self._shard} is shutting down")
+        await self._open()
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        async with self._table.use(owner) as mem:
+            yield mem
+
+    def _live(self, owner: str) -> OwnerMemory | None:
+        if self._closed:
+            return None
+        mem = self._table.live.get(owner)
+        if mem is not None:
+            self._table.live.touch(owner)
+        return mem
+
+    async def _sweep(self) -> None:
+        every = sweep_interval(self._spec.settings.idle_timeout_s)
+        while True:
+            await asyncio.sleep(every)
+            self._table.sweep()
+
+    async def passivate(self, owners: Sequence[str]) -> int:
+        """Passivate these owners now if they are not busy; how many went (tests, admin)."""
+        return sum(self._table.evict(o) for o in owners)
+
+    async def drain(self, grace_s: float) -> bool:
+        self._closed = True
+        waits = [mem.drain(grace_s) for _, mem in self._table.live.items()]
+        return all(await asyncio.gather(*waits)) if waits else True
+
+    async def info(self) -> dict[str, Any]:
+        live = self._table.live
+        info = process_info()
+        info.update(shard=self._shard, live=len(live), high_water=live.high_water,
+                    passivated=live.evicted, cap=live.cap)
+        return info
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._engine is not None:
+            await self._engine.close()

@@ -1,0 +1,134 @@
+"""The VectorIndex actor: hybrid search and the L2 write path, shared by all owners.
+
+An async actor holding one :class:`~dream_memory_actor.engine.MemoryEngine`
+(its connection pool and its cached embedder, so a repeated query is embedded
+once). Searches come straight from the handles; stores and deletes come from
+the owner's actor, which holds the owner's lock, so dedup never races.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+
+from ..engine import MemoryEngine
+from ..models import SearchHit, StoreResult, VectorMemory
+from .errors import translate
+from .placement import NAMESPACE, index_name, shard_of
+from .spec import SystemSpec, open_index_engine
+
+
+def process_info() -> dict[str, Any]:
+    """This process's id, resident memory (RSS, and USS: the pages only it uses; bytes)
+    and Ray node."""
+    try:
+        import psutil
+
+        mem = psutil.Process().memory_full_info()
+        rss, uss = int(mem.rss), int(getattr(mem, "uss", mem.rss))
+    except ImportError:  # pragma: no cover - psutil ships with ray[default]
+        with open("/proc/self/statm", encoding="ascii") as f:
+            rss = uss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    return {"pid": os.getpid(), "rss_bytes": rss, "uss_bytes": uss, "node_id": node}
+
+
+class IndexActor:
+    """Run as ``_index.<system>.<replica>`` (see :mod:`.registry`); private."""
+
+    def __init__(self, spec: SystemSpec, replica: int) -> None:
+        self._spec = spec
+        self._replica = replica
+        self._engine: MemoryEngine | None = None
+        self._opening = asyncio.Lock()
+
+    async def _open(self, setup: bool = False) -> MemoryEngine:
+        if self._engine is None:
+            async with self._opening:
+                if self._engine is None:
+                    self._engine = await open_index_engine(self._spec, setup=setup)
+        return self._engine
+
+    async def ready(self, setup: bool) -> dict[str, Any]:
+        """Open the engine (running migrations when ``setup``); the process info."""
+        await self._open(setup)
+        return process_info()
+
+    async def search(self, owners: Sequence[str], query: str, limit: int, min_score: float
+                     ) -> list[SearchHit]:
+        engine = await self._open()
+        return await engine.search(owners, query, limit=limit, min_score=min_score)
+
+    async def store(self, owner: str, content: str, metadata: Mapping[str, Any] | None,
+                    op_id: str | None) -> StoreResult:
+        engine = await self._open()
+        return await engine.store(owner, content, metadata=metadata, op_id=op_id)
+
+    async def delete(self, owner: str, memory_id: str) -> bool:
+        return await (await self._open()).delete(owner, memory_id)
+
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        return await (await self._open()).get(owner, memory_id)
+
+    async def list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
+        return await (await self._open()).list(owner, limit=limit, offset=offset)
+
+    async def info(self) -> dict[str, Any]:
+        info = process_info()
+        engine = self._engine
+        if engine is not None and engine.embedder is not None:
+            info["embed_cache_hits"] = engine.embedder.hits
+            info["embed_cache_misses"] = engine.embedder.misses
+        return info
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            await self._engine.close()
+
+
+class IndexL2:
+    """The owner actors' way to the VectorIndex: one replica per owner (stable hash).
+
+    The replicas are found by name on first use rather than passed in: actor handles
+    among constructor arguments would put them in the object store, from where a
+    restart cannot always get them back (ray-project/ray#53727).
+    """
+
+    def __init__(self, system: str, replicas: int, timeout_s: float) -> None:
+        self._system = system
+        self._replicas = replicas
+        self._timeout_s = timeout_s  # the owner's lock is held meanwhile: never wait forever
+        self._indexes: list[Any] = []
+
+    def _for(self, owner: str) -> Any:
+        if not self._indexes:
+            self._indexes = [ray.get_actor(index_name(self._system, i), namespace=NAMESPACE)
+                             for i in range(self._replicas)]
+        return self._indexes[shard_of(owner, self._replicas)]
+
+    async def store(self, owner: str, content: str, *, metadata: Mapping[str, Any] | None,
+                    op_id: str | None) -> StoreResult:
+        result: StoreResult = await _remote(
+            self._for(owner).store.remote(owner, content, metadata, op_id), "store",
+            self._timeout_s)
+        return result
+
+    async def delete(self, owner: str, memory_id: str) -> bool:
+        deleted: bool = await _remote(self._for(owner).delete.remote(owner, memory_id), "delete",
+                                      self._timeout_s)
+        return deleted
+
+
+async def _remote(ref: Any, what: str, timeout_s: float) -> Any:
+    """Await an index call; its errors leave as the project's (not nested Ray errors)."""
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout_s)
+    except Exception as exc:
+        err = translate(exc, f"VectorIndex {what}")
+        if err is exc:
+            raise
+        raise err from exc
