@@ -10,6 +10,7 @@ bulk-loaded (PostgreSQL ``COPY``) so large sizes fit in a benchmark run.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import uuid
 from typing import Any
@@ -88,6 +89,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "per_owner": args.per_owner, "total_memories": args.owners * args.per_owner,
         "dim": args.dim, "limit": args.limit, "machine": machine(),
         "data": "synthetic: 10 topic vocabularies, embeddings clustered by topic",
+        "command": "dream-memory " + " ".join(sys.argv[1:]),
+        "candidates": {"vector": settings.vector_candidates,
+                       "keyword": settings.keyword_candidates},
     }
     try:
         # 1. insert throughput through the real store path (dedup check included)
