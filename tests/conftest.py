@@ -18,6 +18,21 @@ BACKENDS = ["memory", "postgres", "redis", "redis-stack"]
 
 
 @pytest.fixture(scope="session")
+def ray_runtime() -> Iterator[None]:
+    """The test session's one Ray runtime (start-up takes 7-12 s, so once)."""
+    import logging
+
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False,
+             object_store_memory=150 * 1024 * 1024, logging_level=logging.WARNING)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
     with embedded_postgres() as dsn:
         yield dsn

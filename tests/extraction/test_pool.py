@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -38,19 +37,9 @@ RULE = {"kind": "rule", "content": "Reply in Chinese", "confidence": 0.93,
         "evidence": "reply in Chinese"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_runtime() -> Iterator[None]:
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False,
-                 object_store_memory=100 * 1024 * 1024, logging_level=logging.WARNING)
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
+@pytest.fixture(autouse=True)
+def _ray(ray_runtime: None) -> None:
+    """The session's one Ray runtime (tests/conftest.py)."""
 
 
 class Echo:

@@ -1,7 +1,7 @@
 """One Ray runtime per test session; memory systems on fresh PostgreSQL schemas.
 
-Ray starts once (7-12 s). Systems are session-scoped per placement, so pytest
-runs all tests of one placement, then shuts that system down before starting the
+Ray starts once (7-12 s; the ``ray_runtime`` fixture of tests/conftest.py).
+Systems are session-scoped per placement, so pytest runs all tests of one placement, then shuts that system down before starting the
 other: at most one system's actors are alive at a time. Actors take no CPU slot
 (``num_cpus=0``), so two cores are enough.
 
@@ -12,7 +12,6 @@ its own head and cannot coexist with ``ray.init`` in one process): they run
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,18 +25,6 @@ from tests.runtime.embedders import TopicEmbedder
 PLACEMENTS = ["sharded", "dedicated"]
 #: The shared systems' cap: small, so the passivation tests exercise it.
 CAP = 4
-
-
-@pytest.fixture(scope="session")
-def ray_runtime() -> Iterator[None]:
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False,
-             object_store_memory=150 * 1024 * 1024, logging_level=logging.WARNING)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def settings_for(pg_dsn: str, placement: str, **overrides: Any) -> MemorySettings:
