@@ -1,8 +1,9 @@
 """One Ray runtime per test session; memory systems on fresh PostgreSQL schemas.
 
 Ray starts once (7-12 s; the ``ray_runtime`` fixture of tests/conftest.py).
-Systems are session-scoped per placement, so pytest runs all tests of one placement, then shuts that system down before starting the
-other: at most one system's actors are alive at a time. Actors take no CPU slot
+Systems are session-scoped per placement, so pytest runs all tests of one
+placement, then shuts that system down before starting the other: at most one
+system's actors are alive at a time. Actors take no CPU slot
 (``num_cpus=0``), so two cores are enough.
 
 Multi-node tests cannot share this runtime (``ray.cluster_utils.Cluster`` starts
