@@ -26,6 +26,8 @@ def translate(exc: BaseException) -> BaseException:
     """The project's error for a driver error (returned, to be raised ``from exc``)."""
     if isinstance(exc, asyncpg.UndefinedTableError | asyncpg.InvalidSchemaNameError):
         return SchemaError(f"the database schema is not set up (run setup()): {exc}")
+    if isinstance(exc, asyncio.TimeoutError):
+        return BackendUnavailable(f"PostgreSQL did not answer in time: {exc!r}")
     if isinstance(exc, (asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError,
                         asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError,
                         asyncpg.PostgresConnectionError, OSError, asyncio.TimeoutError)):
