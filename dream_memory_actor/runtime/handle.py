@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import validation as check
 from ..errors import FactNotFound, InvalidQuery, RuleNotFound
 from ..models import (
+    AuditEntry,
+    ChatAppend,
+    ChatMessage,
     MemoryFact,
     MemoryRule,
     MemorySnapshot,
@@ -28,10 +31,17 @@ from ..text import content_hash
 from .connection import Call, Connection, connection
 from .spec import ClientView
 
+if TYPE_CHECKING:
+    from ..extraction import ExtractionReport, HitlDecision
+
 T = TypeVar("T")
 # Aliases: inside OwnerHandle the name ``list`` is a method.
 Hits = list[SearchHit]
 Memories = list[VectorMemory]
+Audit = list[AuditEntry]
+
+#: The most messages one ``append_messages`` or ``extract`` call may carry.
+MAX_MESSAGES = 1000
 
 
 @functools.lru_cache(maxsize=8)
@@ -60,6 +70,34 @@ def _find(items: Sequence[Any], text: str, kind: str) -> Any:
         raise (RuleNotFound if kind == "rules" else FactNotFound)(
             f"the {kind[:-1]} was added, then removed before this retry answered")
     return found
+
+
+def _conversation(value: object) -> str:
+    if not isinstance(value, str) or not check.OWNER_ID_PATTERN.fullmatch(value):
+        raise InvalidQuery(
+            f"invalid conversation id {value!r}: use 1-128 characters of A-Z a-z 0-9 . _ : @ -, "
+            "starting with a letter or digit")
+    return value
+
+
+def _messages(messages: Sequence[ChatMessage], *, empty_ok: bool) -> list[ChatMessage]:
+    if isinstance(messages, (str, bytes, ChatMessage)) or not isinstance(messages, Sequence):
+        raise InvalidQuery("messages must be a list of ChatMessage")
+    out = list(messages)
+    if not out and not empty_ok:
+        raise InvalidQuery("messages must not be empty")
+    if len(out) > MAX_MESSAGES:
+        raise InvalidQuery(f"at most {MAX_MESSAGES} messages per call, got {len(out)}")
+    for m in out:
+        if not isinstance(m, ChatMessage):
+            raise InvalidQuery(f"expected a ChatMessage, got {type(m).__name__}")
+    return out
+
+
+def _decider(by: object) -> str:
+    if not isinstance(by, str) or not 0 < len(by) <= 64 or "\x00" in by:
+        raise InvalidQuery(f"by must name who decides (1-64 characters), got {by!r}")
+    return by
 
 
 def search_call(view: ClientView, owners: str | Iterable[str], query: str, limit: int,
@@ -300,3 +338,93 @@ class OwnerHandle:
 
     async def list_async(self, limit: int = 100, offset: int = 0) -> Memories:
         return await self._run_async(self._list(limit, offset))
+
+    # -- extraction, the pending queue and the L3 chat window --------------------------------
+
+    def _append(self, conversation: str, messages: Sequence[ChatMessage]) -> Call[ChatAppend]:
+        conv = _conversation(conversation)
+        return self._owner_call("append_messages", (conv, _messages(messages, empty_ok=False)),
+                                _same)
+
+    def _end(self, conversation: str) -> Call[ExtractionReport | None]:
+        return self._owner_call("end_conversation", (_conversation(conversation),), _same)
+
+    def _extract(self, messages: Sequence[ChatMessage]) -> Call[ExtractionReport]:
+        return self._owner_call("extract", (_messages(messages, empty_ok=True),), _same)
+
+    def _confirm(self, pending_id: str, by: str, edited_content: str | None
+                 ) -> Call[HitlDecision]:
+        check.ids([pending_id], "pending item id")
+        text = None if edited_content is None else check.content(
+            edited_content, self._view.max_content_bytes, "edited content")
+        return self._owner_call("confirm", (pending_id, _decider(by), text), _same)
+
+    def _reject(self, pending_id: str, by: str) -> Call[HitlDecision]:
+        check.ids([pending_id], "pending item id")
+        return self._owner_call("reject", (pending_id, _decider(by)), _same)
+
+    def _audit(self, limit: int) -> Call[Audit]:
+        return self._owner_call("audit", (check.limit(limit),), _same)
+
+    def append_messages(self, conversation: str, messages: Sequence[ChatMessage]
+                        ) -> ChatAppend:
+        """Append to the chat window of ``conversation`` (the last ``chat_window``
+        messages, kept by the owner's actor and persisted in the backend). What leaves
+        the window (``overflow``) is extracted in the background by the owner's actor;
+        an extraction failure never fails the append. Not idempotent: an append retried
+        after its actor failed may be applied twice."""
+        return self._run(self._append(conversation, messages))
+
+    async def append_messages_async(self, conversation: str, messages: Sequence[ChatMessage]
+                                    ) -> ChatAppend:
+        return await self._run_async(self._append(conversation, messages))
+
+    def end_conversation(self, conversation: str) -> ExtractionReport | None:
+        """Close ``conversation``: its window is deleted and extracted (awaited); the
+        report, or ``None`` if the window was empty. An ``ExtractionError`` is raised."""
+        return self._run(self._end(conversation))
+
+    async def end_conversation_async(self, conversation: str) -> ExtractionReport | None:
+        return await self._run_async(self._end(conversation))
+
+    def extract(self, messages: Sequence[ChatMessage]) -> ExtractionReport:
+        """Extract from ``messages`` now, through the gate: written, queued or skipped."""
+        return self._run(self._extract(messages))
+
+    async def extract_async(self, messages: Sequence[ChatMessage]) -> ExtractionReport:
+        return await self._run_async(self._extract(messages))
+
+    def flush_extractions(self) -> int:
+        """Wait until the background extractions of this owner started so far have
+        finished (on its current actor); how many there were."""
+        n: int = self._run(self._owner_call("flush_extractions", (), _same))
+        return n
+
+    async def flush_extractions_async(self) -> int:
+        n: int = await self._run_async(self._owner_call("flush_extractions", (), _same))
+        return n
+
+    def confirm(self, pending_id: str, by: str, edited_content: str | None = None
+                ) -> HitlDecision:
+        """Write a pending item (``edited_content`` replaces its text) and record who did.
+        Idempotent; ``PendingItemDecided`` if it was rejected."""
+        return self._run(self._confirm(pending_id, by, edited_content))
+
+    async def confirm_async(self, pending_id: str, by: str, edited_content: str | None = None
+                            ) -> HitlDecision:
+        return await self._run_async(self._confirm(pending_id, by, edited_content))
+
+    def reject(self, pending_id: str, by: str) -> HitlDecision:
+        """Drop a pending item and record who did. Idempotent; ``PendingItemDecided`` if
+        it was confirmed."""
+        return self._run(self._reject(pending_id, by))
+
+    async def reject_async(self, pending_id: str, by: str) -> HitlDecision:
+        return await self._run_async(self._reject(pending_id, by))
+
+    def audit(self, limit: int = 100) -> Audit:
+        """Decisions on this owner's pending items (who, what, when), newest first."""
+        return self._run(self._audit(limit))
+
+    async def audit_async(self, limit: int = 100) -> Audit:
+        return await self._run_async(self._audit(limit))

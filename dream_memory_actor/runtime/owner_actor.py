@@ -10,6 +10,7 @@ written through before it was acknowledged.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -18,13 +19,17 @@ from typing import Any
 import ray
 
 from ..engine import MemoryEngine
-from ..models import MemorySnapshot, StoreResult
+from ..errors import ExtractionError
+from ..extraction import ExtractionReport, ExtractionService, HitlDecision, open_extractor
+from ..models import AuditEntry, ChatAppend, ChatMessage, MemorySnapshot, StoreResult
 from ..storage.ops import L1Op
 from .errors import OwnerMoved
 from .owner import OwnerMemory, OwnerTable
 from .placement import NAMESPACE, registry_name
 from .spec import SystemSpec, open_owner_engine
 from .vector_index import IndexL2, process_info
+
+log = logging.getLogger(__name__)
 
 #: A snapshot read's answer: (lineage token, version, the snapshot or None if unchanged).
 SnapshotReply = tuple[str, int, MemorySnapshot | None]
@@ -45,6 +50,10 @@ class _Holder:
         self._l2 = IndexL2(spec.name, spec.index_replicas, spec.call_timeout_s)
         self._engine: MemoryEngine | None = None
         self._opening = asyncio.Lock()
+        self._extraction: ExtractionService | None = None
+        #: Background extractions of overflowing chat windows, per owner.
+        self._extracting: dict[str, set[asyncio.Task[None]]] = {}
+        self._extraction_failures = 0
 
     async def _open(self) -> MemoryEngine:
         if self._engine is None:
@@ -104,6 +113,136 @@ class _Holder:
 
     async def ping(self) -> None:
         """A no-op (benchmarks compare against it; the registry probes with it)."""
+
+    # -- extraction and the L3 chat window ------------------------------------------------
+
+    async def _service(self) -> ExtractionService:
+        """The extraction service of this actor, writing through the owners held here."""
+        if self._extraction is None:
+            engine = await self._open()
+            pool = self._spec.extractor_pool
+            extractor = pool.as_extractor() if pool is not None else open_extractor(
+                self._spec.settings)
+            if self._extraction is None:
+                self._extraction = ExtractionService(_OwnerWriter(self), engine.structured,
+                                                     extractor, self._spec.settings)
+        return self._extraction
+
+    async def append_messages(self, owner: str, conversation: str,
+                              messages: Sequence[ChatMessage]) -> ChatAppend:
+        """Append to the (owner, conversation) window; what leaves it is extracted in the
+        background (an extraction failure is counted and logged, the append stands)."""
+        async with self._use(owner):
+            svc = await self._service()
+            appended: ChatAppend = await svc.append_messages(owner, conversation, messages)
+        if appended.overflow:
+            task = asyncio.get_running_loop().create_task(
+                self._extract_quietly(svc, owner, appended.overflow))
+            tasks = self._extracting.setdefault(owner, set())
+            tasks.add(task)
+            task.add_done_callback(lambda t: self._extraction_done(owner, t))
+        return appended
+
+    def _extraction_done(self, owner: str, task: asyncio.Task[None]) -> None:
+        tasks = self._extracting.get(owner)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self._extracting[owner]
+
+    async def _extract_quietly(self, svc: ExtractionService, owner: str,
+                               messages: Sequence[ChatMessage]) -> None:
+        try:
+            await svc.extract(owner, messages)
+        except ExtractionError as exc:
+            self._extraction_failures += 1
+            log.warning("extraction for owner %r failed: %s", owner, exc)
+        except Exception:  # never lost silently: the task has no one awaiting it
+            self._extraction_failures += 1
+            log.exception("extraction for owner %r failed", owner)
+
+    async def flush_extractions(self, owner: str) -> int:
+        """Wait for the background extractions of ``owner`` started so far; how many."""
+        tasks = list(self._extracting.get(owner, ()))
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return len(tasks)
+
+    async def end_conversation(self, owner: str, conversation: str
+                               ) -> ExtractionReport | None:
+        """Close the conversation and extract from its last window (``None``: it was
+        empty). The window is gone even if extraction fails (the error is raised)."""
+        async with self._use(owner):
+            svc = await self._service()
+            window = await svc.end_conversation(owner, conversation)
+        if not window:
+            return None
+        try:
+            return await svc.extract(owner, window)
+        except ExtractionError:
+            self._extraction_failures += 1
+            raise
+
+    async def extract(self, owner: str, messages: Sequence[ChatMessage]) -> ExtractionReport:
+        """Extract from ``messages`` now and apply the result through the gate."""
+        async with self._use(owner):
+            svc = await self._service()
+        try:
+            return await svc.extract(owner, messages)
+        except ExtractionError:
+            self._extraction_failures += 1
+            raise
+
+    async def confirm(self, owner: str, pending_id: str, by: str, edited_content: str | None
+                      ) -> HitlDecision:
+        async with self._use(owner):
+            svc = await self._service()
+        return await svc.confirm(owner, pending_id, by=by, edited_content=edited_content)
+
+    async def reject(self, owner: str, pending_id: str, by: str) -> HitlDecision:
+        async with self._use(owner):
+            svc = await self._service()
+        return await svc.reject(owner, pending_id, by=by)
+
+    async def audit(self, owner: str, limit: int) -> list[AuditEntry]:
+        async with self._use(owner):
+            svc = await self._service()
+            return await svc.audit(owner, limit=limit)
+
+    async def extraction_stats(self) -> dict[str, Any]:
+        """This actor's extraction totals (outcomes, failures, tokens, cost)."""
+        out: dict[str, Any] = {} if self._extraction is None else self._extraction.stats()
+        out["background_failures"] = self._extraction_failures
+        out["background_running"] = sum(len(t) for t in self._extracting.values())
+        return out
+
+
+class _OwnerWriter:
+    """The extraction service's writer: every write goes through the owner's
+    :class:`OwnerMemory` in this actor, serialized with the owner's other writes, so
+    the live snapshot stays current. Each call enters and leaves the owner on its own:
+    no write is made while another holds the owner's lock."""
+
+    def __init__(self, holder: _Holder) -> None:
+        self._holder = holder
+
+    async def snapshot(self, owner: str) -> MemorySnapshot:
+        async with self._holder._use(owner) as mem:
+            snap: MemorySnapshot = await mem.snapshot()
+            return snap
+
+    async def apply(self, owner: str, ops: Sequence[L1Op], *, op_id: str | None = None
+                    ) -> MemorySnapshot:
+        async with self._holder._use(owner) as mem:
+            snap: MemorySnapshot = await mem.apply(ops, op_id)
+            return snap
+
+    async def store(self, owner: str, content: str, *,
+                    metadata: Mapping[str, Any] | None = None, op_id: str | None = None
+                    ) -> StoreResult:
+        async with self._holder._use(owner) as mem:
+            result: StoreResult = await mem.store(content, metadata, op_id)
+            return result
 
 
 class OwnerActor(_Holder):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -71,6 +72,13 @@ class Registry:
         await asyncio.shield(self._started)
 
     async def _start(self) -> None:
+        if self._spec.settings.extraction_model and self._spec.extractor_pool is None:
+            # LLM calls run in a pool of extractor actors owned by this (detached) registry,
+            # so they live as long as the system; the owner actors get it in their spec.
+            from ..extraction.pool import ExtractorPool
+
+            pool = await asyncio.to_thread(ExtractorPool, self._spec.settings)
+            self._spec = dataclasses.replace(self._spec, extractor_pool=pool)
         spec = self._spec
         name = spec.name
         self._indexes = [
@@ -245,6 +253,10 @@ class Registry:
         self._hosts, self._indexes = [], []
         for owner, _ in self._live.items():
             self._live.pop(owner)
+        pool = self._spec.extractor_pool
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(pool.shutdown, force=True)
 
 
 def _kill(actor: Any) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import MemorySettings
 from ..embedding import CachedEmbedder, Embedder, open_embedder
@@ -19,6 +19,9 @@ from ..errors import ConfigurationError
 from ..models import new_id
 from ..storage import open_stores
 from .placement import system_name
+
+if TYPE_CHECKING:
+    from ..extraction.pool import ExtractorPool
 
 #: Dedicated placement runs one actor per owner: each opens a small pool only.
 DEDICATED_POOL_MAX = 2
@@ -59,6 +62,10 @@ class SystemSpec:
     #: How long a passivation waits for the calls in flight before it kills the actor.
     drain_grace_s: float = 10.0
     incarnation: str = field(default_factory=new_id)
+    #: The LLM extractor pool the owner-holding actors send extraction to; set by the
+    #: registry when ``settings.extraction_model`` is configured. ``None``: each actor
+    #: runs the configured extractor itself (the offline rule-based one: no actors).
+    extractor_pool: ExtractorPool | None = None
 
     def __post_init__(self) -> None:
         system_name(self.name)
