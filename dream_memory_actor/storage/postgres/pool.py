@@ -35,6 +35,25 @@ def translate(exc: BaseException) -> BaseException:
     return BackendError(f"PostgreSQL error: {exc}")
 
 
+class PostgresStore:
+    """What both PostgreSQL stores share: one backend (pool), set up once, closed once."""
+
+    def __init__(self, backend: PostgresBackend) -> None:
+        self.backend = backend
+        self.max_content_bytes = backend.max_content_bytes
+        self._s = backend.schema
+        backend.acquire_user()
+        self._closed = False
+
+    async def setup(self) -> None:
+        await self.backend.setup()
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self.backend.release_user()
+
+
 class PostgresBackend:
     """One pool shared by the structured and the vector store of one configuration."""
 

@@ -38,7 +38,7 @@ from ..ops import (
     SetStatus,
     pending_fingerprint,
 )
-from .pool import PostgresBackend
+from .pool import PostgresStore
 
 _SNAPSHOT_SQL = """
 SELECT
@@ -65,23 +65,8 @@ def _lock_key(schema: str, layer: str, owner: str) -> str:
     return f"{schema}:{layer}:{owner}"
 
 
-class PostgresStructuredStore(StructuredStore):
+class PostgresStructuredStore(PostgresStore, StructuredStore):
     """L1 in PostgreSQL tables."""
-
-    def __init__(self, backend: PostgresBackend) -> None:
-        self.backend = backend
-        self.max_content_bytes = backend.max_content_bytes
-        self._s = backend.schema
-        backend.acquire_user()
-        self._closed = False
-
-    async def setup(self) -> None:
-        await self.backend.setup()
-
-    async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self.backend.release_user()
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         async with self.backend.connection() as conn:

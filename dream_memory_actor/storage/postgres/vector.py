@@ -21,7 +21,7 @@ from ...text import content_hash, escape_like, fold
 from ..base import VectorStore
 from ..dedup import merged
 from .migrations import dim_sql
-from .pool import PostgresBackend
+from .pool import PostgresBackend, PostgresStore
 
 _COLUMNS = ("id, owner_id, content, metadata, created_at, updated_at, "
             "embedding_dim IS NOT NULL AS has_embedding")
@@ -42,24 +42,12 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-class PostgresVectorStore(VectorStore):
+class PostgresVectorStore(PostgresStore, VectorStore):
     """L2 in the ``memories`` table."""
 
     def __init__(self, backend: PostgresBackend) -> None:
-        self.backend = backend
+        super().__init__(backend)
         self.dim = backend.dim
-        self.max_content_bytes = backend.max_content_bytes
-        self._s = backend.schema
-        backend.acquire_user()
-        self._closed = False
-
-    async def setup(self) -> None:
-        await self.backend.setup()
-
-    async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self.backend.release_user()
 
     def _dim_filter(self) -> str:
         # The partial HNSW index matches only a literal predicate; dim is an int from settings.
