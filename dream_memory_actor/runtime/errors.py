@@ -69,11 +69,13 @@ def retryable(exc: BaseException) -> bool:
 
 def translate(exc: BaseException, what: str) -> BaseException:
     """The error to raise for ``exc`` (chain it with ``from exc``)."""
-    if isinstance(exc, DreamMemoryError):
-        return exc
+    # Unwrap first: Ray's RayTaskError(X) is also an instance of X, and returned as
+    # is it would carry Ray's remote traceback as its message.
     inner = unwrap(exc)
     if inner is not None:
         return inner
+    if isinstance(exc, DreamMemoryError):
+        return exc
     if isinstance(exc, (GetTimeoutError, TimeoutError, asyncio.TimeoutError)):
         return RuntimeTimeout(f"{what} did not finish in time")
     if isinstance(exc, RayTaskError):

@@ -188,3 +188,12 @@ def test_calls_after_shutdown(ray_runtime: None, pg_dsn: str) -> None:
             call()
     assert "_registry.test-shutdown" not in {
         a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+
+
+def test_errors_from_actors_arrive_without_rays_traceback(system: MemorySystem) -> None:
+    from dream_memory_actor.errors import UnknownStatusKey
+
+    with pytest.raises(UnknownStatusKey) as info:
+        system.owner("traceback-check").delete_status("never-set")
+    assert type(info.value) is UnknownStatusKey  # not Ray's RayTaskError subclass
+    assert "Traceback" not in str(info.value)
