@@ -1,0 +1,5 @@
+import sys
+
+from .entry import main
+
+raise SystemExit(main(sys.argv[1:]))
