@@ -3,6 +3,13 @@
 ``dream-memory bench NAME [options] --json`` runs one benchmark and prints one
 JSON object. Each benchmark is a module of ``dream_memory_actor.bench`` with
 ``add_arguments(parser)`` and ``async run(args) -> dict``.
+
+``pending list|confirm|reject``, ``snapshot`` and ``search`` open the configured
+memory in this process (``MemorySettings()``: ``DREAM_MEMORY_*`` variables and the
+YAML file of ``DREAM_MEMORY_CONFIG_FILE``); ``doctor`` checks the installation and
+the configuration and says what is missing; ``system start|status|stop`` manages
+the detached memory system on a running Ray cluster; ``mcp`` runs the MCP server.
+Output is for people unless ``--json`` is given.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 #: Benchmark name -> module under ``dream_memory_actor.bench``.
 BENCHMARKS = {
@@ -50,10 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_parser(sub)
     demo = sub.add_parser("demo", help="run the multi-agent demo on the embedded default")
     demo.set_defaults(run_demo=True)
+    from . import cli_ops
+
+    cli_ops.add_parsers(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["mcp"]:  # everything after "mcp" is the MCP server's own options
+        from . import cli_ops
+
+        return cli_ops.run_mcp(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "bench":
         result = asyncio.run(args.bench_module.run(args))
@@ -64,7 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from agents_demo.__main__ import main as demo_main
 
         return demo_main()
-    return 2
+    from . import cli_ops
+
+    handled: Any = cli_ops.run(args)
+    return 2 if handled is None else int(handled)
 
 
 if __name__ == "__main__":

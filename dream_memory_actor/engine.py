@@ -20,6 +20,7 @@ from . import validation as check
 from .config import MemorySettings
 from .embedding import CachedEmbedder, open_embedder
 from .errors import SystemClosed
+from .metrics import get_metrics
 from .models import MemorySnapshot, SearchHit, StoreResult, VectorMemory
 from .storage import open_stores
 from .storage.base import StructuredStore, VectorStore
@@ -43,6 +44,7 @@ class MemoryEngine:
         self._closed = False
         #: Seconds spent embedding queries in the last ``search`` (benchmarks report it apart).
         self.last_query_embed_s = 0.0
+        self.metrics = get_metrics()
 
     @classmethod
     async def open(cls, settings: MemorySettings | None = None, *, setup: bool = True
@@ -72,13 +74,19 @@ class MemoryEngine:
 
     async def snapshot(self, owner: str) -> MemorySnapshot:
         self._open()
-        return await self.structured.load(check.owner_id(owner))
+        with self.metrics.operation("snapshot", self.settings.backend):
+            snap = await self.structured.load(check.owner_id(owner))
+        self.metrics.observe_pending(owner, len(snap.pending))
+        return snap
 
     async def apply(self, owner: str, ops: Sequence[L1Op], *, now: datetime | None = None,
                     op_id: str | None = None) -> MemorySnapshot:
         """Apply ``ops`` atomically; a retry with the same ``op_id`` is applied once."""
         self._open()
-        return await self.structured.apply(owner, ops, now=now, op_id=op_id)
+        with self.metrics.operation("apply", self.settings.backend):
+            snap = await self.structured.apply(owner, ops, now=now, op_id=op_id)
+        self.metrics.observe_pending(owner, len(snap.pending))
+        return snap
 
     # -- L2 ------------------------------------------------------------------------
 
@@ -103,14 +111,18 @@ class MemoryEngine:
         A retry with the same ``op_id`` is applied once (and returns the first result).
         """
         self._open()
-        check.owner_id(owner)
-        text = check.content(content, self.settings.max_content_bytes)
-        check.metadata(metadata)
-        vec = list(embedding) if embedding is not None else await self.embed(text)
-        return await self.vector.store(
-            owner, text, embedding=vec, metadata=metadata,
-            threshold=self.settings.dedup_threshold, now=now, op_id=op_id,
-        )
+        with self.metrics.operation("store", self.settings.backend):
+            check.owner_id(owner)
+            text = check.content(content, self.settings.max_content_bytes)
+            check.metadata(metadata)
+            vec = list(embedding) if embedding is not None else await self.embed(text)
+            result = await self.vector.store(
+                owner, text, embedding=vec, metadata=metadata,
+                threshold=self.settings.dedup_threshold, now=now, op_id=op_id,
+            )
+        if result.merged:
+            self.metrics.merge(self.settings.backend)
+        return result
 
     async def search(
         self,
@@ -124,17 +136,19 @@ class MemoryEngine:
     ) -> list[SearchHit]:
         """Hybrid search (keyword + time only without an embedder), best first."""
         self._open()
-        who = check.owner_ids(owners)
-        text = check.content(query, self.settings.max_content_bytes, what="query")
-        check.limit(limit)
-        t0 = time.perf_counter()
-        vec = list(embedding) if embedding is not None else await self.embed(text)
-        self.last_query_embed_s = time.perf_counter() - t0
-        s = self.settings
-        return await self.vector.search(
-            who, text, embedding=vec, limit=limit, weights=s.weights, now=now,
-            vector_k=s.vector_candidates, keyword_k=s.keyword_candidates, min_score=min_score,
-        )
+        with self.metrics.operation("search", self.settings.backend):
+            who = check.owner_ids(owners)
+            text = check.content(query, self.settings.max_content_bytes, what="query")
+            check.limit(limit)
+            t0 = time.perf_counter()
+            vec = list(embedding) if embedding is not None else await self.embed(text)
+            self.last_query_embed_s = time.perf_counter() - t0
+            s = self.settings
+            return await self.vector.search(
+                who, text, embedding=vec, limit=limit, weights=s.weights, now=now,
+                vector_k=s.vector_candidates, keyword_k=s.keyword_candidates,
+                min_score=min_score,
+            )
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         self._open()

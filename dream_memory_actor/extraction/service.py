@@ -37,6 +37,7 @@ from ..errors import (
     PendingItemDecided,
     PendingItemNotFound,
 )
+from ..metrics import get_metrics
 from ..models import (
     AuditAction,
     AuditEntry,
@@ -159,6 +160,7 @@ class ExtractionService:
             result = await self.extractor.extract(msgs)
         except ExtractionError as exc:
             self._stats[f"failed:{type(exc).__name__}"] += 1
+            get_metrics().error(type(exc).__name__, "extract")
             raise
         return await self.apply_result(owner, msgs, result)
 
@@ -200,6 +202,10 @@ class ExtractionService:
         self._stats["completion_tokens"] += report.usage.completion_tokens
         if report.usage.cost_usd is not None:
             self._cost_usd += report.usage.cost_usd
+        m = get_metrics()
+        m.gate_outcomes(report.counts)
+        m.extraction_usage(report.usage.prompt_tokens, report.usage.completion_tokens,
+                           report.usage.cost_usd)
 
     def stats(self) -> dict[str, Any]:
         """Totals since this service started: outcomes, failures, tokens and cost."""
@@ -256,6 +262,8 @@ class ExtractionService:
         await self.writer.apply(owner, ops, op_id=f"hitl:{pending_id}")
         decision = await self._recorded(owner, pending_id, action)
         self._stats[action] += int(decision.entry.id == entry.id)
+        if decision.entry.id == entry.id:
+            get_metrics().hitl_decision(action)
         return decision.model_copy(update={"applied": decision.entry.id == entry.id})
 
     async def _recorded(self, owner: str, pending_id: str, action: AuditAction

@@ -1,0 +1,177 @@
+"""The deployment files: ray_cluster.yaml against Ray's own schema, docker-compose.yml's shape.
+
+Docker is not available on the test machines, so the compose file is checked for
+its structure: the services, their health checks and start order, pinned images,
+and no secret written into it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET_WORDS = re.compile(r"(password|passwd|secret|token|api_key|apikey|dsn)", re.I)
+
+
+def _load(name: str) -> Any:
+    return yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))
+
+
+# -- ray_cluster.yaml ------------------------------------------------------------------
+
+
+def test_ray_cluster_yaml_passes_rays_preparation_and_schema() -> None:
+    pytest.importorskip("ray")
+    jsonschema = pytest.importorskip("jsonschema")
+    import ray.autoscaler
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    raw = _load("ray_cluster.yaml")
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    jsonschema.validate(raw, schema)  # as written, too
+    prepared = prepare_config(copy.deepcopy(raw))
+    validate_config(prepared)  # Ray's own check: the schema plus its extra rules
+    jsonschema.validate(prepared, schema)
+
+    assert prepared["provider"]["type"] == "local"
+    assert prepared["max_workers"] == len(raw["provider"]["worker_ips"])
+    setup = " ".join(prepared["head_setup_commands"])
+    assert "pip install" in setup and "dream-memory-actor[" in setup
+    assert prepared["worker_setup_commands"] == prepared["head_setup_commands"]
+    head = " ".join(prepared["head_start_ray_commands"])
+    assert "ray start --head" in head
+    assert "dream_memory_actor.cli system start" in head  # starts the memory system
+    assert "DREAM_MEMORY_METRICS=ray" in head
+    worker = " ".join(prepared["worker_start_ray_commands"])
+    assert "ray start --address=$RAY_HEAD_IP:6379" in worker
+
+
+def test_ray_cluster_yaml_holds_no_secret() -> None:
+    text = (ROOT / "ray_cluster.yaml").read_text(encoding="utf-8")
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        assert not re.search(r"(PASSWORD|API_KEY|_DSN)\s*=", line), line
+        assert "postgresql://" not in line, line
+
+
+def test_a_broken_cluster_config_is_refused() -> None:
+    """The check above has teeth: an unknown field fails Ray's schema."""
+    pytest.importorskip("ray")
+    jsonschema = pytest.importorskip("jsonschema")
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    raw = _load("ray_cluster.yaml")
+    raw["head_start_commands"] = ["typo"]
+    with pytest.raises(jsonschema.ValidationError):
+        validate_config(prepare_config(raw))
+
+
+# -- docker-compose.yml ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = _load("docker-compose.yml")
+    assert isinstance(data, dict)
+    return data
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): "" if v is None else str(v) for k, v in env.items()}
+
+
+def test_compose_services_and_images(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert set(services) >= {"postgres", "redis", "ray-head", "ray-worker", "mcp"}
+    assert services["postgres"]["image"].startswith("pgvector/pgvector:")
+    assert services["postgres"]["image"].endswith("-pg17")
+    assert services["redis"]["image"].startswith("redis/redis-stack-server:")
+    for name, svc in services.items():
+        image = svc.get("image")
+        assert image, f"{name} has no image"
+        tag = image.rsplit(":", 1)[1] if ":" in image else ""
+        assert tag and tag != "latest", f"{name}: image {image!r} is not pinned"
+        if "build" in svc:
+            build = svc["build"]
+            assert (ROOT / build["context"] / build["dockerfile"]).is_file()
+
+
+def test_compose_health_checks_and_start_order(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, svc in services.items():
+        check = svc.get("healthcheck")
+        assert check and check.get("test"), f"{name} has no health check"
+        assert check["test"][0] in ("CMD", "CMD-SHELL"), name
+        for key in ("interval", "timeout", "retries"):
+            assert key in check, f"{name}: healthcheck without {key}"
+    order = {
+        "ray-head": {"postgres", "redis"},
+        "ray-worker": {"ray-head"},
+        "mcp": {"ray-head", "ray-worker"},
+    }
+    for name, needs in order.items():
+        deps = services[name]["depends_on"]
+        assert isinstance(deps, dict), f"{name}: depends_on needs conditions"
+        assert set(deps) >= needs, name
+        for dep in needs:
+            assert deps[dep]["condition"] == "service_healthy", f"{name} -> {dep}"
+            assert "healthcheck" in services[dep]
+    assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "FT._LIST" in " ".join(services["redis"]["healthcheck"]["test"])
+
+
+def test_compose_holds_no_literal_secret(compose: dict[str, Any]) -> None:
+    ref = re.compile(r"\$\{[A-Z_][A-Z0-9_]*(:?[-?][^}]*)?\}")
+    for name, svc in compose["services"].items():
+        for key, value in _env(svc).items():
+            if SECRET_WORDS.search(key) or "://" in value:
+                # every credential part is a ${VAR} reference, never a literal
+                stripped = ref.sub("", value)
+                assert not re.search(r"://[^/@]*:[^/@${}]+@", stripped), (name, key)
+                if SECRET_WORDS.search(key) and not key.endswith(("_USER", "_DB")):
+                    assert ref.search(value), f"{name}: {key} is not a ${{VAR}} reference"
+                    if "://" not in value:  # only the reference and flags remain
+                        assert re.fullmatch(r"(\s*--[\w-]+(\s+(yes|no))?)*\s*", stripped), (
+                            name, key, stripped)
+    text = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    assert not re.search(r"sk-[A-Za-z0-9]{10,}", text)
+    for ref_ in re.findall(r"\$\{(\w*(?:PASSWORD|TOKENS))[^}]*\}", text):
+        # required secrets fail loudly when missing instead of defaulting to something
+        assert re.search(r"\$\{" + ref_ + r":\?", text), ref_
+
+
+def test_compose_services_share_the_memory_settings(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("ray-head", "ray-worker", "mcp"):
+        env = _env(services[name])
+        assert env["DREAM_MEMORY_BACKEND"].startswith("${DREAM_MEMORY_BACKEND")
+        assert "@postgres:5432/" in env["DREAM_MEMORY_POSTGRES_DSN"]
+        assert "@redis:6379/" in env["DREAM_MEMORY_REDIS_URL"]
+        assert env["DREAM_MEMORY_METRICS"] == "ray"
+    assert "dream-memory system start" in services["ray-head"]["command"]
+    assert "--transport http" in services["mcp"]["command"]
+    assert "--ray-system default" in services["mcp"]["command"]
+    assert "DREAM_MEMORY_MCP_TOKENS" in _env(services["mcp"])
+    for name, svc in services.items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} to all hosts"
+
+
+def test_env_example_lists_every_variable(compose: dict[str, Any]) -> None:
+    text = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    used = set(re.findall(r"\$\{(\w+)", text))
+    example = (ROOT / "docker" / "env.example").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^(\w+)=", example, re.M))
+    assert used <= listed, used - listed
+    assert not re.search(r"^\w*(PASSWORD|TOKENS)=\S", example, re.M)  # no sample secrets
