@@ -156,6 +156,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                 keyword_k=settings.keyword_candidates)
             lat.append(time.perf_counter() - t0)
         result["search"] = percentiles_ms(lat)
+        if args.backend == "redis":
+            result["redis_search_module"] = vector.search_module
+            if vector.search_module:  # the flavour, so reports keep the two apart
+                result["backend"] = "redis-stack"
         result["query_embedding"] = (
             "excluded: queries carry precomputed embeddings; see bench retrieval for "
             "embedding cost with a real model")
