@@ -171,7 +171,8 @@ class _Holder:
     async def end_conversation(self, owner: str, conversation: str
                                ) -> ExtractionReport | None:
         """Close the conversation and extract from its last window (``None``: it was
-        empty). The window is gone even if extraction fails (the error is raised)."""
+        empty). If extraction fails the window is put back and the error raised, so
+        calling ``end_conversation`` again retries with the same messages."""
         async with self._use(owner):
             svc = await self._service()
             window = await svc.end_conversation(owner, conversation)
@@ -181,6 +182,8 @@ class _Holder:
             return await svc.extract(owner, window)
         except ExtractionError:
             self._extraction_failures += 1
+            async with self._use(owner):
+                await svc.append_messages(owner, conversation, window)
             raise
 
     async def extract(self, owner: str, messages: Sequence[ChatMessage]) -> ExtractionReport:

@@ -150,5 +150,14 @@ def test_llm_extraction_through_the_pool(ray_runtime: None, pg_dsn: str) -> None
                 erin.end_conversation("c1")
             assert [r.content for r in erin.snapshot().rules] == ["Reply in Chinese"]
             assert api.pending() == 0
+            # the failed end put the window back: ending again extracts the same messages
+            fact = {"kind": "fact", "content": "The user said c", "confidence": 0.9,
+                    "evidence": "c"}
+            api.queue_chat(json.dumps({"items": [fact]}))
+            report = erin.end_conversation("c1")
+            assert report is not None
+            prompt = api.requests_to(CHAT_PATH)[-1].json["messages"][-1]["content"]
+            convo = json.loads(prompt.split("\n", 1)[1])
+            assert [m["content"] for m in convo] == ["b", "c"]
         finally:
             system.shutdown(grace_period_s=1)
