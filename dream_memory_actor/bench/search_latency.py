@@ -165,7 +165,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "embedding cost with a real model")
 
         if args.backend == "postgres":
-            sql, qargs = vector.candidates_query([owners[0]], [], queries[0][1],
+            [(sql, qargs)] = vector.candidate_queries([owners[0]], [], queries[0][1],
                                                  settings.vector_candidates, 100)
             async with vector.backend.connection() as conn:
                 plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *qargs))

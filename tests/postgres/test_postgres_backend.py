@@ -100,7 +100,7 @@ async def test_vector_candidates_use_the_hnsw_index(pg: tuple[MemorySettings,
     await _bulk(vector, "big", 4000, 1)
     await _bulk(vector, "small", 30, 2)
     query = [float(x) for x in np.random.default_rng(3).normal(size=DIM)]
-    sql, args = vector.candidates_query(["big"], [], query, 100, 100)
+    [(sql, args)] = vector.candidate_queries(["big"], [], query, 100, 100)
     async with vector.backend.connection() as conn:
         plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *args))
     assert f"memories_hnsw_{DIM}" in plan, plan
@@ -113,7 +113,7 @@ async def test_keyword_candidates_use_the_trigram_index(pg: tuple[MemorySettings
                                                                    PostgresVectorStore]) -> None:
     _, vector = pg
     await _bulk(vector, "big", 4000, 4)
-    sql, args = vector.candidates_query(["big"], ["kubernetes"], None, 100, 100)
+    [(sql, args)] = vector.candidate_queries(["big"], ["kubernetes"], None, 100, 100)
     # On a table this small the planner rightly prefers the owner index; the question
     # here is whether the generated LIKE predicate (escaped, bound) *can* use the
     # trigram index, so hide the alternatives inside a rolled-back transaction.

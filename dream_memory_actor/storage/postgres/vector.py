@@ -8,6 +8,7 @@ base class ranks them, so the scores equal every other backend's.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Sequence
@@ -146,58 +147,60 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                 columns=["id", "owner_id", "search_text", "updated_at"])
         return len(mems)
 
-    def candidates_query(self, owners: Sequence[str], terms: Sequence[str],
-                         embedding: list[float] | None, vector_k: int, keyword_k: int,
-                         ) -> tuple[str, list[Any]]:
-        """The candidate statement and its bound parameters (also used by EXPLAIN tests).
+    def candidate_queries(self, owners: Sequence[str], terms: Sequence[str],
+                          embedding: list[float] | None, vector_k: int, keyword_k: int,
+                          ) -> list[tuple[str, list[Any]]]:
+        """One statement per signal (vector, keyword) with its bound parameters.
 
-        Each branch returns full rows with their cosine; a memory found by both
-        comes back twice and ranking keeps it once (cheaper than re-joining).
+        Each returns full rows with their cosine; a memory found by both comes
+        back twice and ranking keeps it once. They run concurrently on two
+        pooled connections, so a search costs the slower branch, not the sum.
         """
         s = self._s
         d = int(self.dim or 0)
-        args: list[Any] = [list(owners)]
-
-        def param(value: Any) -> str:
-            args.append(value)
-            return f"${len(args)}"
-
-        branches = []
         cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        out: list[tuple[str, list[Any]]] = []
         if embedding is not None:
-            q = f"{param(embedding)}::vector({d})"
-            branches.append(
-                f"""(SELECT {cols}, NULL::text AS search_text,
-                        1 - (m.{dim_sql(d)} <=> {q}) AS sim
+            q = f"$2::vector({d})"
+            out.append((
+                f"""SELECT {cols}, NULL::text AS search_text, 1 - (m.{dim_sql(d)} <=> {q}) AS sim
                     FROM {s}.memories m
                     WHERE m.owner_id = ANY($1::text[]) AND m.{self._dim_filter()}
-                    ORDER BY m.{dim_sql(d)} <=> {q} LIMIT {param(vector_k)})""")
-            sim = f"CASE WHEN m.{self._dim_filter()} THEN 1 - (m.{dim_sql(d)} <=> {q}) END"
-        else:
-            sim = "NULL::float8"
+                    ORDER BY m.{dim_sql(d)} <=> {q} LIMIT $3""",
+                [list(owners), embedding, vector_k]))
         if terms:
-            likes = [f"search_text LIKE {param(f'%{escape_like(t)}%')} ESCAPE '\\'"
-                     for t in terms]
+            args: list[Any] = [list(owners), keyword_k]
+            sim = "NULL::float8"
+            if embedding is not None:
+                args.append(embedding)
+                q = f"$3::vector({d})"
+                sim = f"CASE WHEN m.{self._dim_filter()} THEN 1 - (m.{dim_sql(d)} <=> {q}) END"
+            likes = []
+            for t in terms:
+                args.append(f"%{escape_like(t)}%")
+                likes.append(f"search_text LIKE ${len(args)} ESCAPE '\\'")
             matched = " + ".join(f"({x})::int" for x in likes)
-            branches.append(
-                f"""(SELECT {cols}, t.search_text, {sim} AS sim
+            out.append((
+                f"""SELECT {cols}, t.search_text, {sim} AS sim
                     FROM (SELECT id, search_text FROM {s}.memory_text
                           WHERE owner_id = ANY($1::text[]) AND ({' OR '.join(likes)})
-                          ORDER BY {matched} DESC, updated_at DESC LIMIT {param(keyword_k)}) t
-                    JOIN {s}.memories m USING (id))""")
-        return " UNION ALL ".join(branches), args
+                          ORDER BY {matched} DESC, updated_at DESC LIMIT $2) t
+                    JOIN {s}.memories m USING (id)""",
+                args))
+        return out
+
+    async def _fetch(self, sql: str, args: list[Any]) -> list[Any]:
+        async with self.backend.connection() as conn:
+            return list(await conn.fetch(sql, *args))
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
                           keyword_k: int) -> list[Candidate]:
-        if embedding is None and not terms:
-            return []
-        sql, args = self.candidates_query(owners, terms, embedding, vector_k, keyword_k)
-        async with self.backend.connection() as conn:
-            rows = await conn.fetch(sql, *args)
+        queries = self.candidate_queries(owners, terms, embedding, vector_k, keyword_k)
+        results = await asyncio.gather(*(self._fetch(sql, args) for sql, args in queries))
         return [Candidate(str(r["id"]), r["content"], r["updated_at"],
                           None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
-                for r in rows]
+                for rows in results for r in rows]
 
     def _materialize(self, payload: Any) -> VectorMemory:
         return _memory(payload)
