@@ -177,3 +177,28 @@ async def test_hnsw_settings_survive_the_pools_reset(pg: tuple[MemorySettings,
         async with vector.backend.connection() as conn:
             assert await conn.fetchval("SHOW hnsw.iterative_scan") == "relaxed_order"
             assert await conn.fetchval("SHOW hnsw.ef_search") == "100"
+
+
+async def test_split_and_single_connection_searches_agree(
+        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
+    _, vector = pg
+    await _bulk(vector, "big", 500, 8)
+    query = [float(x) for x in np.random.default_rng(9).normal(size=DIM)]
+    now = utcnow()
+    single = await vector.search("big", "memory 12", embedding=query, limit=20, now=now)
+    vector._split[("big",)] = None  # as if the last search of this owner was slow
+    split = await vector.search("big", "memory 12", embedding=query, limit=20, now=now)
+    assert [(h.memory.id, h.score) for h in split] == [(h.memory.id, h.score) for h in single]
+
+
+def test_slow_owners_are_learned_and_forgotten(pg: tuple[MemorySettings,
+                                                          PostgresVectorStore]) -> None:
+    from dream_memory_actor.storage.postgres.vector import SPLIT_AFTER_S
+
+    _, vector = pg
+    vector._learn(("o",), False, SPLIT_AFTER_S * 2)
+    assert ("o",) in vector._split
+    vector._learn(("o",), True, SPLIT_AFTER_S)  # still slowish while split: kept
+    assert ("o",) in vector._split
+    vector._learn(("o",), True, SPLIT_AFTER_S / 4)
+    assert ("o",) not in vector._split

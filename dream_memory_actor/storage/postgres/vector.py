@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -23,6 +25,9 @@ from ..base import VectorStore
 from ..dedup import merged
 from .migrations import dim_sql
 from .pool import PostgresBackend, PostgresStore
+
+#: A search slower than this (seconds) runs its two branches concurrently next time.
+SPLIT_AFTER_S = 0.005
 
 _COLUMNS = ("id, owner_id, content, metadata, created_at, updated_at, "
             "embedding_dim IS NOT NULL AS has_embedding")
@@ -49,6 +54,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
     def __init__(self, backend: PostgresBackend) -> None:
         super().__init__(backend)
         self.dim = backend.dim
+        self._split: OrderedDict[tuple[str, ...], None] = OrderedDict()
 
     def _dim_filter(self) -> str:
         # The partial HNSW index matches only a literal predicate; dim is an int from settings.
@@ -153,8 +159,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         """One statement per signal (vector, keyword) with its bound parameters.
 
         Each returns full rows with their cosine; a memory found by both comes
-        back twice and ranking keeps it once. They run concurrently on two
-        pooled connections, so a search costs the slower branch, not the sum.
+        back twice and ranking keeps it once. For owners whose search is slow
+        they run concurrently on two pooled connections (see ``_learn``).
         """
         s = self._s
         d = int(self.dim or 0)
@@ -189,18 +195,37 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                 args))
         return out
 
-    async def _fetch(self, sql: str, args: list[Any]) -> list[Any]:
+    async def _fetch(self, queries: Sequence[tuple[str, list[Any]]]) -> list[Any]:
         async with self.backend.connection() as conn:
-            return list(await conn.fetch(sql, *args))
+            return [r for sql, args in queries for r in await conn.fetch(sql, *args)]
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
                           keyword_k: int) -> list[Candidate]:
         queries = self.candidate_queries(owners, terms, embedding, vector_k, keyword_k)
-        results = await asyncio.gather(*(self._fetch(sql, args) for sql, args in queries))
+        key = tuple(owners)
+        split = len(queries) > 1 and key in self._split
+        t0 = time.perf_counter()
+        if split:  # two connections: the search costs the slower branch, not the sum
+            parts = await asyncio.gather(*(self._fetch([q]) for q in queries))
+            rows = [r for part in parts for r in part]
+        else:  # one connection, one branch after the other: cheapest for small owners
+            rows = await self._fetch(queries)
+        self._learn(key, split, time.perf_counter() - t0)
         return [Candidate(str(r["id"]), r["content"], r["updated_at"],
                           None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
-                for rows in results for r in rows]
+                for r in rows]
+
+    def _learn(self, key: tuple[str, ...], split: bool, elapsed: float) -> None:
+        # Owners whose search took longer than SPLIT_AFTER_S run their branches
+        # concurrently from then on; two connections cost more than they save on
+        # small owners (measured: 1k memories slower split, 100k faster).
+        if not split and elapsed > SPLIT_AFTER_S:
+            self._split[key] = None
+            while len(self._split) > 4096:
+                self._split.popitem(last=False)
+        elif split and elapsed < SPLIT_AFTER_S / 2:
+            self._split.pop(key, None)
 
     def _materialize(self, payload: Any) -> VectorMemory:
         return _memory(payload)
