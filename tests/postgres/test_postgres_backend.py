@@ -186,19 +186,25 @@ async def test_split_and_single_connection_searches_agree(
     query = [float(x) for x in np.random.default_rng(9).normal(size=DIM)]
     now = utcnow()
     single = await vector.search("big", "memory 12", embedding=query, limit=20, now=now)
-    vector._split[("big",)] = None  # as if the last search of this owner was slow
+    vector._timings[("big",)] = (1.0, 0.1)  # as if splitting had been faster
     split = await vector.search("big", "memory 12", embedding=query, limit=20, now=now)
     assert [(h.memory.id, h.score) for h in split] == [(h.memory.id, h.score) for h in single]
 
 
-def test_slow_owners_are_learned_and_forgotten(pg: tuple[MemorySettings,
-                                                          PostgresVectorStore]) -> None:
+def test_the_faster_way_of_running_the_branches_wins(
+        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
     from dream_memory_actor.storage.postgres.vector import SPLIT_AFTER_S
 
     _, vector = pg
-    vector._learn(("o",), False, SPLIT_AFTER_S * 2)
-    assert ("o",) in vector._split
-    vector._learn(("o",), True, SPLIT_AFTER_S)  # still slowish while split: kept
-    assert ("o",) in vector._split
-    vector._learn(("o",), True, SPLIT_AFTER_S / 4)
-    assert ("o",) not in vector._split
+    key = ("o",)
+    assert not vector._choose_split(key)  # first: one connection
+    vector._learn(key, False, SPLIT_AFTER_S / 2)
+    assert not vector._choose_split(key)  # fast enough: never tries splitting
+    vector._learn(("big",), False, SPLIT_AFTER_S * 4)
+    assert vector._choose_split(("big",))  # slow: tries the split way
+    vector._learn(("big",), True, SPLIT_AFTER_S * 6)
+    assert not vector._choose_split(("big",))  # split was slower: back to one connection
+    vector._learn(("big",), True, SPLIT_AFTER_S)
+    vector._learn(("big",), True, SPLIT_AFTER_S)
+    vector._learn(("big",), True, SPLIT_AFTER_S)
+    assert vector._choose_split(("big",))  # split became faster on average
