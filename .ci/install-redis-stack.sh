@@ -50,7 +50,10 @@ if [ -z "$(find_lib_dir)" ]; then
               | sed -E 's/\[[^]]*\] *//' | awk '{print $2}' || true
         } | grep -E '/debian/?$' | head -n 1 || true
     )"
-    MIRROR="${MIRROR:-http://deb.debian.org/debian}"
+    if [ -z "$MIRROR" ]; then
+        echo "install-redis-stack: no Debian mirror found in the apt sources of this machine" >&2
+        exit 1
+    fi
     MIRROR="${MIRROR%/}"
     KEYRING=/usr/share/keyrings/debian-archive-bullseye-stable.gpg
     [ -f "$KEYRING" ] || KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
