@@ -19,6 +19,7 @@ scripted. The demo says which.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -48,7 +49,7 @@ def run(settings: MemorySettings) -> int:
     settings = with_embedded_dsn(settings)
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS", "local"), include_dashboard=False,
-                 logging_level="ERROR", log_to_driver=False)
+                 logging_level=logging.ERROR, log_to_driver=False)
     name = f"demo-{os.getpid()}"
     system = MemorySystem.start(settings, name=name)
     extractor = (f"LLM {settings.extraction_model} through litellm" if settings.extraction_model
