@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-system", metavar="NAME",
                    help="serve the running Ray memory system NAME instead of in-process memory")
     p.add_argument("--ray-address", default="auto", help="Ray address for --ray-system")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve Prometheus /metrics of this process on PORT (127.0.0.1)")
     p.add_argument("--hash-token", action="store_true",
                    help="print the SHA-256 of the token read on stdin (a token map key) and exit")
     return p
@@ -58,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.transport == "stdio" and tokens is not None and args.tokens:
             print("note: --tokens is ignored over stdio (the local user owns the process)",
                   file=sys.stderr)
+        if args.metrics_port is not None:
+            from ..metrics import start_http_server
+
+            if not start_http_server(args.metrics_port, addr="127.0.0.1"):
+                print("note: prometheus-client is not installed; no /metrics "
+                      "(pip install 'dream-memory-actor[metrics]')", file=sys.stderr)
         serve(settings, args.transport, args.host, args.port,
               tokens if args.transport == "http" else None,
               ray_system=args.ray_system, ray_address=args.ray_address)

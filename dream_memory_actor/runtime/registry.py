@@ -23,6 +23,7 @@ from typing import Any
 import ray
 
 from ..errors import SystemClosed
+from ..metrics import get_metrics
 from .owner_actor import HostActor, OwnerActor, sweep_interval
 from .placement import NAMESPACE, LiveSet, host_name, index_name, owner_name
 from .spec import ClientView, SystemSpec
@@ -152,6 +153,7 @@ class Registry:
                     ).remote(self._spec, owner)
                     self._live.add(owner, actor)
                     self._unborn[owner] = time.monotonic()
+                    get_metrics().set_live_owners(len(self._live))
         self._live.touch(owner)
         return actor
 
@@ -173,6 +175,7 @@ class Registry:
         self._unborn.pop(owner, None)
         if actor is None:
             return
+        get_metrics().set_live_owners(len(self._live))
         grace = self._spec.drain_grace_s
         # Dead or stuck: killed all the same; its calls in flight get retried elsewhere.
         with contextlib.suppress(Exception):
@@ -233,6 +236,7 @@ class Registry:
                 out["owners"] = [i for i in out["owners"] if isinstance(i, dict)]
         if detail:
             out["indexes"] = await asyncio.gather(*(ix.info.remote() for ix in self._indexes))
+        get_metrics().set_live_owners(int(out["live_owners"]))
         return out
 
     async def shutdown(self, grace_s: float) -> None:

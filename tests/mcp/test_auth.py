@@ -75,10 +75,11 @@ async def test_http_subprocess_with_token_file(tmp_path: Path) -> None:
 
     f = tmp_path / "tokens.json"
     f.write_text(json.dumps({"tokens": {hash_token("tok"): ["alice"]}}), encoding="utf-8")
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "dream_memory_actor.mcp", "--transport", "http",
-         "--port", str(port), "--tokens", str(f), "--backend", "memory"],
+         "--port", str(port), "--tokens", str(f), "--backend", "memory",
+         "--metrics-port", str(metrics_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
@@ -97,6 +98,15 @@ async def test_http_subprocess_with_token_file(tmp_path: Path) -> None:
             assert not r.is_error
             r = await c.call_tool("read_snapshot", {"owner": "bob"})
             assert r.is_error and "AccessDenied" in r.content[0].text  # type: ignore[union-attr]
+        # the server process exports its own metrics: the store above is counted
+        from prometheus_client.parser import text_string_to_metric_families
+
+        async with create_mcp_http_client() as http:
+            scraped = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+        stores = [s.value for fam in text_string_to_metric_families(scraped)
+                  for s in fam.samples if s.name == "dream_memory_operations_total"
+                  and s.labels.get("kind") == "store"]
+        assert stores and sum(stores) >= 1
     finally:
         proc.terminate()
         proc.wait(20)
