@@ -37,6 +37,7 @@ from ..storage import open_stores
 from ..storage.base import StructuredStore, VectorStore
 from .embed_cache import DiskCachedEmbedder
 from .locomo import Conversation, Turn
+from .progress import Progress
 from .stats import percentiles_ms
 
 
@@ -114,15 +115,19 @@ async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
     engine = MemoryEngine(settings, structured, vector, CachedEmbedder(embedder, 50_000))
     corpus = Corpus(vector, structured, settings, settings.dedup_threshold, "engine")
 
+    bar = Progress("ingest (engine)", sum(len(c.turns) for c in convs))
+
     async def one(conv: Conversation) -> None:
         for t in conv.turns:
             r = await engine.store(conv.owner, t.content, now=t.at,
                                    metadata={"dia_id": t.dia_id, "session": t.session})
             corpus.record(t, r)
+            bar.advance()
 
     t0 = time.perf_counter()
     try:
-        await asyncio.gather(*(one(c) for c in convs))
+        with bar:
+            await asyncio.gather(*(one(c) for c in convs))
     except BaseException:
         await corpus.close()
         raise

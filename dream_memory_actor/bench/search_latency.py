@@ -20,6 +20,7 @@ import numpy as np
 from ..config import MemorySettings
 from ..models import utcnow
 from ..storage import open_stores
+from .progress import Progress
 from .stats import machine, percentiles_ms
 
 _TOPICS = [
@@ -110,6 +111,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await conn.execute(f"DROP INDEX {schema}.memories_hnsw_{args.dim}")
         t0 = time.perf_counter()
         loaded = 0
+        bar = Progress("load", args.owners * args.per_owner - sample)
         for i, owner in enumerate(owners):
             todo = args.per_owner - (sample if i == 0 else 0)
             while todo > 0:
@@ -123,6 +125,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                            threshold=1.0)
                 todo -= len(batch)
                 loaded += len(batch)
+                bar.advance(len(batch))
+        bar.__exit__(None, None, None)
         result["bulk_load"] = {"rows": loaded,
                                "rows_per_s": round(loaded / max(time.perf_counter() - t0, 1e-9))}
         if args.backend == "postgres":
