@@ -18,6 +18,17 @@ from .. import validation as check
 from ..errors import EmbeddingError
 
 
+def texts_of(texts: Sequence[str]) -> list[str]:
+    """``texts`` as a list, or ``TypeError`` for a lone string or a non-string item."""
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a sequence of texts, not a single string")
+    batch = list(texts)
+    for i, text in enumerate(batch):
+        if not isinstance(text, str):
+            raise TypeError(f"text #{i} is a {type(text).__name__}, not a str")
+    return batch
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """Turns texts into vectors of ``dim`` floats."""

@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import validation as check
 from ..errors import ConfigurationError, EmbeddingError, InvalidEmbedding, missing_dependency
+from .base import texts_of
 
 __all__ = ["BATCH_SIZE", "LiteLLMEmbedder"]
 
@@ -132,12 +133,7 @@ class LiteLLMEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector of ``dim`` floats per text, in order; ``EmbeddingError`` on failure."""
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a sequence of texts, not a single string")
-        batch = list(texts)
-        for i, text in enumerate(batch):
-            if not isinstance(text, str):
-                raise TypeError(f"text #{i} is a {type(text).__name__}, not a str")
+        batch = texts_of(texts)
         out: list[list[float]] = []
         for start in range(0, len(batch), self.batch_size):
             out.extend(await self._request(batch[start:start + self.batch_size], dim=self.dim))

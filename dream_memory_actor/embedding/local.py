@@ -41,6 +41,7 @@ from typing import Any
 
 from .. import validation as check
 from ..errors import ConfigurationError, EmbeddingError, InvalidEmbedding, missing_dependency
+from .base import texts_of
 
 __all__ = ["BUNDLED_MODEL_NAMES", "LocalEmbedder"]
 
@@ -234,12 +235,7 @@ class LocalEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One normalized vector per text, in order; ``EmbeddingError`` on failure."""
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a sequence of texts, not a single string")
-        batch = list(texts)
-        for i, text in enumerate(batch):
-            if not isinstance(text, str):
-                raise TypeError(f"text #{i} is a {type(text).__name__}, not a str")
+        batch = texts_of(texts)
         if not batch:
             return []
         try:

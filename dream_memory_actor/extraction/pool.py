@@ -20,7 +20,7 @@ same extractor actors, and only the creator's ``shutdown()`` ends them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -125,40 +125,36 @@ class ExtractorPool:
     def _empty(self) -> ExtractionResult:
         return ExtractionResult(items=(), extractor=self.name, source=self.source)
 
-    def extract(self, messages: Sequence[ChatMessage], *, timeout_s: float | None = None
-                ) -> ExtractionResult:
-        """Extract in one of the actors; blocks (use :meth:`extract_async` in async code)."""
+    @contextlib.contextmanager
+    def _call(self, messages: Sequence[ChatMessage]) -> Iterator[Any]:
+        """The call's object ref in the least busy actor (``None``: nothing to extract),
+        with the actor's load and Ray's errors taken care of."""
         i, msgs = self._pick(messages)
         ref = None
         try:
-            if not msgs:
-                return self._empty()
-            ref = self._actors[i].extract.remote(msgs)
-            self._refs.add(ref)
-            result: ExtractionResult = _ray().get(ref, timeout=timeout_s)
-            return result
+            if msgs:
+                ref = self._actors[i].extract.remote(msgs)
+                self._refs.add(ref)
+            yield ref
         except Exception as exc:
             raise _translate(exc, "extraction") from exc
         finally:
             self._load[i] -= 1
             self._refs.discard(ref)
 
+    def extract(self, messages: Sequence[ChatMessage], *, timeout_s: float | None = None
+                ) -> ExtractionResult:
+        """Extract in one of the actors; blocks (use :meth:`extract_async` in async code)."""
+        with self._call(messages) as ref:
+            result: ExtractionResult = (self._empty() if ref is None
+                                        else _ray().get(ref, timeout=timeout_s))
+            return result
+
     async def extract_async(self, messages: Sequence[ChatMessage]) -> ExtractionResult:
         """Extract in the least busy actor."""
-        i, msgs = self._pick(messages)
-        ref = None
-        try:
-            if not msgs:
-                return self._empty()
-            ref = self._actors[i].extract.remote(msgs)
-            self._refs.add(ref)
-            result: ExtractionResult = await ref
+        with self._call(messages) as ref:
+            result: ExtractionResult = self._empty() if ref is None else await ref
             return result
-        except Exception as exc:
-            raise _translate(exc, "extraction") from exc
-        finally:
-            self._load[i] -= 1
-            self._refs.discard(ref)
 
     def as_extractor(self) -> Extractor:
         """This pool as an :class:`Extractor`, for :class:`ExtractionService`."""

@@ -9,6 +9,7 @@ written through before it was acknowledged.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import time
@@ -42,7 +43,7 @@ def sweep_interval(idle_timeout_s: float) -> float:
     return min(max(idle_timeout_s / 4, 0.05), 30.0)
 
 
-class _Holder:
+class _Holder(abc.ABC):
     """What the two kinds of owner-holding actors share: the engine and the calls."""
 
     def __init__(self, spec: SystemSpec) -> None:
@@ -62,12 +63,13 @@ class _Holder:
                     self._engine = await open_owner_engine(self._spec)
         return self._engine
 
-    def _use(self, owner: str) -> Any:  # an async context manager yielding OwnerMemory
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _use(self, owner: str) -> Any:
+        """An async context manager yielding the owner's OwnerMemory (activated if needed)."""
 
+    @abc.abstractmethod
     def _live(self, owner: str) -> OwnerMemory | None:
         """The owner's memory if it is live here (recording the use), else ``None``."""
-        raise NotImplementedError
 
     def read(self, query: ReadQuery) -> SnapshotReply | None:
         """The fast read: a plain method with one argument (each argument of a Ray call
@@ -111,7 +113,7 @@ class _Holder:
             deleted: bool = await mem.delete(memory_id)
             return deleted
 
-    async def ping(self) -> None:
+    async def ping(self) -> None:  # noqa: B027 - a real no-op, not a hook
         """A no-op (benchmarks compare against it; the registry probes with it)."""
 
     # -- extraction and the L3 chat window ------------------------------------------------

@@ -61,6 +61,18 @@ SELECT
 """
 
 
+async def _delete_one(conn: Any, table: str, column: str, owner: str, value: str,
+                      missing: Exception) -> None:
+    """Delete the owner's row where ``column = value``; raise ``missing`` if there was none.
+
+    ``table`` and ``column`` come from this module (schema whitelisted), never from input.
+    """
+    done = await conn.execute(f"DELETE FROM {table} WHERE owner_id = $1 AND {column} = $2",
+                              owner, value)
+    if done == "DELETE 0":
+        raise missing
+
+
 def _lock_key(schema: str, layer: str, owner: str) -> str:
     return f"{schema}:{layer}:{owner}"
 
@@ -127,10 +139,8 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
         elif isinstance(op, (RemoveRule, RemoveFact)):
             table, err = (("rules", RuleNotFound) if isinstance(op, RemoveRule)
                           else ("facts", FactNotFound))
-            done = await conn.execute(
-                f"DELETE FROM {s}.{table} WHERE owner_id = $1 AND id = $2", owner, op.id)
-            if done == "DELETE 0":
-                raise err(f"owner {owner!r} has no {table[:-1]} {op.id!r}")
+            await _delete_one(conn, f"{s}.{table}", "id", owner, op.id,
+                              err(f"owner {owner!r} has no {table[:-1]} {op.id!r}"))
         elif isinstance(op, SetStatus):
             expires = None if op.ttl_s is None else now + timedelta(seconds=op.ttl_s)
             await conn.execute(
@@ -139,10 +149,8 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                     SET value = $3, updated_at = $4, expires_at = $5""",
                 owner, op.key, op.value, now, expires)
         elif isinstance(op, DeleteStatus):
-            done = await conn.execute(
-                f"DELETE FROM {s}.status WHERE owner_id = $1 AND key = $2", owner, op.key)
-            if done == "DELETE 0":
-                raise UnknownStatusKey(f"owner {owner!r} has no status key {op.key!r}")
+            await _delete_one(conn, f"{s}.status", "key", owner, op.key,
+                              UnknownStatusKey(f"owner {owner!r} has no status key {op.key!r}"))
         elif isinstance(op, AddPending):
             p = op.item
             await conn.execute(
@@ -153,10 +161,8 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                 p.id, owner, p.kind, p.content, p.key, p.value, p.confidence, p.source,
                 p.created_at, p.expires_at, pending_fingerprint(p), p.evidence)
         elif isinstance(op, RemovePending):
-            done = await conn.execute(
-                f"DELETE FROM {s}.pending WHERE owner_id = $1 AND id = $2", owner, op.id)
-            if done == "DELETE 0":
-                raise PendingItemNotFound(f"owner {owner!r} has no pending item {op.id!r}")
+            await _delete_one(conn, f"{s}.pending", "id", owner, op.id,
+                              PendingItemNotFound(f"owner {owner!r} has no pending item {op.id!r}"))
         elif isinstance(op, AddAudit):
             e = op.entry
             await conn.execute(
