@@ -3,12 +3,16 @@ direct backend call, measured in the same run.
 
 Sequential calls from the driver, interleaved in rounds so every kind sees the
 same machine load. ``bare_sync`` is a no-op method of a plain Ray actor,
-``bare_async`` of an async actor (the runtime's actors are async),
-``bare_async_arg`` the same with an argument shaped like a snapshot read's; ``direct``
+``bare_sync_arg`` the same with an argument shaped like a snapshot read's (any
+argument costs a Ray call about 30% of its rate), ``bare_async`` / ``bare_async_arg``
+the same on an async actor (what the owner actors were before they became
+threaded actors, see runtime/threaded.py); ``direct``
 calls the backend through a ``MemoryEngine`` in this process (for ``memory``
 that is a dictionary lookup, for ``postgres`` one query). Target: snapshot
 read rate >= 0.8 x the bare Ray call rate. ``snapshot`` is an agent re-reading
-its snapshot (unchanged ones are confirmed by version, not re-sent);
+its snapshot (unchanged ones are confirmed by version, not re-sent; in
+``dedicated`` placement by a call without argument, in ``sharded`` the read
+names the owner);
 ``snapshot_transfer`` forgets the local copy first, so every call carries it.
 """
 
@@ -28,6 +32,9 @@ QUERY = "kubernetes deployment with helm"
 
 class _Bare:
     def ping(self) -> None:
+        return None
+
+    def ping_arg(self, query: Any) -> None:
         return None
 
 
@@ -102,6 +109,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         bare_async: Any = ray.remote(num_cpus=0)(_BareAsync).remote()
         kinds: dict[str, Callable[[], Any]] = {
             "bare_sync": lambda: ray.get(bare.ping.remote()),
+            "bare_sync_arg": lambda: ray.get(bare.ping_arg.remote(query)),
             "bare_async": lambda: ray.get(bare_async.ping.remote()),
             # What a snapshot read costs at least: same actor kind, same-sized argument.
             "bare_async_arg": lambda: ray.get(bare_async.ping_arg.remote(query)),
@@ -136,6 +144,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         **res,
         "ratios": {
             "snapshot_vs_bare_sync": ratio("snapshot", "bare_sync"),
+            "snapshot_vs_bare_sync_arg": ratio("snapshot", "bare_sync_arg"),
             "snapshot_vs_bare_async": ratio("snapshot", "bare_async"),
             "snapshot_vs_bare_async_arg": ratio("snapshot", "bare_async_arg"),
             "snapshot_transfer_vs_bare_sync": ratio("snapshot_transfer", "bare_sync"),

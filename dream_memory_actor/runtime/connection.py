@@ -144,6 +144,19 @@ class Connection:
             held = self._snaps.get(owner)
         return (None, None) if held is None else (held[0], held[1])
 
+    def confirm(self, owner: str, token: str, version: int, reply: Any
+                ) -> MemorySnapshot | None:
+        """The copy held here if the actor's ``reply`` (token, version) says it is current."""
+        if reply is None or tuple(reply) != (token, version):
+            return None
+        with self._guard:
+            held = self._snaps.get(owner)
+            if held is None or held[:2] != (token, version):
+                return None  # dropped from the cache meanwhile
+            self._snaps.move_to_end(owner)
+        result: MemorySnapshot = held[2].live(utcnow())
+        return result
+
     def remember(self, owner: str, reply: Any) -> MemorySnapshot | None:
         """The live snapshot from an actor's reply (or ``None``: ask for the full read)."""
         if reply is None:

@@ -4,8 +4,11 @@
 lock, writes through to the backend, and only then answers; the snapshot it
 keeps is the backend's, so reads need no round trip. The owner actors
 (``dedicated``) hold one, the shard hosts (``sharded``) hold an
-:class:`OwnerTable` of them. Both only ever run inside one event loop, which is
-what makes the bookkeeping below race-free without further locks.
+:class:`OwnerTable` of them. Writes and admissions only ever run inside one
+event loop, which is what makes the bookkeeping below race-free without further
+locks. The one exception is the fast read, which comes from other threads: it
+only reads ``peek`` (one attribute) and records the use in the ``LiveSet``, which
+locks.
 """
 
 from __future__ import annotations

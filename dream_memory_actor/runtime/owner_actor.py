@@ -5,6 +5,9 @@ them the same way whatever the placement. They open their engine lazily, so a
 restarted actor (``max_restarts``) comes back empty and reloads each owner from
 the backend on first use: nothing acknowledged is lost, since every write was
 written through before it was acknowledged.
+
+They are asyncio objects; Ray runs them as threaded actors (``threaded.py``):
+``read`` on Ray's call threads, every coroutine method on the actor's one event loop.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ class _Holder(abc.ABC):
 
     def read(self, query: ReadQuery) -> SnapshotReply | None:
         """The fast read: a plain method with one argument (each argument of a Ray call
-        costs a serialization), so it runs without a coroutine hop.
+        costs a serialization), run on Ray's call thread without an event loop hop.
 
         ``query`` is (owner, min_version, token, version). Answers from memory only;
         ``None`` sends the caller to :meth:`snapshot` (the owner is not loaded here, or
@@ -283,6 +286,20 @@ class OwnerActor(_Holder):
             return None
         self._note_use()
         return self._mem
+
+    def current(self) -> tuple[str, int] | None:
+        """(lineage token, version) of the live snapshot, or ``None`` if none is live here.
+
+        The cheapest read, for a reader that holds a copy and only needs to learn
+        whether it is current: no argument, because one costs a Ray call about 30%
+        of its rate (bench actor-overhead: bare_sync vs bare_sync_arg). Only a
+        dedicated actor can answer without being told the owner.
+        """
+        mem = self._live(self._owner)
+        snap = None if mem is None else mem.peek()
+        if mem is None or snap is None:
+            return None
+        return (mem.token, snap.version)
 
     def _note_use(self) -> None:
         now = time.monotonic()

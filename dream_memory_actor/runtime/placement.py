@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -65,6 +66,9 @@ def shard_of(owner: str, shards: int) -> int:
 class LiveSet(Generic[V]):
     """Live owners in least-recently-used order, with their last use time.
 
+    Thread-safe: a shard host records the uses of its snapshot reads from Ray's
+    call threads while its event loop admits and passivates owners.
+
     >>> live: LiveSet[str] = LiveSet(cap=2, idle_timeout_s=60)
     >>> live.add("a", "actor-a"); live.add("b", "actor-b"); live.touch("a")
     >>> next(live.lru()), live.full
@@ -80,6 +84,7 @@ class LiveSet(Generic[V]):
         self._clock = clock
         self._items: OrderedDict[str, V] = OrderedDict()
         self._last: dict[str, float] = {}
+        self._guard = threading.Lock()
         #: The most owners ever live at once (tests and benchmarks check it against the cap).
         self.high_water = 0
         #: Owners passivated so far, for the cap or for idleness.
@@ -100,35 +105,41 @@ class LiveSet(Generic[V]):
 
     def touch(self, owner: str) -> None:
         """Record a use of ``owner`` (unknown owners are ignored)."""
-        if owner in self._items:
-            self._items.move_to_end(owner)
-            self._last[owner] = self._clock()
+        with self._guard:
+            if owner in self._items:
+                self._items.move_to_end(owner)
+                self._last[owner] = self._clock()
 
     def add(self, owner: str, value: V) -> None:
         """Make ``owner`` live; the caller has made room (``full`` is false)."""
-        if owner not in self._items and self.full:
-            raise RuntimeError(f"live set is full ({self.cap}); passivate an owner first")
-        self._items[owner] = value
-        self._items.move_to_end(owner)
-        self._last[owner] = self._clock()
-        self.high_water = max(self.high_water, len(self._items))
+        with self._guard:
+            if owner not in self._items and self.full:
+                raise RuntimeError(f"live set is full ({self.cap}); passivate an owner first")
+            self._items[owner] = value
+            self._items.move_to_end(owner)
+            self._last[owner] = self._clock()
+            self.high_water = max(self.high_water, len(self._items))
 
     def pop(self, owner: str) -> V | None:
         """Forget ``owner`` (passivated); its value, or ``None`` if it was not live."""
-        self._last.pop(owner, None)
-        value = self._items.pop(owner, None)
-        if value is not None:
-            self.evicted += 1
-        return value
+        with self._guard:
+            self._last.pop(owner, None)
+            value = self._items.pop(owner, None)
+            if value is not None:
+                self.evicted += 1
+            return value
 
     def lru(self) -> Iterator[str]:
         """Live owners, least recently used first."""
-        return iter(list(self._items))
+        with self._guard:
+            return iter(list(self._items))
 
     def idle(self) -> list[str]:
         """Owners unused for at least ``idle_timeout_s``."""
         cutoff = self._clock() - self.idle_timeout_s
-        return [o for o in self._items if self._last.get(o, 0.0) <= cutoff]
+        with self._guard:
+            return [o for o in self._items if self._last.get(o, 0.0) <= cutoff]
 
     def items(self) -> list[tuple[str, V]]:
-        return list(self._items.items())
+        with self._guard:
+            return list(self._items.items())

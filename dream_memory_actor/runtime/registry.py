@@ -27,6 +27,7 @@ from ..metrics import get_metrics
 from .owner_actor import HostActor, OwnerActor, sweep_interval
 from .placement import NAMESPACE, LiveSet, host_name, index_name, owner_name
 from .spec import ClientView, SystemSpec
+from .threaded import CALL_THREADS, threaded_actor
 from .vector_index import IndexActor
 
 #: Options every actor of a system gets: restarted on failure, its calls retried
@@ -37,8 +38,11 @@ BASE_OPTIONS: Mapping[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_task_
 UNBORN_GRACE_S = 60.0
 
 _Index = ray.remote(IndexActor)
-_Owner = ray.remote(OwnerActor)
-_Host = ray.remote(HostActor)
+# Threaded actors (``max_concurrency`` in HOLDER_OPTIONS): their snapshot read skips
+# the event loop, see threaded.py.
+_Owner: Any = ray.remote(threaded_actor(OwnerActor))
+_Host: Any = ray.remote(threaded_actor(HostActor))
+HOLDER_OPTIONS: Mapping[str, Any] = {"max_concurrency": CALL_THREADS}
 
 
 def _options(name: str, extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,8 +96,9 @@ class Registry:
         await asyncio.gather(*(ix.ready.remote(False) for ix in self._indexes[1:]))
         if spec.placement == "sharded":
             self._hosts = [
-                _Host.options(**_options(host_name(name, i), spec.actor_options)).remote(
-                    spec, i)
+                _Host.options(**_options(host_name(name, i),
+                                         {**HOLDER_OPTIONS, **spec.actor_options})
+                              ).remote(spec, i)
                 for i in range(spec.settings.shards)
             ]
             await asyncio.gather(*(h.ping.remote() for h in self._hosts))
@@ -149,7 +154,8 @@ class Registry:
                     while self._live.full:
                         await self._passivate(next(self._live.lru()))
                     actor = _Owner.options(
-                        **_options(owner_name(self._spec.name, owner), self._spec.actor_options)
+                        **_options(owner_name(self._spec.name, owner),
+                                   {**HOLDER_OPTIONS, **self._spec.actor_options})
                     ).remote(self._spec, owner)
                     self._live.add(owner, actor)
                     self._unborn[owner] = time.monotonic()

@@ -99,7 +99,12 @@ def test_handles_travel_to_tasks_and_read_your_writes(system: MemorySystem) -> N
     version = h.snapshot().version
     seen_version, facts = ray.get(_agent.remote(h, version))
     assert seen_version >= version and v.content in facts
-    assert h.snapshot().version == version + 1
+    # This process holds version ``version``: the re-read must notice the task's write
+    # (dedicated placement asks the actor whether the copy is current, sharded re-reads).
+    again = h.snapshot()
+    assert again.version == version + 1
+    assert "seen by the second agent" in [f.content for f in again.facts]
+    assert h.snapshot() == again  # unchanged: the copy held here, confirmed current
 
 
 def test_min_version_that_never_comes_times_out(system: MemorySystem) -> None:
