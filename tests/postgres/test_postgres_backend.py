@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -127,6 +130,40 @@ async def test_keyword_candidates_use_the_trigram_index(pg: tuple[MemorySettings
         finally:
             await tx.rollback()
     assert "memory_text_trgm" in plan, plan
+
+
+@pytest.mark.parametrize("k", [40, 100])
+async def test_keyword_candidates_rank_by_terms_matched_then_newest(
+        pg: tuple[MemorySettings, PostgresVectorStore], k: int) -> None:
+    """Exactly the reference's choice (most terms matched, newest first), whether the
+    memories containing every term fill the list (k=40: 60 do) or not (k=100)."""
+    _, vector = pg
+    rng = np.random.default_rng(8)
+    texts = ([f"alpha beta note {i}" for i in range(60)] + [f"alpha note {i}" for i in range(120)]
+             + [f"beta only {i}" for i in range(60)] + [f"other note {i}" for i in range(60)])
+    start = utcnow()
+    ats = [start - timedelta(seconds=int(s)) for s in rng.permutation(len(texts))]
+    await vector.bulk_insert("kw", [(t, None, at) for t, at in zip(texts, ats, strict=True)])
+    terms = ["alpha", "beta"]
+    cands = await vector._candidates(["kw"], terms, None, vector_k=0, keyword_k=k)
+    reference = sorted(((sum(t in x for t in terms), at, x) for x, at in zip(texts, ats,
+                                                                            strict=True)
+                        if any(t in x for t in terms)), reverse=True)[:k]
+    assert len(cands) == k and {c.content for c in cands} == {x for _, _, x in reference}
+    [(sql, args)] = vector.candidate_queries(["kw"], terms, None, 0, k)
+    async with vector.backend.connection() as conn:
+        plan = json.loads(await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args))
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    # The full ranking reads the memories containing any term: k=40 never needs it
+    # (the 60 with both terms suffice), k=100 does.
+    ranking = [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "memory_text"
+               and " OR " in n.get("Filter", "") + n.get("Recheck Cond", "")]
+    assert ranking and all((n["Actual Loops"] == 0) == (k == 40) for n in ranking), plan
 
 
 async def test_hnsw_search_agrees_with_exact_search(pg: tuple[MemorySettings,

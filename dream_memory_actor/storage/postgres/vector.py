@@ -203,15 +203,41 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             for t in terms:
                 args.append(f"%{escape_like(t)}%")
                 likes.append(f"search_text LIKE ${len(args)} ESCAPE '\\'")
-            matched = " + ".join(f"({x})::int" for x in likes)
             out.append((
                 f"""SELECT {cols}, t.search_text, {sim} AS sim
-                    FROM (SELECT id, search_text FROM {s}.memory_text
-                          WHERE owner_id = ANY($1::text[]) AND ({' OR '.join(likes)})
-                          ORDER BY {matched} DESC, updated_at DESC LIMIT $2) t
-                    JOIN {s}.memories m USING (id)""",
+                    FROM ({self._keyword_ids(likes)}) t JOIN {s}.memories m USING (id)""",
                 args))
         return out
+
+    def _keyword_ids(self, likes: Sequence[str]) -> str:
+        """The ``$2`` memories containing the most terms (newest first among equals).
+
+        Ranking by terms matched means reading every memory that contains any
+        term: 7,450 of 100,000 for two common words. But when at least ``$2``
+        memories contain all the terms, the answer is exactly the newest ``$2`` of
+        those, found from a much smaller set (the trigram indexes intersect); the
+        full ranking then never runs (a one-time filter; EXPLAIN says "never
+        executed"). Same result either way.
+        """
+        s = self._s
+        mine = "owner_id = ANY($1::text[])"
+        matched = " + ".join(f"({x})::int" for x in likes)
+
+        def ranked(only: str = "") -> str:
+            return f"""SELECT id, search_text FROM {s}.memory_text
+                       WHERE {mine} AND ({' OR '.join(likes)}){only}
+                       ORDER BY {matched} DESC, updated_at DESC LIMIT $2"""
+
+        if len(likes) == 1:  # containing all terms = containing any
+            return ranked()
+        return f"""WITH all_terms AS MATERIALIZED (
+                       SELECT id, search_text FROM {s}.memory_text
+                       WHERE {mine} AND {' AND '.join(likes)}
+                       ORDER BY updated_at DESC LIMIT $2)
+                   SELECT id, search_text FROM all_terms
+                   WHERE (SELECT count(*) FROM all_terms) >= $2
+                   UNION ALL
+                   ({ranked(" AND (SELECT count(*) FROM all_terms) < $2")})"""
 
     async def _fetch(self, queries: Sequence[tuple[str, list[Any]]]) -> list[Any]:
         sql, args = _union(queries)
