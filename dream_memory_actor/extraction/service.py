@@ -289,11 +289,13 @@ class ExtractionService:
     # -- the L3 chat window ---------------------------------------------------------
 
     async def append_messages(self, owner: str, conversation: str,
-                              messages: Sequence[ChatMessage]) -> ChatAppend:
+                              messages: Sequence[ChatMessage], *, op_id: str | None = None
+                              ) -> ChatAppend:
         """Append to the window (``settings.chat_window`` messages); returns the overflow,
-        which the caller sends to extraction."""
+        which the caller sends to extraction. ``op_id``: see ``StructuredStore``."""
         return await self.structured.append_messages(owner, conversation, messages,
-                                                     window=self.settings.chat_window)
+                                                     window=self.settings.chat_window,
+                                                     op_id=op_id)
 
     async def end_conversation(self, owner: str, conversation: str
                                ) -> tuple[ChatMessage, ...]:

@@ -349,10 +349,11 @@ class OwnerHandle:
 
     # -- extraction, the pending queue and the L3 chat window --------------------------------
 
-    def _append(self, conversation: str, messages: Sequence[ChatMessage]) -> Call[ChatAppend]:
+    def _append(self, conversation: str, messages: Sequence[ChatMessage], op_id: str | None
+                ) -> Call[ChatAppend]:
         conv = _conversation(conversation)
-        return self._owner_call("append_messages", (conv, _messages(messages, empty_ok=False)),
-                                _same)
+        return self._owner_call("append_messages",
+                                (conv, _messages(messages, empty_ok=False), _op_id(op_id)), _same)
 
     def _end(self, conversation: str) -> Call[ExtractionReport | None]:
         return self._owner_call("end_conversation", (_conversation(conversation),), _same)
@@ -374,18 +375,18 @@ class OwnerHandle:
     def _audit(self, limit: int) -> Call[Audit]:
         return self._owner_call("audit", (check.limit(limit),), _same)
 
-    def append_messages(self, conversation: str, messages: Sequence[ChatMessage]
-                        ) -> ChatAppend:
+    def append_messages(self, conversation: str, messages: Sequence[ChatMessage], *,
+                        op_id: str | None = None) -> ChatAppend:
         """Append to the chat window of ``conversation`` (the last ``chat_window``
         messages, kept by the owner's actor and persisted in the backend). What leaves
         the window (``overflow``) is extracted in the background by the owner's actor;
-        an extraction failure never fails the append. Not idempotent: an append retried
-        after its actor failed may be applied twice."""
-        return self._run(self._append(conversation, messages))
+        an extraction failure never fails the append. Idempotent like every write: a
+        retry (same ``op_id``, generated here unless given) appends nothing again."""
+        return self._run(self._append(conversation, messages, op_id))
 
-    async def append_messages_async(self, conversation: str, messages: Sequence[ChatMessage]
-                                    ) -> ChatAppend:
-        return await self._run_async(self._append(conversation, messages))
+    async def append_messages_async(self, conversation: str, messages: Sequence[ChatMessage],
+                                    *, op_id: str | None = None) -> ChatAppend:
+        return await self._run_async(self._append(conversation, messages, op_id))
 
     def end_conversation(self, conversation: str) -> ExtractionReport | None:
         """Close ``conversation``: its window is deleted and extracted (awaited); the

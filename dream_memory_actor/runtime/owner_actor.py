@@ -134,12 +134,14 @@ class _Holder(abc.ABC):
         return self._extraction
 
     async def append_messages(self, owner: str, conversation: str,
-                              messages: Sequence[ChatMessage]) -> ChatAppend:
+                              messages: Sequence[ChatMessage], op_id: str | None = None
+                              ) -> ChatAppend:
         """Append to the (owner, conversation) window; what leaves it is extracted in the
         background (an extraction failure is counted and logged, the append stands)."""
         async with self._use(owner):
             svc = await self._service()
-            appended: ChatAppend = await svc.append_messages(owner, conversation, messages)
+            appended: ChatAppend = await svc.append_messages(owner, conversation, messages,
+                                                             op_id=op_id)
         if appended.overflow:
             task = asyncio.get_running_loop().create_task(
                 self._extract_quietly(svc, owner, appended.overflow))

@@ -162,11 +162,14 @@ class StructuredStore(_Lifecycle, ABC):
 
     @abstractmethod
     async def _append_messages(
-        self, owner: str, conversation: str, messages: Sequence[ChatMessage], window: int
+        self, owner: str, conversation: str, messages: Sequence[ChatMessage], window: int,
+        op_id: str | None,
     ) -> tuple[list[ChatMessage], list[ChatMessage]]:
         """Append ``messages`` in order, then remove all but the newest ``window`` messages
         of the conversation; atomic per (owner, conversation). Return ``(window, removed)``,
-        both oldest first (by arrival, not by ``created_at``)."""
+        both oldest first (by arrival, not by ``created_at``). With an ``op_id`` already
+        recorded for ``owner``, append nothing and return ``(window, [])``; otherwise
+        record it in the same transaction."""
 
     @abstractmethod
     async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
@@ -182,17 +185,24 @@ class StructuredStore(_Lifecycle, ABC):
         """Audit entries of ``owner`` (only those of ``pending_id`` if given), newest first."""
 
     async def append_messages(
-        self, owner: str, conversation: str, messages: Sequence[ChatMessage], *, window: int
+        self, owner: str, conversation: str, messages: Sequence[ChatMessage], *, window: int,
+        op_id: str | None = None,
     ) -> ChatAppend:
         """Append to the chat window of (``owner``, ``conversation``), keeping the newest
-        ``window`` messages; what falls out is returned as ``overflow`` for extraction."""
+        ``window`` messages; what falls out is returned as ``overflow`` for extraction.
+
+        ``op_id`` makes the call idempotent: a retry with the same id appends nothing
+        and returns the window as it is, with no overflow (the first call's overflow
+        went to its caller)."""
         check.owner_id(owner)
+        if op_id is not None:
+            check.ids([op_id], "operation id")
         conv = _conversation_id(conversation)
         size = _window(window)
         if isinstance(messages, (str, ChatMessage)):
             raise InvalidQuery("messages must be a sequence of ChatMessage")
         msgs = [self._validate_message(m) for m in messages]
-        kept, removed = await self._append_messages(owner, conv, msgs, size)
+        kept, removed = await self._append_messages(owner, conv, msgs, size, op_id)
         return ChatAppend(window=tuple(kept), overflow=tuple(removed))
 
     async def load_window(self, owner: str, conversation: str) -> tuple[ChatMessage, ...]:

@@ -47,6 +47,23 @@ async def test_order_and_window_size(store: StructuredStore) -> None:
     assert texts(third.overflow) == ["m3", "m4", "m5", "m6", "a", "b"]
 
 
+async def test_a_retried_append_is_applied_once(store: StructuredStore) -> None:
+    first = await store.append_messages("alice", "c1", msgs("m1", "m2", "m3"), window=2,
+                                        op_id="append-1")
+    assert texts(first.window) == ["m2", "m3"] and texts(first.overflow) == ["m1"]
+    again = await store.append_messages("alice", "c1", msgs("m1", "m2", "m3"), window=2,
+                                        op_id="append-1")
+    assert texts(again.window) == ["m2", "m3"] and again.overflow == ()
+    other = await store.append_messages("alice", "c1", msgs("m4"), window=2, op_id="append-2")
+    assert texts(other.window) == ["m3", "m4"] and texts(other.overflow) == ["m2"]
+    # op ids belong to their owner: bob's append with the same id is his first
+    bobs = await store.append_messages("bob", "c1", msgs("b1"), window=2, op_id="append-1")
+    assert texts(bobs.window) == ["b1"]
+    with pytest.raises(InvalidQuery):
+        await store.append_messages("alice", "c1", msgs("x"), window=2, op_id="")
+    assert texts(await store.load_window("alice", "c1")) == ["m3", "m4"]
+
+
 async def test_messages_keep_role_and_time(store: StructuredStore) -> None:
     sent = msgs("question") + msgs("answer", role="assistant")
     await store.append_messages("alice", "c1", sent, window=20)

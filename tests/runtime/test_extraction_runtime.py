@@ -75,8 +75,10 @@ def test_window_overflow_is_extracted(system: MemorySystem) -> None:
     carol.flush_extractions()
     snap = carol.snapshot()
     assert [f.content for f in snap.facts] == ["The deploy key rotates monthly"]
-    more = carol.append_messages("c-long", [user("ok")])
+    more = carol.append_messages("c-long", [user("ok")], op_id="carol-ok-1")
     assert len(more.window) == window and [m.content for m in more.overflow] == ["message 0"]
+    retried = carol.append_messages("c-long", [user("ok")], op_id="carol-ok-1")
+    assert retried.window == more.window and retried.overflow == ()
     assert carol.end_conversation("c-long") is not None
 
 

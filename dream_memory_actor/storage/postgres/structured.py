@@ -177,25 +177,34 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
     # -- L3 chat window and audit trail ----------------------------------------------
 
     async def _append_messages(self, owner: str, conversation: str,
-                               messages: Sequence[ChatMessage], window: int
+                               messages: Sequence[ChatMessage], window: int,
+                               op_id: str | None
                                ) -> tuple[list[ChatMessage], list[ChatMessage]]:
         s = self._s
         async with self.backend.transaction() as conn:
             # Serializes appends to one conversation, so seq order is arrival order.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
                                _lock_key(s, "l3", f"{owner}/{conversation}"))
-            if messages:
-                await conn.executemany(
-                    f"""INSERT INTO {s}.chat_messages
-                            (owner_id, conversation_id, role, content, created_at)
-                        VALUES ($1, $2, $3, $4, $5)""",
-                    [(owner, conversation, m.role, m.content, m.created_at) for m in messages])
-            removed = await conn.fetch(
-                f"""DELETE FROM {s}.chat_messages WHERE seq IN (
-                        SELECT seq FROM {s}.chat_messages
-                        WHERE owner_id = $1 AND conversation_id = $2
-                        ORDER BY seq DESC OFFSET $3)
-                    RETURNING seq, role, content, created_at""", owner, conversation, window)
+            fresh = op_id is None or await conn.fetchval(
+                f"""INSERT INTO {s}.applied_ops (owner_id, op_id, kind)
+                    VALUES ($1, $2, 'l3') ON CONFLICT DO NOTHING RETURNING true""",
+                owner, op_id)
+            removed = []
+            if fresh:  # else a retry of an applied append: nothing to do
+                if messages:
+                    await conn.executemany(
+                        f"""INSERT INTO {s}.chat_messages
+                                (owner_id, conversation_id, role, content, created_at)
+                            VALUES ($1, $2, $3, $4, $5)""",
+                        [(owner, conversation, m.role, m.content, m.created_at)
+                         for m in messages])
+                removed = await conn.fetch(
+                    f"""DELETE FROM {s}.chat_messages WHERE seq IN (
+                            SELECT seq FROM {s}.chat_messages
+                            WHERE owner_id = $1 AND conversation_id = $2
+                            ORDER BY seq DESC OFFSET $3)
+                        RETURNING seq, role, content, created_at""",
+                    owner, conversation, window)
             kept = await conn.fetch(
                 f"""SELECT seq, role, content, created_at FROM {s}.chat_messages
                     WHERE owner_id = $1 AND conversation_id = $2 ORDER BY seq""",

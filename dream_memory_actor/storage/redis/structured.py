@@ -250,7 +250,8 @@ class RedisStructuredStore(StructuredStore):
     # -- L3 chat window and audit trail ----------------------------------------------
 
     async def _append_messages(self, owner: str, conversation: str,
-                               messages: Sequence[ChatMessage], window: int
+                               messages: Sequence[ChatMessage], window: int,
+                               op_id: str | None
                                ) -> tuple[list[ChatMessage], list[ChatMessage]]:
         bodies = [m.model_dump_json() for m in messages]
 
@@ -261,7 +262,10 @@ class RedisStructuredStore(StructuredStore):
             pipe.ltrim(key, -window, -1)
             pipe.lrange(key, 0, -1)
 
-        reply = await self._window_tx(owner, conversation, "append_messages", queue)
+        op_key = None if op_id is None else self._keys.l1_op(owner, op_id)
+        reply = await self._window_tx(owner, conversation, "append_messages", queue, op_key)
+        if reply is None:  # a retry of an applied append
+            return await self._load_window(owner, conversation), []
         return _chat(reply[-1]), _chat(reply[-3])
 
     async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
@@ -275,13 +279,17 @@ class RedisStructuredStore(StructuredStore):
             pipe.delete(key)
 
         reply = await self._window_tx(owner, conversation, "end_conversation", queue)
+        assert reply is not None  # None only answers an operation id
         return _chat(reply[0])
 
     async def _window_tx(self, owner: str, conversation: str, what: str,
-                         queue: Callable[[Any, str], None]) -> list[Any]:
+                         queue: Callable[[Any, str], None], op_key: str | None = None
+                         ) -> list[Any] | None:
         """Run the commands ``queue`` adds in one MULTI/EXEC on the conversation's window.
 
         The key is watched so that a lost connection is an error, not a resend.
+        With ``op_key`` (an operation id's record): ``None`` if it exists, else it is
+        written in the same transaction.
         """
         from redis.exceptions import WatchError
 
@@ -291,10 +299,14 @@ class RedisStructuredStore(StructuredStore):
                 for _ in range(MAX_TX_ATTEMPTS):
                     async with self._r.pipeline(transaction=True) as pipe:
                         try:
-                            await pipe.watch(key)
+                            await pipe.watch(key, *([] if op_key is None else [op_key]))
+                            if op_key is not None and await pipe.exists(op_key):
+                                return None
                         except WatchError:
                             continue  # the connection dropped before any write: again
                         pipe.multi()
+                        if op_key is not None:  # first: the replies end with queue's
+                            pipe.set(op_key, 1, ex=OP_ID_RETENTION_S)
                         queue(pipe, key)
                         try:
                             return list(await pipe.execute())
