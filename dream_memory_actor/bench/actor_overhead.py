@@ -4,9 +4,10 @@ direct backend call, measured in the same run.
 Sequential calls from the driver, interleaved in rounds so every kind sees the
 same machine load. ``bare_sync`` is a no-op method of a plain Ray actor,
 ``bare_sync_arg`` the same with an argument shaped like a snapshot read's (any
-argument costs a Ray call about 30% of its rate), ``bare_async`` / ``bare_async_arg``
-the same on an async actor (what the owner actors were before they became
-threaded actors, see runtime/threaded.py); ``direct``
+argument costs a Ray call about 30% of its rate), ``bare_sync_ft`` the no-op
+with the owner actors' options (restarts, task retries, call threads),
+``bare_async`` / ``bare_async_arg`` the same on an async actor (what the owner
+actors were before they became threaded actors, see runtime/threaded.py); ``direct``
 calls the backend through a ``MemoryEngine`` in this process (for ``memory``
 that is a dictionary lookup, for ``postgres`` one query). Target: snapshot
 read rate >= 0.8 x the bare Ray call rate. ``snapshot`` is an agent re-reading
@@ -74,6 +75,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from ..engine import MemoryEngine
     from ..runtime.local import system_from_args
+    from ..runtime.registry import BASE_OPTIONS, HOLDER_OPTIONS
 
     with system_from_args(args, "bench-overhead") as system:
         owner = "bench-overhead"
@@ -106,10 +108,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             return h.snapshot()
 
         bare: Any = ray.remote(num_cpus=0)(_Bare).remote()
+        # The same no-op with the options the owner actors run with (restarts, task
+        # retries, call threads): what Ray's fault tolerance costs a call.
+        bare_ft: Any = ray.remote(_Bare).options(**BASE_OPTIONS, **HOLDER_OPTIONS).remote()
         bare_async: Any = ray.remote(num_cpus=0)(_BareAsync).remote()
         kinds: dict[str, Callable[[], Any]] = {
             "bare_sync": lambda: ray.get(bare.ping.remote()),
             "bare_sync_arg": lambda: ray.get(bare.ping_arg.remote(query)),
+            "bare_sync_ft": lambda: ray.get(bare_ft.ping.remote()),
             "bare_async": lambda: ray.get(bare_async.ping.remote()),
             # What a snapshot read costs at least: same actor kind, same-sized argument.
             "bare_async_arg": lambda: ray.get(bare_async.ping_arg.remote(query)),
@@ -131,6 +137,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await engine.close()
             ray.kill(bare)
+            ray.kill(bare_ft)
             ray.kill(bare_async)
     res = {k: _summary(v) for k, v in samples.items()}
 
@@ -145,6 +152,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratios": {
             "snapshot_vs_bare_sync": ratio("snapshot", "bare_sync"),
             "snapshot_vs_bare_sync_arg": ratio("snapshot", "bare_sync_arg"),
+            "snapshot_vs_bare_sync_ft": ratio("snapshot", "bare_sync_ft"),
             "snapshot_vs_bare_async": ratio("snapshot", "bare_async"),
             "snapshot_vs_bare_async_arg": ratio("snapshot", "bare_async_arg"),
             "snapshot_transfer_vs_bare_sync": ratio("snapshot_transfer", "bare_sync"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -64,6 +65,11 @@ class _Holder(abc.ABC):
             async with self._opening:
                 if self._engine is None:
                     self._engine = await open_owner_engine(self._spec)
+                    # What the process holds from now on (modules, engine, pools) stays for
+                    # its life: out of the collector's scans, so collections triggered by
+                    # each call's allocations stay small.
+                    gc.collect()
+                    gc.freeze()
         return self._engine
 
     @abc.abstractmethod
