@@ -141,11 +141,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 await conn.execute("SET maintenance_work_mem = '1GB'")
                 await migrate(conn, schema, args.dim)  # re-creates the HNSW index
-                await conn.execute(f"ANALYZE {schema}.memories")
-                await conn.execute(f"ANALYZE {schema}.memory_text")
+                result["hnsw_build_s"] = round(time.perf_counter() - t0, 2)
+                # What autovacuum does within minutes of a large insert (PostgreSQL >= 13
+                # vacuums insert-only tables): statistics, hint bits, visibility map.
+                # Searched before it, the freshly loaded table runs about 30% slower.
+                await conn.execute(f"VACUUM (ANALYZE) {schema}.memories")
+                await conn.execute(f"VACUUM (ANALYZE) {schema}.memory_text")
             finally:
                 await conn.close()
-            result["hnsw_build_s"] = round(time.perf_counter() - t0, 2)
+            result["after_load"] = "VACUUM (ANALYZE), as autovacuum does after a large insert"
 
         # 3. searches (query embedding given: its cost is excluded by construction)
         queries = [corpus.query() for _ in range(args.queries)]
