@@ -149,13 +149,7 @@ class Connection:
         """The copy held here if the actor's ``reply`` (token, version) says it is current."""
         if reply is None or tuple(reply) != (token, version):
             return None
-        with self._guard:
-            held = self._snaps.get(owner)
-            if held is None or held[:2] != (token, version):
-                return None  # dropped from the cache meanwhile
-            self._snaps.move_to_end(owner)
-        result: MemorySnapshot = held[2].live(utcnow())
-        return result
+        return self.remember(owner, (token, version, None))  # "unchanged", as a read says
 
     def remember(self, owner: str, reply: Any) -> MemorySnapshot | None:
         """The live snapshot from an actor's reply (or ``None``: ask for the full read)."""

@@ -45,6 +45,11 @@ _Host: Any = ray.remote(threaded_actor(HostActor))
 HOLDER_OPTIONS: Mapping[str, Any] = {"max_concurrency": CALL_THREADS}
 
 
+def _holder_options(spec: SystemSpec) -> dict[str, Any]:
+    """The owner-holding actors' options: threaded, unless the user's options say otherwise."""
+    return {**HOLDER_OPTIONS, **spec.actor_options}
+
+
 def _options(name: str, extra: Mapping[str, Any]) -> dict[str, Any]:
     return {**BASE_OPTIONS, **extra, "name": name, "namespace": NAMESPACE,
             "get_if_exists": True}
@@ -96,9 +101,8 @@ class Registry:
         await asyncio.gather(*(ix.ready.remote(False) for ix in self._indexes[1:]))
         if spec.placement == "sharded":
             self._hosts = [
-                _Host.options(**_options(host_name(name, i),
-                                         {**HOLDER_OPTIONS, **spec.actor_options})
-                              ).remote(spec, i)
+                _Host.options(**_options(host_name(name, i), _holder_options(spec))).remote(
+                    spec, i)
                 for i in range(spec.settings.shards)
             ]
             await asyncio.gather(*(h.ping.remote() for h in self._hosts))
@@ -153,10 +157,9 @@ class Registry:
                 if actor is None:
                     while self._live.full:
                         await self._passivate(next(self._live.lru()))
-                    actor = _Owner.options(
-                        **_options(owner_name(self._spec.name, owner),
-                                   {**HOLDER_OPTIONS, **self._spec.actor_options})
-                    ).remote(self._spec, owner)
+                    actor = _Owner.options(**_options(owner_name(self._spec.name, owner),
+                                                      _holder_options(self._spec))
+                                           ).remote(self._spec, owner)
                     self._live.add(owner, actor)
                     self._unborn[owner] = time.monotonic()
                     get_metrics().set_live_owners(len(self._live))

@@ -33,7 +33,6 @@ class InMemoryStructuredStore(StructuredStore):
         self._ops: set[tuple[str, str]] = set()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._windows: dict[tuple[str, str], list[ChatMessage]] = {}
-        self._chat_ops: set[tuple[str, str]] = set()
         self._audit_log: defaultdict[str, list[AuditEntry]] = defaultdict(list)
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
@@ -63,10 +62,10 @@ class InMemoryStructuredStore(StructuredStore):
                                messages: Sequence[ChatMessage], window: int,
                                op_id: str | None
                                ) -> tuple[list[ChatMessage], list[ChatMessage]]:
-        if op_id is not None:
-            if (owner, op_id) in self._chat_ops:
+        if op_id is not None:  # one op id space per owner, shared with _apply's
+            if (owner, op_id) in self._ops:
                 return list(self._windows.get((owner, conversation), [])), []
-            self._chat_ops.add((owner, op_id))
+            self._ops.add((owner, op_id))
         msgs = self._windows.get((owner, conversation), []) + list(messages)
         cut = max(0, len(msgs) - window)
         self._windows[(owner, conversation)] = msgs[cut:]
