@@ -16,6 +16,7 @@ from dream_memory_actor.models import utcnow
 from dream_memory_actor.storage import open_stores
 from dream_memory_actor.storage.postgres import PostgresVectorStore
 from dream_memory_actor.storage.postgres.migrations import MIGRATIONS
+from dream_memory_actor.storage.postgres.vector import KEYWORD_SCAN_MAX, prefer_exact
 from tests.conftest import DIM, fresh_schema
 
 
@@ -132,11 +133,13 @@ async def test_keyword_candidates_use_the_trigram_index(pg: tuple[MemorySettings
     assert "memory_text_trgm" in plan, plan
 
 
+@pytest.mark.parametrize("scan", [False, True], ids=["trigram", "owner-scan"])
 @pytest.mark.parametrize("k", [40, 100])
 async def test_keyword_candidates_rank_by_terms_matched_then_newest(
-        pg: tuple[MemorySettings, PostgresVectorStore], k: int) -> None:
+        pg: tuple[MemorySettings, PostgresVectorStore], k: int, scan: bool) -> None:
     """Exactly the reference's choice (most terms matched, newest first), whether the
-    memories containing every term fill the list (k=40: 60 do) or not (k=100)."""
+    memories containing every term fill the list (k=40: 60 do) or not (k=100), from
+    the trigram index or from reading the owner's rows."""
     _, vector = pg
     rng = np.random.default_rng(8)
     texts = ([f"alpha beta note {i}" for i in range(60)] + [f"alpha note {i}" for i in range(120)]
@@ -145,11 +148,15 @@ async def test_keyword_candidates_rank_by_terms_matched_then_newest(
     ats = [start - timedelta(seconds=int(s)) for s in rng.permutation(len(texts))]
     await vector.bulk_insert("kw", [(t, None, at) for t, at in zip(texts, ats, strict=True)])
     terms = ["alpha", "beta"]
-    cands = await vector._candidates(["kw"], terms, None, vector_k=0, keyword_k=k)
+    rows = await vector._fetch(vector.candidate_queries(["kw"], terms, None, 0, k,
+                                                        keyword_scan=scan))
+    cands = [r["content"] for r in rows]
     reference = sorted(((sum(t in x for t in terms), at, x) for x, at in zip(texts, ats,
                                                                             strict=True)
                         if any(t in x for t in terms)), reverse=True)[:k]
-    assert len(cands) == k and {c.content for c in cands} == {x for _, _, x in reference}
+    assert len(cands) == k and set(cands) == {x for _, _, x in reference}
+    if scan:
+        return
     [(sql, args)] = vector.candidate_queries(["kw"], terms, None, 0, k)
     async with vector.backend.connection() as conn:
         plan = json.loads(await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args))
@@ -164,6 +171,54 @@ async def test_keyword_candidates_rank_by_terms_matched_then_newest(
     ranking = [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "memory_text"
                and " OR " in n.get("Filter", "") + n.get("Recheck Cond", "")]
     assert ranking and all((n["Actual Loops"] == 0) == (k == 40) for n in ranking), plan
+
+
+def test_exact_scan_is_chosen_for_owners_that_are_a_small_share_of_the_table() -> None:
+    # exact costs ~ rows, the filtered HNSW search ~ table / rows: break-even rows**2 = 1000 * table
+    assert prefer_exact(10_000, 1_000_000)  # 100 owners of 10k: exact
+    assert not prefer_exact(100_000, 100_000)  # one big owner: the index
+    assert prefer_exact(1_000, 1_000) and not prefer_exact(1_001, 1_001)
+    assert prefer_exact(31_622, 1_000_000) and not prefer_exact(31_623, 1_000_000)
+    assert prefer_exact(500, 0)  # statistics not gathered yet: the owner's own rows count
+
+
+async def test_search_chooses_exact_or_index_by_owner_share(
+        pg: tuple[MemorySettings, PostgresVectorStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, vector = pg
+    await _bulk(vector, "big", 4000, 11)
+    await _bulk(vector, "small", 60, 12)
+    query = [float(x) for x in np.random.default_rng(13).normal(size=DIM)]
+    vector._sizes.clear()  # bulk_insert grew the estimates; count them afresh
+    big, small = await vector._size(None, ["big"]), await vector._size(None, ["small"])
+    assert big[0] == 4000 and small[0] == 60 and abs(big[1] - 4060) <= 1 and big[1] == small[1]
+    chosen: dict[str, tuple[bool, bool]] = {}
+    real = vector.candidate_queries
+
+    def spy(owners: Any, terms: Any, embedding: Any, vk: int, kk: int, **kw: Any) -> Any:
+        chosen[owners[0]] = (kw["exact"], kw["keyword_scan"])
+        return real(owners, terms, embedding, vk, kk, **kw)
+
+    monkeypatch.setattr(vector, "candidate_queries", spy)
+    for owner in ("big", "small"):
+        hits = await vector.search(owner, "memory", embedding=query, limit=10)
+        assert len(hits) == 10 and {h.memory.owner for h in hits} == {owner}
+    # 60**2 <= 1000 * 4060 < 4000**2; both at most KEYWORD_SCAN_MAX rows
+    assert chosen == {"big": (False, True), "small": (True, True)}
+    assert KEYWORD_SCAN_MAX >= 4000
+    # The exact statement: no HNSW in its plan, and exactly the nearest by cosine.
+    [(sql, args)] = real(["small"], [], query, 10, 10, exact=True)
+    async with vector.backend.connection() as conn:
+        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *args))
+        rows = await conn.fetch(sql, *args)
+        every = await conn.fetch(
+            f"""SELECT id, 1 - (embedding::vector({DIM}) <=> $1::vector({DIM})) AS sim
+                FROM {vector.backend.schema}.memories WHERE owner_id = 'small'""", query)
+    assert "hnsw" not in plan, plan
+    best = sorted(every, key=lambda r: -r["sim"])[:10]
+    assert [r["id"] for r in rows] == [r["id"] for r in best]
+    # A store grows the cached estimate instead of counting again
+    await vector.store("small", "one more", embedding=query)
+    assert (await vector._size(None, ["small"]))[0] == 61.0
 
 
 async def test_hnsw_search_agrees_with_exact_search(pg: tuple[MemorySettings,
