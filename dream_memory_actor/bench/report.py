@@ -4,15 +4,19 @@ Reads every ``*.json`` under ``--results`` (default ``.bench/results``), written
 ``dream-memory bench NAME --json > .bench/results/NAME-....json``, and groups them
 by their ``benchmark`` field: ``retrieval`` (recall by category, the latest file),
 ``compare-mem0`` (the latest), ``search-latency`` (latency by store size, every
-file a point) and ``concurrency`` (throughput by writers, every file a point).
-Each table says which machine and which command produced it. Plots need
-matplotlib (extra ``bench``); without it the tables are still written.
+file a point, plus per backend how p50 grows with the store size, from the newest
+file of each size) and ``concurrency`` (throughput by writers, every file a point).
+The runtime section reads ``actor-overhead`` (the newest file of each placement),
+``footprint`` and ``cold-start`` (the newest figure of each placement). Each table
+says which machine and which command produced it. Plots need matplotlib (extra
+``bench``); without it the tables are still written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +29,9 @@ ROWS = {"hybrid_seed": "hybrid, seed weights 0.6/0.3/0.1",
         "keyword_only_weights": "keyword only weights (0/1/0), embeddings present",
         "keyword_mode": "keyword mode, no embedder (ADR-005)",
         "bm25": "BM25 (k1=1.2, b=0.75), reference"}
+PLACEMENTS = ("sharded", "dedicated")
+TARGET_SNAPSHOT_VS_BARE = 0.8  # actor-overhead's target when a file does not record it
+MB = 1024 * 1024
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -176,16 +183,128 @@ def mem0_section(path: Path, d: Mapping[str, Any], plot: str | None) -> list[str
     return lines
 
 
+def _get(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...``, or ``None`` where a level is missing or not a mapping."""
+    for key in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _num(x: Any, spec: str = "") -> str:
+    """A number formatted with ``spec``, ``-`` when absent or not a number."""
+    if x is None or isinstance(x, bool):
+        return "-"
+    try:
+        return format(float(x), spec) if spec else str(x)
+    except (TypeError, ValueError):
+        return "-"
+
+
+def _positive(x: Any) -> float | None:
+    """``x`` as a float when it is a finite positive number (what a log can take)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) and x > 0 else None
+
+
+def _yes_no(x: Any) -> str:
+    return "yes" if x is True else "no" if x is False else "-"
+
+
+def _factor(f: float) -> str:
+    return f"{f:,.0f}" if abs(f - round(f)) < 0.05 else f"{f:.1f}"
+
+
+def growth_exponent(points: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope of log p50 over log size: p50 ~ size^slope (None: < 2 sizes)."""
+    xy = [(math.log(size), math.log(p50)) for size, p50 in points]
+    if len({x for x, _ in xy}) < 2:
+        return None
+    mx = sum(x for x, _ in xy) / len(xy)
+    my = sum(y for _, y in xy) / len(xy)
+    return (sum((x - mx) * (y - my) for x, y in xy)
+            / sum((x - mx) ** 2 for x, _ in xy))
+
+
+def newest_by_size(items: Sequence[tuple[Path, dict[str, Any]]]
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """Per backend, the newest result of each store size, smallest size first."""
+    newest: dict[str, dict[float, dict[str, Any]]] = {}
+    for _, d in items:  # oldest first: a newer file of the same size replaces it
+        size = _positive(d.get("total_memories"))
+        if size is not None:
+            newest.setdefault(str(d.get("backend")), {})[size] = d
+    return {b: [by[s] for s in sorted(by)] for b, by in sorted(newest.items())}
+
+
+def _build(d: Mapping[str, Any]) -> str:
+    b = d.get("hnsw_build")
+    if not isinstance(b, Mapping):
+        return "-"
+    return f"{_num(b.get('maintenance_work_mem_mb'))} / {_num(b.get('parallel_workers'))}"
+
+
+def growth_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """Per backend with two sizes or more: how p50/p95 grow with the store size."""
+    lines: list[str] = []
+    for backend, runs in newest_by_size(items).items():
+        if len(runs) < 2:
+            continue
+        builds = any(isinstance(d.get("hnsw_build"), Mapping) for d in runs)
+        loads = any(_get(d, "bulk_load", "rows_per_s") is not None for d in runs)
+        head = ["memories", "owners", "p50 ms", "p95 ms", "p50 growth vs previous size",
+                "HNSW build s"]
+        head += ["build (mem MB / workers)"] * builds + ["bulk load rows/s"] * loads
+        rows: list[list[Any]] = []
+        points: list[tuple[float, float]] = []
+        prev: tuple[float, float | None] | None = None
+        for d in runs:
+            size = float(d["total_memories"])
+            p50 = _positive(_get(d, "search", "p50_ms"))
+            growth = "-"
+            if prev is not None and prev[1] is not None and p50 is not None:
+                growth = f"x{p50 / prev[1]:.2f} per {_factor(size / prev[0])}x"
+            prev = (size, p50)
+            if p50 is not None:
+                points.append((size, p50))
+            row = [f"{size:,.0f}", _num(d.get("owners")), _num(_get(d, "search", "p50_ms")),
+                   _num(_get(d, "search", "p95_ms")), growth, _num(d.get("hnsw_build_s"))]
+            row += [_build(d)] * builds
+            row += [_num(_get(d, "bulk_load", "rows_per_s"), ",.0f")] * loads
+            rows.append([*row, _yes_no(d.get("explain_uses_vector_index"))])
+        lines += [f"### How cost grows with size: `{backend}`", "",
+                  "The newest result of each size; growth is p50 over the previous size's "
+                  "p50, for the size step given. Last column: the plan of the vector "
+                  "candidate query uses the HNSW index (EXPLAIN).", ""]
+        lines += _table([*head, "uses vector index"], rows)
+        slope = growth_exponent(points)
+        if slope is not None:
+            lo, hi = points[0][0], points[-1][0]
+            lines += [f"p50 grows as size^{slope:.2f} from {lo:,.0f} to {hi:,.0f} memories "
+                      f"(least-squares slope of log p50 over log size, {len(points)} sizes; "
+                      "1 would be linear, 0 flat).", ""]
+        after = sorted({str(d["after_load"]) for d in runs if d.get("after_load")})
+        if after:
+            lines += [f"After the bulk load: {'; '.join(after)}.", ""]
+    return lines
+
+
 def latency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str | None
                     ) -> list[str]:
     lines = ["## Search latency by store size", "",
              "Synthetic memories (bench search-latency); query embedding excluded.", ""]
+    store = any(_get(d, "store_path", "ops_per_s") is not None for _, d in items)
     rows = [[d.get("backend"), d.get("total_memories"), d.get("owners"),
-             d["search"]["p50_ms"], d["search"]["p95_ms"], _machine(d), f"`{_command(d)}`"]
+             _num(_get(d, "search", "p50_ms")), _num(_get(d, "search", "p95_ms")),
+             *[_num(_get(d, "store_path", "ops_per_s"))] * store, _machine(d),
+             f"`{_command(d)}`"]
             for _, d in sorted(items, key=lambda x: (x[1].get("backend", ""),
                                                      x[1].get("total_memories", 0)))]
-    lines += _table(["backend", "memories", "owners", "p50 ms", "p95 ms", "machine", "command"],
-                    rows)
+    lines += _table(["backend", "memories", "owners", "p50 ms", "p95 ms",
+                     *["store path ops/s"] * store, "machine", "command"], rows)
+    lines += growth_section(items)
     if plot:
         lines += [f"![latency by store size]({plot})", ""]
     return lines
@@ -202,6 +321,157 @@ def concurrency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str 
     if plot:
         lines += [f"![throughput by concurrency]({plot})", ""]
     return lines
+
+
+def _placement_order(placement: str) -> tuple[int, str]:
+    """Sharded, dedicated, then any other placement by name."""
+    known = PLACEMENTS.index(placement) if placement in PLACEMENTS else len(PLACEMENTS)
+    return known, placement
+
+
+def _paragraphs(lines: Sequence[str]) -> list[str]:
+    """Each line its own Markdown paragraph."""
+    return [x for line in lines for x in (line, "")]
+
+
+def _rate(d: Mapping[str, Any], kind: str) -> str:
+    return _num(_get(d, kind, "calls_per_s"), ",.0f")
+
+
+def _read_ratio(d: Mapping[str, Any], bare: str) -> float | None:
+    """Snapshot read calls/s over ``bare``'s: as recorded, else from the two rates."""
+    r = _get(d, "ratios", f"snapshot_vs_{bare}")
+    if isinstance(r, (int, float)) and not isinstance(r, bool):
+        return float(r)
+    a, b = _positive(_get(d, "snapshot", "calls_per_s")), _positive(_get(d, bare, "calls_per_s"))
+    return round(a / b, 3) if a is not None and b is not None else None
+
+
+def overhead_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    lines = ["### Actor call overhead", ""]
+    if not items:
+        return [*lines, "No actor-overhead results yet.", ""]
+    newest: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path, d in items:  # oldest first: the newest file of each placement stays
+        newest[str(d.get("placement"))] = (path, d)
+    lines += ["Sequential calls from the driver, calls per second (bench actor-overhead). "
+              "Bare: a no-op method of a plain Ray actor, of one with the owner actors' "
+              "options (restarts, retries, call threads), and of the plain one with a "
+              "snapshot-read-sized argument. Snapshot read: an agent re-reading its "
+              "snapshot; with transfer: from a process that holds no copy.", ""]
+    rows: list[list[Any]] = []
+    verdicts: list[str] = []
+    targets: set[float] = set()
+    order = sorted(newest, key=_placement_order)
+    for placement in order:
+        d = newest[placement][1]
+        plain, same = _read_ratio(d, "bare_sync"), _read_ratio(d, "bare_sync_ft")
+        rows.append([placement, d.get("backend", "-"), _rate(d, "bare_sync"),
+                     _rate(d, "bare_sync_ft"), _rate(d, "bare_sync_arg"), _rate(d, "snapshot"),
+                     _rate(d, "snapshot_transfer"), _num(plain, ".2f"), _num(same, ".2f"),
+                     _rate(d, "search")])
+        target = float(d.get("target_snapshot_vs_bare") or TARGET_SNAPSHOT_VS_BARE)
+        targets.add(target)
+        if plain is None:
+            verdicts.append(f"{placement}: no plain-actor ratio recorded")
+        else:
+            verdicts.append(f"{placement} {plain:.3f}, "
+                            f"{'met' if plain >= target else 'not met'}")
+    lines += _table(["placement", "backend", "bare plain calls/s", "bare same options calls/s",
+                     "bare with argument calls/s", "snapshot read calls/s",
+                     "snapshot with transfer calls/s", "read / plain", "read / same options",
+                     "search calls/s"], rows)
+    goal = (f"{targets.pop():g}" if len(targets) == 1
+            else "/".join(f"{t:g}" for t in sorted(targets)))
+    lines += [f"Target: snapshot read rate >= {goal} x the plain actor's call rate "
+              f"(`target_snapshot_vs_bare`). Against the plain actor: "
+              f"{'; '.join(verdicts)}.", ""]
+    return [*lines, *_paragraphs([f"{placement}: {_provenance(*newest[placement])}"
+                                  for placement in order])]
+
+
+def _by_placement(items: Sequence[tuple[Path, dict[str, Any]]]
+                  ) -> tuple[dict[str, tuple[Path, dict[str, Any]]], dict[str, str]]:
+    """The newest file measuring each placement, and the placements only ever skipped."""
+    done: dict[str, tuple[Path, dict[str, Any]]] = {}
+    skipped: dict[str, str] = {}
+    for path, d in items:  # oldest first
+        for placement in PLACEMENTS:
+            m = d.get(placement)
+            if not isinstance(m, Mapping):
+                continue
+            if "skipped" in m:
+                skipped[placement] = str(m["skipped"])
+            else:
+                done[placement] = (path, d)
+    return ({p: done[p] for p in PLACEMENTS if p in done},
+            {p: skipped[p] for p in PLACEMENTS if p in skipped and p not in done})
+
+
+def _placement_provenance(done: Mapping[str, tuple[Path, dict[str, Any]]]) -> list[str]:
+    files: dict[Path, tuple[list[str], dict[str, Any]]] = {}
+    for placement, (path, d) in done.items():
+        files.setdefault(path, ([], d))[0].append(placement)
+    return _paragraphs([f"{', '.join(ps)}: {_provenance(path, d)}"
+                        for path, (ps, d) in files.items()])
+
+
+def _size(n: Any) -> str:
+    b = _positive(n)
+    if b is None:
+        return "-" if n is None else str(n)
+    return f"{b / MB:,.1f} MB" if b >= MB else f"{b / 1024:,.1f} KB"
+
+
+def footprint_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    lines = ["### Memory footprint of live owners", ""]
+    done, _ = _by_placement(items)
+    if not done:
+        return [*lines, "No footprint results yet.", ""]
+    lines += ["Memory per live owner: `sharded`, the growth of the shard hosts' RSS divided "
+              "by the owners; `dedicated`, each owner process's unique memory (USS). Total: "
+              "the RSS of the actors holding owners. The newest result of each placement.",
+              ""]
+    rows = []
+    for placement, (_, d) in done.items():
+        m = d[placement]
+        rows.append([placement, d.get("backend", "-"), _num(m.get("owners_touched"), ",.0f"),
+                     _num(m.get("live_actors"), ",.0f"), _size(m.get("bytes_per_live_owner")),
+                     _num(m.get("holders_rss_mb"), ",.1f"),
+                     _num(m.get("extrapolated_rss_mb_for_10000"), ",.1f")])
+    lines += _table(["placement", "backend", "owners touched", "live actors",
+                     "memory per live owner", "total RSS MB", "extrapolated MB for 10,000"],
+                    rows)
+    return [*lines, *_placement_provenance(done)]
+
+
+def cold_start_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    lines = ["### First access to a passivated owner", ""]
+    done, skipped = _by_placement(items)
+    if not done and not skipped:
+        return [*lines, "No cold-start results yet.", ""]
+    lines += ["The first read after passivation: `dedicated` starts an actor process, "
+              "`sharded` loads the owner in its shard host. The newest result of each "
+              "placement.", ""]
+    rows = []
+    for placement, (_, d) in done.items():
+        m = d[placement]
+        rows.append([placement, d.get("backend", "-"), _num(m.get("owners"), ",.0f"),
+                     _num(_get(m, "cold_read", "p50_ms")), _num(_get(m, "cold_read", "p95_ms")),
+                     _num(_get(m, "warm_read", "p50_ms"))])
+    if rows:
+        lines += _table(["placement", "backend", "owners", "first read p50 ms",
+                         "first read p95 ms", "warm read p50 ms"], rows)
+    lines += _paragraphs([f"{placement}: skipped ({why})." for placement, why in skipped.items()])
+    return [*lines, *_placement_provenance(done)]
+
+
+def runtime_section(results: Mapping[str, Sequence[tuple[Path, dict[str, Any]]]]
+                    ) -> list[str]:
+    return ["## Runtime overhead (Ray actors)", "",
+            *overhead_section(results.get("actor-overhead", [])),
+            *footprint_section(results.get("footprint", [])),
+            *cold_start_section(results.get("cold-start", []))]
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -252,6 +522,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                            out_dir / f"{name.replace('-', '_')}.png")))
         else:
             lines += [f"## {title.capitalize()}", "", f"No {name} results yet.", ""]
+    lines += runtime_section(results)
     written = [str(p) for p in sorted(out_dir.glob("*.png"))] if out_dir.is_dir() else []
     md.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     return {"benchmark": "report", "written": [str(md), *written],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 
 from dream_memory_actor.bench.compare_mem0 import conninfo
 from dream_memory_actor.bench.locomo import question_metrics, summarize
-from dream_memory_actor.bench.report import load_results, run
+from dream_memory_actor.bench.report import growth_exponent, load_results, run
 
 MACHINE = {"cpus": 2, "platform": "test", "python": "3.11"}
 
@@ -53,6 +55,150 @@ async def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
     assert "No concurrency results yet." in text
     assert (tmp_path / "png" / "search_latency.png").stat().st_size > 1000
     assert len(done["written"]) == 3
+
+
+def _write(results: Path, files: list[tuple[str, dict[str, Any]]]) -> None:
+    """The files in order, each with a later mtime (load_results sorts by it)."""
+    results.mkdir(exist_ok=True)
+    for i, (name, data) in enumerate(files):
+        path = results / name
+        path.write_text(json.dumps(data))
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+
+
+async def _report(tmp_path: Path, files: list[tuple[str, dict[str, Any]]]) -> str:
+    results = tmp_path / "results"
+    _write(results, files)
+    out = tmp_path / "BENCHMARKS.md"
+    await run(argparse.Namespace(results=str(results), out=str(out),
+                                 plots=str(tmp_path / "png")))
+    return out.read_text()
+
+
+def _latency(backend: str, memories: int, p50: float, **extra: Any) -> dict[str, Any]:
+    return {"benchmark": "search-latency", "backend": backend, "owners": 1,
+            "per_owner": memories, "total_memories": memories, "machine": MACHINE,
+            "search": {"p50_ms": p50, "p95_ms": 2 * p50}, **extra}
+
+
+def _calls(rate: float) -> dict[str, Any]:
+    return {"calls_per_s": rate, "p50_ms": 1000 / rate, "p95_ms": 2000 / rate}
+
+
+async def test_search_latency_growth_by_store_size(tmp_path: Path) -> None:
+    build = {"maintenance_work_mem_mb": 2048, "parallel_workers": 1}
+    text = await _report(tmp_path, [
+        ("pg-1k.json", _latency("postgres", 1_000, 1.0, store_path={"ops": 500,
+                                                                    "ops_per_s": 123.4})),
+        # an older run of the 10k size: in the full table, not in the growth table
+        ("pg-10k-old.json", _latency("postgres", 10_000, 99.0)),
+        ("pg-10k.json", _latency("postgres", 10_000, 4.0, hnsw_build_s=3.5, hnsw_build=build,
+                                 explain_uses_vector_index=False)),
+        ("pg-1m.json", _latency("postgres", 1_000_000, 8.0, hnsw_build_s=812.5,
+                                hnsw_build=build, explain_uses_vector_index=True,
+                                bulk_load={"rows": 999_500, "rows_per_s": 25_000},
+                                after_load="VACUUM (ANALYZE)")),
+        ("redis-1k.json", _latency("redis", 1_000, 0.5)),
+    ])
+    # the full table keeps every file, with the store path rate where it was measured
+    assert "| p50 ms | p95 ms | store path ops/s | machine |" in text
+    assert "| postgres | 1000 | 1 | 1.0 | 2.0 | 123.4 | 2 CPUs" in text
+    assert "| postgres | 10000 | 1 | 99.0 | 198.0 | - | 2 CPUs" in text
+    assert "| postgres | 10000 | 1 | 4.0 | 8.0 | - | 2 CPUs" in text
+    # the growth table: newest file per size, ratio to the previous size per size step
+    assert "### How cost grows with size: `postgres`" in text
+    assert ("| memories | owners | p50 ms | p95 ms | p50 growth vs previous size | HNSW build s "
+            "| build (mem MB / workers) | bulk load rows/s | uses vector index |") in text
+    assert "| 1,000 | 1 | 1.0 | 2.0 | - | - | - | - | - |" in text
+    assert "| 10,000 | 1 | 4.0 | 8.0 | x4.00 per 10x | 3.5 | 2048 / 1 | - | no |" in text
+    assert ("| 1,000,000 | 1 | 8.0 | 16.0 | x2.00 per 100x | 812.5 | 2048 / 1 | 25,000 | yes |"
+            in text)
+    assert "x24.75" not in text and "x99.00" not in text
+    # least squares on log10 sizes 3, 4, 6 (mean 13/3, deviations -4/3, -1/3, 5/3, sum of
+    # squares 42/9): slope = (-4 y1 - y2 + 5 y3) / 14, not the end-to-end 0.30
+    expected = (-4 * math.log10(1.0) - math.log10(4.0) + 5 * math.log10(8.0)) / 14
+    assert f"{expected:.2f}" == "0.28"
+    assert "p50 grows as size^0.28 from 1,000 to 1,000,000 memories" in text
+    assert "After the bulk load: VACUUM (ANALYZE)." in text
+    # one size only: no growth table
+    assert "How cost grows with size: `redis`" not in text
+
+
+def test_growth_exponent_is_the_least_squares_slope() -> None:
+    points = [(1_000.0, 1.0), (10_000.0, 4.0), (1_000_000.0, 8.0)]
+    expected = (-4 * math.log10(1.0) - math.log10(4.0) + 5 * math.log10(8.0)) / 14
+    assert growth_exponent(points) == pytest.approx(expected)
+    assert growth_exponent([(10.0, 2.0), (100.0, 2.0)]) == pytest.approx(0.0)
+    assert growth_exponent([(10.0, 1.0), (100.0, 10.0)]) == pytest.approx(1.0)
+    assert growth_exponent([(10.0, 1.0), (10.0, 3.0)]) is None
+
+
+async def test_runtime_overhead_section(tmp_path: Path) -> None:
+    machine = {"machine": MACHINE}
+    dedicated = {"benchmark": "actor-overhead", "backend": "postgres", "placement": "dedicated",
+                 "bare_sync": _calls(1000.0), "bare_sync_ft": _calls(900.0),
+                 "bare_sync_arg": _calls(800.0), "snapshot": _calls(740.0),
+                 "snapshot_transfer": _calls(500.0), "search": _calls(300.0),
+                 "ratios": {"snapshot_vs_bare_sync": 0.74, "snapshot_vs_bare_sync_ft": 0.822},
+                 "target_snapshot_vs_bare": 0.8, "command": "dream-memory bench ao-d",
+                 **machine}
+    # an older file: no bare_sync_ft / bare_sync_arg, no ratios (computed from the rates)
+    sharded = {"benchmark": "actor-overhead", "backend": "memory", "placement": "sharded",
+               "bare_sync": _calls(2000.0), "snapshot": _calls(1700.0),
+               "snapshot_transfer": _calls(1200.0), "search": _calls(600.0), **machine}
+    fp_old = {"benchmark": "footprint", "backend": "postgres", "command": "fp both", **machine,
+              "sharded": {"owners_touched": 100, "live_actors": 3,
+                          "bytes_per_live_owner": 50_000, "holders_rss_mb": 1.0},
+              "dedicated": {"owners_touched": 6, "live_actors": 7,
+                            "bytes_per_live_owner": 60 * 1024 * 1024,
+                            "holders_rss_mb": 900.0,
+                            "extrapolated_rss_mb_for_10000": 600_000.0}}
+    fp_new = {"benchmark": "footprint", "backend": "postgres", "command": "fp sharded",
+              **machine,
+              "sharded": {"owners_touched": 10_000, "live_actors": 3,
+                          "bytes_per_live_owner": 11_264, "holders_rss_mb": 420.5,
+                          "extrapolated_rss_mb_for_10000": 430.0}}
+    cold = {"benchmark": "cold-start", "backend": "memory", "command": "cs", **machine,
+            "sharded": {"owners": 200, "passivated": 200,
+                        "cold_read": {"p50_ms": 6.4, "p95_ms": 9.1},
+                        "warm_read": {"p50_ms": 0.5, "p95_ms": 0.9}},
+            "dedicated": {"skipped": "use --backend postgres"}}
+    text = await _report(tmp_path, [
+        ("ao-dedicated-old.json", {**dedicated, "ratios": {"snapshot_vs_bare_sync": 0.1}}),
+        ("ao-dedicated.json", dedicated), ("ao-sharded.json", sharded),
+        ("fp-old.json", fp_old), ("fp-new.json", fp_new), ("cs.json", cold)])
+    runtime = text[text.index("## Runtime overhead (Ray actors)"):]
+    assert ("| placement | backend | bare plain calls/s | bare same options calls/s | bare with "
+            "argument calls/s | snapshot read calls/s | snapshot with transfer calls/s | "
+            "read / plain | read / same options | search calls/s |") in runtime
+    assert "| sharded | memory | 2,000 | - | - | 1,700 | 1,200 | 0.85 | - | 600 |" in runtime
+    assert ("| dedicated | postgres | 1,000 | 900 | 800 | 740 | 500 | 0.74 | 0.82 | 300 |"
+            in runtime)
+    assert runtime.index("| sharded | memory") < runtime.index("| dedicated | postgres")
+    assert ("Target: snapshot read rate >= 0.8 x the plain actor's call rate "
+            "(`target_snapshot_vs_bare`). Against the plain actor: sharded 0.850, met; "
+            "dedicated 0.740, not met.") in runtime
+    assert "dedicated: Machine: 2 CPUs" in runtime
+    assert "Command: `dream-memory bench ao-d`. File: `ao-dedicated.json`." in runtime
+    assert "ao-dedicated-old.json" not in runtime and "0.10" not in runtime
+    # footprint: the newest figure of each placement, even from different files
+    assert "| sharded | postgres | 10,000 | 3 | 11.0 KB | 420.5 | 430.0 |" in runtime
+    assert "| dedicated | postgres | 6 | 7 | 60.0 MB | 900.0 | 600,000.0 |" in runtime
+    assert "sharded: Machine: 2 CPUs, test, Python 3.11. Command: `fp sharded`." in runtime
+    assert "dedicated: Machine: 2 CPUs, test, Python 3.11. Command: `fp both`." in runtime
+    assert "| 100 |" not in runtime
+    # cold start: the measured placement, the skipped one said so
+    assert "| sharded | memory | 200 | 6.4 | 9.1 | 0.5 |" in runtime
+    assert "dedicated: skipped (use --backend postgres)." in runtime
+    assert "No actor-overhead results yet." not in text
+
+
+async def test_runtime_overhead_without_results(tmp_path: Path) -> None:
+    text = await _report(tmp_path, [])
+    runtime = text[text.index("## Runtime overhead (Ray actors)"):]
+    for name in ("actor-overhead", "footprint", "cold-start"):
+        assert f"No {name} results yet." in runtime
+    assert "No search-latency results yet." in text
 
 
 def test_conninfo_from_the_embedded_dsn() -> None:
