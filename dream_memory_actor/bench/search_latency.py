@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep", action="store_true", help="keep the benchmark schema")
+    p.add_argument("--reuse-schema", default=None, metavar="SCHEMA",
+                   help="search a schema an earlier run kept (--keep) instead of loading "
+                        "one: same sizes and seed, no store, load or build figures")
     p.add_argument("--build-mem-mb", type=int, default=None,
                    help="maintenance_work_mem for the HNSW build (default: enough for the "
                         "whole graph, ~3 KB per 384-dim vector, at least 1 GB)")
@@ -96,7 +99,7 @@ class _Corpus:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    schema = args.reuse_schema or f"bench_{uuid.uuid4().hex[:8]}"
     kw: dict[str, Any] = {"backend": args.backend, "postgres_schema": schema,
                           "redis_prefix": schema}
     if args.dsn:
@@ -118,68 +121,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "candidates": {"vector": settings.vector_candidates,
                        "keyword": settings.keyword_candidates},
     }
+    if args.reuse_schema:
+        result["reused_schema"] = ("searched a schema kept by an earlier run of the same "
+                                   "sizes; queries from the same topic model; load and "
+                                   "build not re-measured")
+        args.keep = True  # not ours to drop
     try:
-        # 1. insert throughput through the real store path (dedup check included)
-        sample = min(args.store_sample, args.per_owner)
-        t0 = time.perf_counter()
-        for _ in range(sample):
-            item_text, item_vec = corpus.item()
-            await vector.store(owners[0], item_text, embedding=item_vec.tolist())
-        took = time.perf_counter() - t0
-        result["store_path"] = {"ops": sample, "ops_per_s": round(sample / took, 1)}
-
-        # 2. bulk load the rest (PostgreSQL: without the HNSW index, built afterwards,
-        # which is how a large import should be done and is much faster)
-        if args.backend == "postgres":
-            async with vector.backend.connection() as conn:
-                await conn.execute(f"DROP INDEX {schema}.memories_hnsw_{args.dim}")
-        t0 = time.perf_counter()
-        loaded = 0
-        bar = Progress("load", args.owners * args.per_owner - sample)
-        for i, owner in enumerate(owners):
-            todo = args.per_owner - (sample if i == 0 else 0)
-            while todo > 0:
-                batch = [corpus.item() for _ in range(min(todo, 5000))]
-                if args.backend == "postgres":
-                    now = utcnow()
-                    await vector.bulk_insert(owner, [(t, v.tolist(), now) for t, v in batch])
-                else:
-                    for item_text, item_vec in batch:
-                        await vector.store(owner, item_text, embedding=item_vec.tolist(),
-                                           threshold=1.0)
-                todo -= len(batch)
-                loaded += len(batch)
-                bar.advance(len(batch))
-        bar.__exit__(None, None, None)
-        result["bulk_load"] = {"rows": loaded,
-                               "rows_per_s": round(loaded / max(time.perf_counter() - t0, 1e-9))}
-        if args.backend == "postgres":
-            import asyncpg
-
-            from ..storage.postgres.migrations import migrate
-
-            t0 = time.perf_counter()
-            # A dedicated connection: the pool's 60 s statement timeout is for queries,
-            # not for building an index over 100k+ vectors.
-            conn = await asyncpg.connect(vector.backend.dsn)
-            try:
-                mem_mb, workers = build_settings(result["total_memories"], args.dim,
-                                                 args.build_mem_mb, args.build_workers)
-                await conn.execute(f"SET maintenance_work_mem = '{int(mem_mb)}MB'")
-                await conn.execute(f"SET max_parallel_maintenance_workers = {int(workers)}")
-                await migrate(conn, schema, args.dim)  # re-creates the HNSW index
-                result["hnsw_build_s"] = round(time.perf_counter() - t0, 2)
-                result["hnsw_build"] = {"maintenance_work_mem_mb": mem_mb,
-                                        "parallel_workers": workers}
-                # What autovacuum does within minutes of a large insert (PostgreSQL >= 13
-                # vacuums insert-only tables): statistics, hint bits, visibility map.
-                # Searched before it, the freshly loaded table runs about 30% slower.
-                await conn.execute(f"VACUUM (ANALYZE) {schema}.memories")
-                await conn.execute(f"VACUUM (ANALYZE) {schema}.memory_text")
-            finally:
-                await conn.close()
-            result["after_load"] = "VACUUM (ANALYZE), as autovacuum does after a large insert"
-
+        if not args.reuse_schema:
+            await _load(args, vector, corpus, owners, schema, result)
         # 3. searches (query embedding given: its cost is excluded by construction)
         queries = [corpus.query() for _ in range(args.queries)]
         for text, vec in queries[:10]:  # warm the pool and caches
@@ -202,11 +151,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "embedding cost with a real model")
 
         if args.backend == "postgres":
+            from ..storage.postgres.vector import prefer_exact, prefer_keyword_scan
+
+            # The plan the searches chose (per owner: exact scan or index, see vector.py)
+            mine, table = await vector._size(None, [owners[0]])
+            exact = prefer_exact(mine, table)
             [(sql, qargs)] = vector.candidate_queries([owners[0]], [], queries[0][1],
-                                                 settings.vector_candidates, 100)
+                                                      settings.vector_candidates, 100,
+                                                      exact=exact)
             async with vector.backend.connection() as conn:
                 plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *qargs))
             result["explain_uses_vector_index"] = f"memories_hnsw_{args.dim}" in plan
+            result["chosen_scans"] = {
+                "owner_rows": mine, "table_rows": table,
+                "vector": "exact scan" if exact else "HNSW index",
+                "keyword": ("owner rows" if prefer_keyword_scan(mine, table)
+                            else "trigram index")}
     finally:
         if args.backend == "postgres" and not args.keep:
             async with vector.backend.connection() as conn:
@@ -214,3 +174,68 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await structured.close()
         await vector.close()
     return result
+
+
+async def _load(args: argparse.Namespace, vector: Any, corpus: _Corpus, owners: list[str],
+                schema: str, result: dict[str, Any]) -> None:
+    """Store a sample through ``store`` (timed), bulk-load the rest, build the index."""
+    # 1. insert throughput through the real store path (dedup check included)
+    sample = min(args.store_sample, args.per_owner)
+    t0 = time.perf_counter()
+    for _ in range(sample):
+        item_text, item_vec = corpus.item()
+        await vector.store(owners[0], item_text, embedding=item_vec.tolist())
+    took = time.perf_counter() - t0
+    result["store_path"] = {"ops": sample, "ops_per_s": round(sample / took, 1)}
+
+    # 2. bulk load the rest (PostgreSQL: without the HNSW index, built afterwards,
+    # which is how a large import should be done and is much faster)
+    if args.backend == "postgres":
+        async with vector.backend.connection() as conn:
+            await conn.execute(f"DROP INDEX {schema}.memories_hnsw_{args.dim}")
+    t0 = time.perf_counter()
+    loaded = 0
+    bar = Progress("load", args.owners * args.per_owner - sample)
+    for i, owner in enumerate(owners):
+        todo = args.per_owner - (sample if i == 0 else 0)
+        while todo > 0:
+            batch = [corpus.item() for _ in range(min(todo, 5000))]
+            if args.backend == "postgres":
+                now = utcnow()
+                await vector.bulk_insert(owner, [(t, v.tolist(), now) for t, v in batch])
+            else:
+                for item_text, item_vec in batch:
+                    await vector.store(owner, item_text, embedding=item_vec.tolist(),
+                                       threshold=1.0)
+            todo -= len(batch)
+            loaded += len(batch)
+            bar.advance(len(batch))
+    bar.__exit__(None, None, None)
+    result["bulk_load"] = {"rows": loaded,
+                           "rows_per_s": round(loaded / max(time.perf_counter() - t0, 1e-9))}
+    if args.backend == "postgres":
+        import asyncpg
+
+        from ..storage.postgres.migrations import migrate
+
+        t0 = time.perf_counter()
+        # A dedicated connection: the pool's 60 s statement timeout is for queries,
+        # not for building an index over 100k+ vectors.
+        conn = await asyncpg.connect(vector.backend.dsn)
+        try:
+            mem_mb, workers = build_settings(result["total_memories"], args.dim,
+                                             args.build_mem_mb, args.build_workers)
+            await conn.execute(f"SET maintenance_work_mem = '{int(mem_mb)}MB'")
+            await conn.execute(f"SET max_parallel_maintenance_workers = {int(workers)}")
+            await migrate(conn, schema, args.dim)  # re-creates the HNSW index
+            result["hnsw_build_s"] = round(time.perf_counter() - t0, 2)
+            result["hnsw_build"] = {"maintenance_work_mem_mb": mem_mb,
+                                    "parallel_workers": workers}
+            # What autovacuum does within minutes of a large insert (PostgreSQL >= 13
+            # vacuums insert-only tables): statistics, hint bits, visibility map.
+            # Searched before it, the freshly loaded table runs about 30% slower.
+            await conn.execute(f"VACUUM (ANALYZE) {schema}.memories")
+            await conn.execute(f"VACUUM (ANALYZE) {schema}.memory_text")
+        finally:
+            await conn.close()
+        result["after_load"] = "VACUUM (ANALYZE), as autovacuum does after a large insert"

@@ -16,7 +16,11 @@ from dream_memory_actor.models import utcnow
 from dream_memory_actor.storage import open_stores
 from dream_memory_actor.storage.postgres import PostgresVectorStore
 from dream_memory_actor.storage.postgres.migrations import MIGRATIONS
-from dream_memory_actor.storage.postgres.vector import KEYWORD_SCAN_MAX, prefer_exact
+from dream_memory_actor.storage.postgres.vector import (
+    KEYWORD_SCAN_MAX,
+    prefer_exact,
+    prefer_keyword_scan,
+)
 from tests.conftest import DIM, fresh_schema
 
 
@@ -180,6 +184,13 @@ def test_exact_scan_is_chosen_for_owners_that_are_a_small_share_of_the_table() -
     assert prefer_exact(1_000, 1_000) and not prefer_exact(1_001, 1_001)
     assert prefer_exact(31_622, 1_000_000) and not prefer_exact(31_623, 1_000_000)
     assert prefer_exact(500, 0)  # statistics not gathered yet: the owner's own rows count
+
+
+def test_keyword_scan_is_chosen_for_few_rows_or_a_small_share() -> None:
+    assert prefer_keyword_scan(5_000, 5_000) and not prefer_keyword_scan(5_001, 5_001)
+    assert prefer_keyword_scan(10_000, 1_000_000)  # 1% of the table
+    assert not prefer_keyword_scan(10_000, 100_000)  # 10%: the trigram index
+    assert not prefer_keyword_scan(60_000, 10_000_000)  # past the cap
 
 
 async def test_search_chooses_exact_or_index_by_owner_share(

@@ -39,13 +39,29 @@ SPLIT_AFTER_S = 0.005
 EXACT_BREAK_EVEN = 1000
 
 #: Up to this many rows, an owner's keyword candidates come from reading its rows
-#: (owner index, ``strpos``) instead of the trigram index: measured at 5,000 rows an
-#: owner, 1.7-2.3 ms against 3.3-4.5 ms, and the trigram index gains nothing from the
-#: owner filter (it intersects bitmaps over the whole table).
+#: (owner index, ``strpos``) instead of the trigram index, which gains nothing from
+#: the owner filter: it intersects bitmaps over the whole table. Measured at 5,000
+#: rows an owner (20 owners): 1.7-2.3 ms against 3.3-4.5 ms; at 10,000 (100 owners,
+#: 1M rows): 3-4 ms against 33 ms.
 KEYWORD_SCAN_MAX = 5000
+#: ... and so do owners holding at most this share of the table, up to
+#: ``KEYWORD_SCAN_CAP`` rows (reading 50,000 rows costs ~20 ms).
+KEYWORD_SCAN_SHARE = 0.05
+KEYWORD_SCAN_CAP = 50_000
 
 #: Seconds an owner set's row count is trusted before it is counted again.
 SIZE_TTL_S = 60.0
+
+
+def prefer_keyword_scan(owner_rows: float, table_rows: float) -> bool:
+    """Whether reading the owners' rows beats the trigram index for keyword candidates
+    (see :data:`KEYWORD_SCAN_MAX`).
+
+    >>> prefer_keyword_scan(10_000, 1_000_000), prefer_keyword_scan(100_000, 100_000)
+    (True, False)
+    """
+    return owner_rows <= KEYWORD_SCAN_MAX or (
+        owner_rows <= KEYWORD_SCAN_CAP and owner_rows <= KEYWORD_SCAN_SHARE * table_rows)
 
 
 def prefer_exact(owner_rows: float, table_rows: float, break_even: float = EXACT_BREAK_EVEN
@@ -219,8 +235,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         of the HNSW index (ordered by similarity, an expression the index cannot
         serve), for owners that are a small share of the table (``prefer_exact``).
         ``keyword_scan``: the keyword candidates by reading the owners' rows instead of
-        the trigram index, for owners with few rows (``KEYWORD_SCAN_MAX``). Either
-        way, the same candidates.
+        the trigram index, for owners with few rows or a small share of the table
+        (``prefer_keyword_scan``). Either way, the same candidates.
         """
         s = self._s
         d = int(self.dim or 0)
@@ -300,7 +316,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         queries = self.candidate_queries(
             owners, terms, embedding, vector_k, keyword_k,
             exact=embedding is not None and prefer_exact(mine, table),
-            keyword_scan=mine <= KEYWORD_SCAN_MAX)
+            keyword_scan=prefer_keyword_scan(mine, table))
         key = tuple(owners)
         split = len(queries) > 1 and self._choose_split(key)
         t0 = time.perf_counter()
@@ -330,7 +346,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             # The table's rows from the planner's statistics (0 before the first
             # ANALYZE); the owners' rows counted up to where both choices are settled:
             # the HNSW index past sqrt(BREAK_EVEN * table) (and past BREAK_EVEN on a
-            # table of their own), the trigram index past KEYWORD_SCAN_MAX.
+            # table of their own), the trigram index past the keyword scan's limits.
             row = await conn.fetchrow(
                 f"""WITH t AS (SELECT greatest(reltuples, 0) AS n FROM pg_class
                                WHERE oid = '{self._s}.memories'::regclass)
@@ -338,10 +354,11 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                            (SELECT count(*) FROM (
                                SELECT 1 FROM {self._s}.memories
                                WHERE owner_id = ANY($1::text[])
-                               LIMIT (SELECT greatest(sqrt($2 * n), $3)::bigint + 1 FROM t)
+                               LIMIT (SELECT greatest(sqrt($2 * n), least($3 * n, $4), $5)
+                                             ::bigint + 1 FROM t)
                            ) c) AS mine""",
-                list(owners), float(EXACT_BREAK_EVEN),
-                float(max(EXACT_BREAK_EVEN, KEYWORD_SCAN_MAX)))
+                list(owners), float(EXACT_BREAK_EVEN), KEYWORD_SCAN_SHARE,
+                float(KEYWORD_SCAN_CAP), float(max(EXACT_BREAK_EVEN, KEYWORD_SCAN_MAX)))
             hit = (float(row["mine"]), float(row["total"] or 0.0), now)
             self._sizes.pop(key, None)
             self._sizes[key] = hit
