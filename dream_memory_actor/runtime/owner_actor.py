@@ -143,18 +143,37 @@ class _Holder(abc.ABC):
                               messages: Sequence[ChatMessage], op_id: str | None = None
                               ) -> ChatAppend:
         """Append to the (owner, conversation) window; what leaves it is extracted in the
-        background (an extraction failure is counted and logged, the append stands)."""
+        background (an extraction failure is counted and logged, the append stands).
+
+        The background extraction holds the owner as a call does, taken over before
+        this call lets go: a busy owner is not passivated (sharded), and passivating
+        its actor waits for it within the drain grace (dedicated).
+        """
         async with self._use(owner):
             svc = await self._service()
             appended: ChatAppend = await svc.append_messages(owner, conversation, messages,
                                                              op_id=op_id)
-        if appended.overflow:
-            task = asyncio.get_running_loop().create_task(
-                self._extract_quietly(svc, owner, appended.overflow))
-            tasks = self._extracting.setdefault(owner, set())
-            tasks.add(task)
-            task.add_done_callback(lambda t: self._extraction_done(owner, t))
+            if appended.overflow:
+                held = asyncio.Event()
+                task = asyncio.get_running_loop().create_task(
+                    self._extract_held(svc, owner, appended.overflow, held))
+                tasks = self._extracting.setdefault(owner, set())
+                tasks.add(task)
+                task.add_done_callback(lambda t: self._extraction_done(owner, t))
+                await held.wait()
         return appended
+
+    async def _extract_held(self, svc: ExtractionService, owner: str,
+                            messages: Sequence[ChatMessage], held: asyncio.Event) -> None:
+        try:
+            async with self._use(owner):
+                held.set()
+                await self._extract_quietly(svc, owner, messages)
+        except Exception:  # could not hold the owner (shutting down): counted, logged
+            self._extraction_failures += 1
+            log.exception("extraction for owner %r could not start", owner)
+        finally:
+            held.set()
 
     def _extraction_done(self, owner: str, task: asyncio.Task[None]) -> None:
         tasks = self._extracting.get(owner)

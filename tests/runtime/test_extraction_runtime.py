@@ -144,6 +144,19 @@ def test_llm_extraction_through_the_pool(ray_runtime: None, pg_dsn: str) -> None
             assert [r.content for r in erin.snapshot().rules] == ["Reply in Chinese"]
             assert len(api.requests_to(CHAT_PATH)) == 1
 
+            # A background extraction holds its owner: asked to passivate it meanwhile,
+            # the host declines, and the extraction's write lands.
+            slow = {"kind": "fact", "content": "The user said a", "confidence": 0.9,
+                    "evidence": "a"}
+            api.queue_chat(json.dumps({"items": [slow]}), delay_s=1.5)
+            assert [m.content for m in erin.append_messages("c0", [user("a"), user("b"),
+                                                                  user("c")]).overflow] == ["a"]
+            assert system.passivate(["ex-erin"]) == 0
+            erin.flush_extractions()
+            assert [f.content for f in erin.snapshot().facts] == ["The user said a"]
+            assert system.passivate(["ex-erin"]) == 1  # idle again: it goes
+            assert len(api.requests_to(CHAT_PATH)) == 2
+
             api.queue_chat(status=500)  # a failed background extraction: the append stands
             assert len(erin.append_messages("c1", [user("c")]).window) == 2
             erin.flush_extractions()
