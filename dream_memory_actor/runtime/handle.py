@@ -176,7 +176,7 @@ class OwnerHandle:
                        functools.partial(conn.confirm, self.owner, token, version), what,
                        owner=self.owner)
         remember = functools.partial(conn.remember, self.owner)
-        yield Call("owner", "read", ((self.owner, min_version, token, version),), remember,
+        yield Call("owner", "read", ([self.owner, min_version, token, version],), remember,
                    what, owner=self.owner)
         yield self._owner_call("snapshot", (min_version, wait), remember, wait)
 

@@ -36,10 +36,14 @@ from .vector_index import IndexL2, process_info
 
 log = logging.getLogger(__name__)
 
-#: A snapshot read's answer: (lineage token, version, the snapshot or None if unchanged).
-SnapshotReply = tuple[str, int, MemorySnapshot | None]
-#: A fast read's question: (owner, min_version, token held, version held).
-ReadQuery = tuple[str, "int | None", "str | None", "int | None"]
+# Reads cross Ray as lists, not tuples: Ray serializes str/int/None/list with msgpack
+# alone, but any tuple goes through pickle as well (bench: a no-op returning a tuple
+# ran at ~0.85-0.95x the rate of one returning None; a list, ~1.0x).
+
+#: A snapshot read's answer: [lineage token, version, the snapshot or None if unchanged].
+SnapshotReply = list[Any]
+#: A fast read's question: [owner, min_version, token held, version held].
+ReadQuery = Sequence[Any]
 
 
 def sweep_interval(idle_timeout_s: float) -> float:
@@ -95,15 +99,15 @@ class _Holder(abc.ABC):
         if mem is None or snap is None:
             return None
         if token == mem.token and version == snap.version:
-            return (mem.token, snap.version, None)
-        return (mem.token, snap.version, snap)
+            return [mem.token, snap.version, None]
+        return [mem.token, snap.version, snap]
 
     async def snapshot(self, owner: str, min_version: int | None, timeout_s: float
                        ) -> SnapshotReply:
         """The full read: loads the owner if needed, waits for ``min_version``."""
         async with self._use(owner) as mem:
             snap: MemorySnapshot = await mem.snapshot(min_version, timeout_s)
-            return (mem.token, snap.version, snap)
+            return [mem.token, snap.version, snap]
 
     async def apply(self, owner: str, ops: Sequence[L1Op], op_id: str | None
                     ) -> MemorySnapshot:
@@ -314,8 +318,8 @@ class OwnerActor(_Holder):
         self._note_use()
         return self._mem
 
-    def current(self) -> tuple[str, int] | None:
-        """(lineage token, version) of the live snapshot, or ``None`` if none is live here.
+    def current(self) -> list[Any] | None:
+        """[lineage token, version] of the live snapshot, or ``None`` if none is live here.
 
         The cheapest read, for a reader that holds a copy and only needs to learn
         whether it is current: no argument, because one costs a Ray call about 30%
@@ -326,7 +330,7 @@ class OwnerActor(_Holder):
         snap = None if mem is None else mem.peek()
         if mem is None or snap is None:
             return None
-        return (mem.token, snap.version)
+        return [mem.token, snap.version]
 
     def _note_use(self) -> None:
         now = time.monotonic()
