@@ -244,13 +244,19 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         out: list[tuple[str, list[Any]]] = []
         if embedding is not None:
             q = f"$2::vector({d})"
-            order = "sim DESC" if exact else f"m.{dim_sql(d)} <=> {q}"
-            out.append((
-                f"""SELECT {cols}, NULL::text AS search_text, 1 - (m.{dim_sql(d)} <=> {q}) AS sim
-                    FROM {s}.memories m
-                    WHERE m.owner_id = ANY($1::text[]) AND m.{self._dim_filter()}
-                    ORDER BY {order} LIMIT $3""",
-                [list(owners), embedding, vector_k]))
+            if exact:  # the top ids first, then their rows: the sort carries narrow rows
+                sql = f"""SELECT {cols}, NULL::text AS search_text, t.sim FROM (
+                              SELECT id, 1 - ({dim_sql(d)} <=> {q}) AS sim FROM {s}.memories
+                              WHERE owner_id = ANY($1::text[]) AND {self._dim_filter()}
+                              ORDER BY sim DESC LIMIT $3) t
+                          JOIN {s}.memories m USING (id)"""
+            else:
+                sql = f"""SELECT {cols}, NULL::text AS search_text,
+                              1 - (m.{dim_sql(d)} <=> {q}) AS sim
+                          FROM {s}.memories m
+                          WHERE m.owner_id = ANY($1::text[]) AND m.{self._dim_filter()}
+                          ORDER BY m.{dim_sql(d)} <=> {q} LIMIT $3"""
+            out.append((sql, [list(owners), embedding, vector_k]))
         if terms:
             args: list[Any] = [list(owners), keyword_k]
             sim = "NULL::float8"
