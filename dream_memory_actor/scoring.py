@@ -12,6 +12,7 @@ so a keyword-only score is comparable to the same hit's hybrid score.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -141,23 +142,30 @@ def rank(
     In keyword mode (no query embedding) a candidate that matches no term is
     not a hit: recency alone is not relevance.
     """
-    scored: list[Scored] = []
+    # The formulas above, inlined: this loop runs for every candidate of every search
+    # (~80 each), and Scored objects are made only for the ``limit`` returned.
+    rows: list[tuple[float, float, str, Candidate, float | None, float, float]] = []
     seen: set[str] = set()
+    n_terms = len(query_terms)
+    wv, wk, wt, half_life = weights.vector, weights.keyword, weights.time, weights.half_life_days
     for c in candidates:
         if c.id in seen:
             continue
         seen.add(c.id)
         folded = c.folded if c.folded is not None else fold(c.content)
-        kw = keyword_score_folded(query_terms, folded)
+        kw = sum(1 for t in query_terms if t in folded) / n_terms if n_terms else 0.0
         if not hybrid and kw == 0.0:
             continue
-        vec = vector_score(c.similarity) if hybrid else None
-        ts = time_score(c.updated_at, now, weights.half_life_days)
-        score = hybrid_score(vec, kw, ts, weights)
+        sim = c.similarity
+        vec = (None if sim is None else min(1.0, max(0.0, sim))) if hybrid else None
+        age = (now - c.updated_at).total_seconds()
+        ts = 1.0 / (1.0 + max(0.0, age / 86400.0) / half_life)
+        score = wv * (0.0 if vec is None else vec) + wk * kw + wt * ts
         if score >= min_score:
-            scored.append(Scored(c, score, vec, kw, ts))
-    scored.sort(key=lambda h: (-h.score, -h.candidate.updated_at.timestamp(), h.candidate.id))
-    return scored[:limit]
+            rows.append((-score, age, c.id, c, vec, kw, ts))
+    # best score first; ties: newest (smallest age) first, then id
+    best = heapq.nsmallest(limit, rows, key=lambda r: (r[0], r[1], r[2]))
+    return [Scored(r[3], -r[0], r[4], r[5], r[6]) for r in best]
 
 
 def to_hit(s: Scored, memory: VectorMemory, hybrid: bool) -> SearchHit:
