@@ -137,13 +137,20 @@ async def test_keyword_candidates_use_the_trigram_index(pg: tuple[MemorySettings
     assert "memory_text_trgm" in plan, plan
 
 
-@pytest.mark.parametrize("scan", [False, True], ids=["trigram", "owner-scan"])
+@pytest.mark.parametrize("mode", ["trigram", "owner-scan", "window", "small-window"])
 @pytest.mark.parametrize("k", [40, 100])
 async def test_keyword_candidates_rank_by_terms_matched_then_newest(
-        pg: tuple[MemorySettings, PostgresVectorStore], k: int, scan: bool) -> None:
+        pg: tuple[MemorySettings, PostgresVectorStore], k: int, mode: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Exactly the reference's choice (most terms matched, newest first), whether the
     memories containing every term fill the list (k=40: 60 do) or not (k=100), from
-    the trigram index or from reading the owner's rows."""
+    the trigram index, from reading the owner's rows, or first from its newest rows
+    (a window holding all 300, or only 50: too few, so the usual statement answers)."""
+    from dream_memory_actor.storage.postgres import vector as vector_module
+
+    if mode == "small-window":
+        monkeypatch.setattr(vector_module, "RECENT_WINDOW", 50)
+    scan = mode == "owner-scan"
     _, vector = pg
     rng = np.random.default_rng(8)
     texts = ([f"alpha beta note {i}" for i in range(60)] + [f"alpha note {i}" for i in range(120)]
@@ -152,14 +159,16 @@ async def test_keyword_candidates_rank_by_terms_matched_then_newest(
     ats = [start - timedelta(seconds=int(s)) for s in rng.permutation(len(texts))]
     await vector.bulk_insert("kw", [(t, None, at) for t, at in zip(texts, ats, strict=True)])
     terms = ["alpha", "beta"]
-    rows = await vector._fetch(vector.candidate_queries(["kw"], terms, None, 0, k,
-                                                        keyword_scan=scan))
+    rows = await vector._fetch(vector.candidate_queries(
+        ["kw"], terms, None, 0, k, keyword_scan=scan, recent_window="window" in mode))
     cands = [r["content"] for r in rows]
+    # the window answers only when its rows hold k memories with every term
+    assert {r["src"] for r in rows} == {"recent" if mode == "window" and k == 40 else "index"}
     reference = sorted(((sum(t in x for t in terms), at, x) for x, at in zip(texts, ats,
                                                                             strict=True)
                         if any(t in x for t in terms)), reverse=True)[:k]
     assert len(cands) == k and set(cands) == {x for _, _, x in reference}
-    if scan:
+    if mode != "trigram":
         return
     [(sql, args)] = vector.candidate_queries(["kw"], terms, None, 0, k)
     async with vector.backend.connection() as conn:
@@ -230,6 +239,20 @@ async def test_search_chooses_exact_or_index_by_owner_share(
     # A store grows the cached estimate instead of counting again
     await vector.store("small", "one more", embedding=query)
     assert (await vector._size(None, ["small"]))[0] == 61.0
+
+
+def test_an_owner_whose_recent_window_keeps_falling_short_stops_trying_it(
+        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
+    _, vector = pg
+    assert vector._window("o")  # trusted at first
+    for _ in range(4):
+        vector._window_learn("o", False)
+    assert not vector._window("o")  # 1.0 * 0.8**4 < 0.5
+    tries = [vector._window("o") for _ in range(20)]
+    assert sum(tries) >= 1 and not all(tries)  # regains trust slowly, then tries again
+    vector._window_learn("o", True)
+    vector._window_learn("p", True)
+    assert vector._window("p")
 
 
 async def test_hnsw_search_agrees_with_exact_search(pg: tuple[MemorySettings,

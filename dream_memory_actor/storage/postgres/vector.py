@@ -49,6 +49,15 @@ KEYWORD_SCAN_MAX = 5000
 KEYWORD_SCAN_SHARE = 0.05
 KEYWORD_SCAN_CAP = 50_000
 
+#: A large owner's keyword candidates first look among its newest rows this many:
+#: when at least k of them contain every term, those are the answer (every older
+#: row is older than them), found by walking the owner's recency index instead of
+#: intersecting trigram bitmaps. Measured at 100k memories of one owner, two common
+#: terms: 0.9 ms against 5.7 ms median. When it falls short, the usual statement
+#: runs as well (~2 ms more), so an owner set whose window keeps falling short stops
+#: trying it for a while (``_window``).
+RECENT_WINDOW = 5000
+
 #: Seconds an owner set's row count is trusted before it is counted again.
 SIZE_TTL_S = 60.0
 
@@ -117,6 +126,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         #: Owner set -> moving averages (seconds) of its search one way and split.
         self._timings: OrderedDict[tuple[str, ...], tuple[float | None, float | None]] = (
             OrderedDict())
+        #: Owner -> how often the recent window answered lately (moving average).
+        self._window_hits: OrderedDict[str, float] = OrderedDict()
         #: Owner set -> (its vector rows (counted up to where the answer is "index"),
         #: the table's rows, when counted): how to search them, see ``_size``.
         self._sizes: OrderedDict[tuple[str, ...], tuple[float, float, float]] = OrderedDict()
@@ -225,7 +236,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
     def candidate_queries(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, vector_k: int, keyword_k: int,
                           *, exact: bool = False, keyword_scan: bool = False,
-                          ) -> list[tuple[str, list[Any]]]:
+                          recent_window: bool = False) -> list[tuple[str, list[Any]]]:
         """One statement per signal (vector, keyword) with its bound parameters.
 
         Each returns full rows with their cosine; a memory found by both comes
@@ -236,7 +247,9 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         serve), for owners that are a small share of the table (``prefer_exact``).
         ``keyword_scan``: the keyword candidates by reading the owners' rows instead of
         the trigram index, for owners with few rows or a small share of the table
-        (``prefer_keyword_scan``). Either way, the same candidates.
+        (``prefer_keyword_scan``). ``recent_window`` (one owner, trigram path): look
+        among its newest ``RECENT_WINDOW`` rows first. Either way, the same candidates;
+        keyword rows say in ``src`` whether the window answered.
         """
         s = self._s
         d = int(self.dim or 0)
@@ -245,14 +258,14 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         if embedding is not None:
             q = f"$2::vector({d})"
             if exact:  # the top ids first, then their rows: the sort carries narrow rows
-                sql = f"""SELECT {cols}, NULL::text AS search_text, t.sim FROM (
+                sql = f"""SELECT {cols}, NULL::text AS search_text, t.sim, NULL::text AS src FROM (
                               SELECT id, 1 - ({dim_sql(d)} <=> {q}) AS sim FROM {s}.memories
                               WHERE owner_id = ANY($1::text[]) AND {self._dim_filter()}
                               ORDER BY sim DESC LIMIT $3) t
                           JOIN {s}.memories m USING (id)"""
             else:
                 sql = f"""SELECT {cols}, NULL::text AS search_text,
-                              1 - (m.{dim_sql(d)} <=> {q}) AS sim
+                              1 - (m.{dim_sql(d)} <=> {q}) AS sim, NULL::text AS src
                           FROM {s}.memories m
                           WHERE m.owner_id = ANY($1::text[]) AND m.{self._dim_filter()}
                           ORDER BY m.{dim_sql(d)} <=> {q} LIMIT $3"""
@@ -272,14 +285,21 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                 else:
                     args.append(f"%{escape_like(t)}%")
                     likes.append(f"search_text LIKE ${len(args)} ESCAPE '\\'")
+            window = None
+            if recent_window and not keyword_scan and len(owners) == 1:
+                window = []
+                for t in terms:
+                    args.append(t)
+                    window.append(f"strpos(search_text, ${len(args)}) > 0")
             out.append((
-                f"""SELECT {cols}, t.search_text, {sim} AS sim
-                    FROM ({self._keyword_ids(likes, scan=keyword_scan)}) t
+                f"""SELECT {cols}, t.search_text, {sim} AS sim, t.src
+                    FROM ({self._keyword_ids(likes, scan=keyword_scan, window=window)}) t
                     JOIN {s}.memories m USING (id)""",
                 args))
         return out
 
-    def _keyword_ids(self, likes: Sequence[str], *, scan: bool = False) -> str:
+    def _keyword_ids(self, likes: Sequence[str], *, scan: bool = False,
+                     window: Sequence[str] | None = None) -> str:
         """The ``$2`` memories containing the most terms (newest first among equals).
 
         Ranking by terms matched means reading every memory that contains any
@@ -289,26 +309,43 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         full ranking then never runs (a one-time filter; EXPLAIN says "never
         executed"). Same result either way. ``scan``: the owners' rows are read
         anyway (few of them), so the ranking runs in one pass, without the early stop.
+        ``window`` (one owner; the terms as ``strpos`` tests): before all that, the
+        newest ``RECENT_WINDOW`` rows, walked in recency order (see RECENT_WINDOW).
         """
         s = self._s
         mine = "owner_id = ANY($1::text[])"
         matched = " + ".join(f"({x})::int" for x in likes)
 
         def ranked(only: str = "") -> str:
-            return f"""SELECT id, search_text FROM {s}.memory_text
+            return f"""SELECT id, search_text, 'index' AS src FROM {s}.memory_text
                        WHERE {mine} AND ({' OR '.join(likes)}){only}
                        ORDER BY {matched} DESC, updated_at DESC LIMIT $2"""
 
         if len(likes) == 1 or scan:  # containing all terms = containing any; or one pass
-            return ranked()
-        return f"""WITH all_terms AS MATERIALIZED (
-                       SELECT id, search_text FROM {s}.memory_text
-                       WHERE {mine} AND {' AND '.join(likes)}
+            usual = ranked()
+        else:
+            usual = f"""WITH all_terms AS MATERIALIZED (
+                           SELECT id, search_text FROM {s}.memory_text
+                           WHERE {mine} AND {' AND '.join(likes)}
+                           ORDER BY updated_at DESC LIMIT $2)
+                       SELECT id, search_text, 'index' AS src FROM all_terms
+                       WHERE (SELECT count(*) FROM all_terms) >= $2
+                       UNION ALL
+                       ({ranked(" AND (SELECT count(*) FROM all_terms) < $2")})"""
+        if not window:
+            return usual
+        # ``owner_id = $1[1]`` (not ANY): only an equality walks the index in order.
+        return f"""WITH recent AS MATERIALIZED (
+                       SELECT id, search_text FROM (
+                           SELECT id, search_text, updated_at FROM {s}.memory_text
+                           WHERE owner_id = ($1::text[])[1]
+                           ORDER BY updated_at DESC LIMIT {int(RECENT_WINDOW)}) newest
+                       WHERE {' AND '.join(window)}
                        ORDER BY updated_at DESC LIMIT $2)
-                   SELECT id, search_text FROM all_terms
-                   WHERE (SELECT count(*) FROM all_terms) >= $2
+                   SELECT id, search_text, 'recent' AS src FROM recent
+                   WHERE (SELECT count(*) FROM recent) >= $2
                    UNION ALL
-                   ({ranked(" AND (SELECT count(*) FROM all_terms) < $2")})"""
+                   SELECT * FROM ({usual}) usual WHERE (SELECT count(*) FROM recent) < $2"""
 
     async def _fetch(self, queries: Sequence[tuple[str, list[Any]]]) -> list[Any]:
         sql, args = _union(queries)
@@ -319,10 +356,13 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                           embedding: list[float] | None, *, vector_k: int,
                           keyword_k: int) -> list[Candidate]:
         mine, table = await self._size(None, owners)
+        scan = prefer_keyword_scan(mine, table)
+        window = (not scan and len(owners) == 1 and len(terms) > 0
+                  and self._window(owners[0]))
         queries = self.candidate_queries(
             owners, terms, embedding, vector_k, keyword_k,
             exact=embedding is not None and prefer_exact(mine, table),
-            keyword_scan=prefer_keyword_scan(mine, table))
+            keyword_scan=scan, recent_window=window)
         key = tuple(owners)
         split = len(queries) > 1 and self._choose_split(key)
         t0 = time.perf_counter()
@@ -333,9 +373,27 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             rows = await self._fetch(queries)
         if len(queries) > 1:
             self._learn(key, split, time.perf_counter() - t0)
+        if window:
+            self._window_learn(owners[0], any(r["src"] == "recent" for r in rows))
         return [Candidate(str(r["id"]), r["content"], r["updated_at"],
                           None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
                 for r in rows]
+
+    def _window(self, owner: str) -> bool:
+        """Whether to try the recent window for ``owner``: while it has been answering
+        at least half the time (it starts trusted). Not tried, it regains trust slowly,
+        so an owner whose recent rows start to suffice is found again (~1 try in 10)."""
+        hits = self._window_hits.get(owner, 1.0)
+        if hits >= 0.5:
+            return True
+        self._window_hits[owner] = min(1.0, hits + 0.01)
+        return False
+
+    def _window_learn(self, owner: str, answered: bool) -> None:
+        hits = self._window_hits.pop(owner, 1.0)
+        self._window_hits[owner] = 0.8 * hits + (0.2 if answered else 0.0)
+        while len(self._window_hits) > 4096:
+            self._window_hits.popitem(last=False)
 
     async def _size(self, conn: Any, owners: Sequence[str]) -> tuple[float, float]:
         """(rows of these owners, rows of the table), for choosing how to search them;
