@@ -163,7 +163,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *qargs))
             result["explain_uses_vector_index"] = f"memories_hnsw_{args.dim}" in plan
             result["chosen_scans"] = {
-                "owner_rows": mine, "table_rows": table,
+                # counted only as far as the choices need (see PostgresVectorStore._size)
+                "owner_rows_counted": mine, "table_rows": table,
                 "vector": "exact scan" if exact else "HNSW index",
                 "keyword": ("owner rows" if prefer_keyword_scan(mine, table)
                             else "trigram index")}
