@@ -136,6 +136,27 @@ async def test_search_is_scoped_to_owners(stores: Stores) -> None:
     assert {h.memory.owner for h in both} == {"alice", "team"}
 
 
+async def test_search_over_several_owners_ranks_every_owners_memories(stores: Stores) -> None:
+    """Three owners of four memories each (distinct vectors, no shared words): the
+    vector ranking over all three equals the exact cosine order, each hit its owner's."""
+    from dream_memory_actor.scoring import cosine
+
+    v = stores.vector
+    owners = ["ann", "ben", "cal"]
+    stored = {}
+    for i in range(12):
+        r = await v.store(owners[i % 3], f"entry{i} zq{i}", embedding=spread(i))
+        stored[r.memory.id] = (owners[i % 3], cosine(spread(i), spread(15)))
+    hits = await v.search(owners, "unrelated", embedding=spread(15), limit=12)
+    assert len(hits) == 12
+    assert all(stored[h.memory.id][0] == h.memory.owner for h in hits)
+    # (a negative cosine scores 0 as a vector signal: those tie, and recency decides)
+    expected = sorted((mid for mid in stored if stored[mid][1] > 0),
+                      key=lambda mid: -stored[mid][1])
+    assert len(expected) >= 4
+    assert [h.memory.id for h in hits][:len(expected)] == expected
+
+
 async def test_limit_is_honoured(stores: Stores) -> None:
     v = stores.vector
     for i in range(12):
