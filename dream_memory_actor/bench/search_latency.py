@@ -151,23 +151,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "embedding cost with a real model")
 
         if args.backend == "postgres":
-            from ..storage.postgres.vector import prefer_exact, prefer_keyword_scan
-
             # The plan the searches chose (per owner: exact scan or index, see vector.py)
-            mine, table = await vector._size(None, [owners[0]])
-            exact = prefer_exact(mine, table)
+            scans = await vector.scans([owners[0]])
             [(sql, qargs)] = vector.candidate_queries([owners[0]], [], queries[0][1],
                                                       settings.vector_candidates, 100,
-                                                      exact=exact)
+                                                      exact=scans["exact"])
             async with vector.backend.connection() as conn:
                 plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *qargs))
             result["explain_uses_vector_index"] = f"memories_hnsw_{args.dim}" in plan
+            mine, table = await vector._size(None, [owners[0]])
             result["chosen_scans"] = {
                 # counted only as far as the choices need (see PostgresVectorStore._size)
                 "owner_rows_counted": mine, "table_rows": table,
-                "vector": "exact scan" if exact else "HNSW index",
-                "keyword": ("owner rows" if prefer_keyword_scan(mine, table)
-                            else "trigram index")}
+                "vector": "exact scan" if scans["exact"] else "HNSW index",
+                "keyword": "owner rows" if scans["keyword_scan"] else "trigram index"}
     finally:
         if args.backend == "postgres" and not args.keep:
             async with vector.backend.connection() as conn:

@@ -62,6 +62,18 @@ RECENT_WINDOW = 5000
 SIZE_TTL_S = 60.0
 
 
+#: Owner sets (or owners) each per-store cache remembers, least recently used dropped.
+CACHE_ENTRIES = 4096
+
+
+def _put(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    """Store ``value`` as the most recent entry of a cache bounded to CACHE_ENTRIES."""
+    cache.pop(key, None)
+    cache[key] = value
+    while len(cache) > CACHE_ENTRIES:
+        cache.popitem(last=False)
+
+
 def prefer_keyword_scan(owner_rows: float, table_rows: float) -> bool:
     """Whether reading the owners' rows beats the trigram index for keyword candidates
     (see :data:`KEYWORD_SCAN_MAX`).
@@ -355,14 +367,13 @@ class PostgresVectorStore(PostgresStore, VectorStore):
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
                           keyword_k: int) -> list[Candidate]:
-        mine, table = await self._size(None, owners)
-        scan = prefer_keyword_scan(mine, table)
-        window = (not scan and len(owners) == 1 and len(terms) > 0
+        scans = await self.scans(owners)
+        window = (not scans["keyword_scan"] and len(owners) == 1 and len(terms) > 0
                   and self._window(owners[0]))
         queries = self.candidate_queries(
             owners, terms, embedding, vector_k, keyword_k,
-            exact=embedding is not None and prefer_exact(mine, table),
-            keyword_scan=scan, recent_window=window)
+            exact=embedding is not None and scans["exact"],
+            keyword_scan=scans["keyword_scan"], recent_window=window)
         key = tuple(owners)
         split = len(queries) > 1 and self._choose_split(key)
         t0 = time.perf_counter()
@@ -390,10 +401,16 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         return False
 
     def _window_learn(self, owner: str, answered: bool) -> None:
-        hits = self._window_hits.pop(owner, 1.0)
-        self._window_hits[owner] = 0.8 * hits + (0.2 if answered else 0.0)
-        while len(self._window_hits) > 4096:
-            self._window_hits.popitem(last=False)
+        hits = self._window_hits.get(owner, 1.0)
+        _put(self._window_hits, owner, 0.8 * hits + (0.2 if answered else 0.0))
+
+    async def scans(self, owners: Sequence[str]) -> dict[str, bool]:
+        """How a search of these owners gathers candidates: ``exact`` (vector scan of
+        their rows, else the HNSW index) and ``keyword_scan`` (their rows, else the
+        trigram index); keyword arguments of :meth:`candidate_queries`."""
+        mine, table = await self._size(None, owners)
+        return {"exact": prefer_exact(mine, table),
+                "keyword_scan": prefer_keyword_scan(mine, table)}
 
     async def _size(self, conn: Any, owners: Sequence[str]) -> tuple[float, float]:
         """(rows of these owners, rows of the table), for choosing how to search them;
@@ -424,10 +441,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                 list(owners), float(EXACT_BREAK_EVEN), KEYWORD_SCAN_SHARE,
                 float(KEYWORD_SCAN_CAP), float(max(EXACT_BREAK_EVEN, KEYWORD_SCAN_MAX)))
             hit = (float(row["mine"]), float(row["total"] or 0.0), now)
-            self._sizes.pop(key, None)
-            self._sizes[key] = hit
-            while len(self._sizes) > 4096:
-                self._sizes.popitem(last=False)
+            _put(self._sizes, key, hit)
         return hit[0], hit[1]
 
     def _grew(self, key: tuple[str, ...], rows: int) -> None:
@@ -450,14 +464,12 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         return par < seq
 
     def _learn(self, key: tuple[str, ...], split: bool, elapsed: float) -> None:
-        seq, par = self._timings.pop(key, (None, None))
+        seq, par = self._timings.get(key, (None, None))
         if split:
             par = elapsed if par is None else 0.8 * par + 0.2 * elapsed
         else:
             seq = elapsed if seq is None else 0.8 * seq + 0.2 * elapsed
-        self._timings[key] = (seq, par)  # re-inserted: most recent last
-        while len(self._timings) > 4096:
-            self._timings.popitem(last=False)
+        _put(self._timings, key, (seq, par))
 
     def _materialize(self, payload: Any) -> VectorMemory:
         return _memory(payload)
