@@ -4,17 +4,16 @@ direct backend call, measured in the same run.
 Sequential calls from the driver, interleaved in rounds so every kind sees the
 same machine load; a ratio is the median over rounds of the two kinds' rates in
 the same round. ``bare_sync`` is a no-op method of a plain Ray actor,
-``bare_sync_arg`` the same with an argument shaped like a sharded snapshot read's
-(a list: Ray pickles tuples besides msgpack), ``bare_sync_ft`` the no-op
+``bare_sync_arg`` the same with an argument holding a snapshot read's question (what
+an argument costs a call), ``bare_sync_named`` the no-op with the question in its task
+name instead (how a snapshot read asks), ``bare_sync_ft`` the no-op
 with the owner actors' options (restarts, task retries, call threads),
 ``bare_async`` / ``bare_async_arg`` the same on an async actor (what the owner
 actors were before they became threaded actors, see runtime/threaded.py); ``direct``
 calls the backend through a ``MemoryEngine`` in this process (for ``memory``
 that is a dictionary lookup, for ``postgres`` one query). Target: snapshot
 read rate >= 0.8 x the bare Ray call rate. ``snapshot`` is an agent re-reading
-its snapshot (unchanged ones are confirmed by version, not re-sent; in
-``dedicated`` placement by a call without argument, in ``sharded`` the read
-names the owner);
+its snapshot (an unchanged one is confirmed by version, not re-sent);
 ``snapshot_transfer`` forgets the local copy first, so every call carries it.
 """
 
@@ -77,6 +76,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from ..engine import MemoryEngine
     from ..runtime.local import system_from_args
+    from ..runtime.placement import read_task_name
     from ..runtime.registry import BASE_OPTIONS, HOLDER_OPTIONS
 
     with system_from_args(args, "bench-overhead") as system:
@@ -103,7 +103,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         conn = connection(system._view)
 
-        query = [owner, None, *conn.known(owner)]  # as the sharded read sends it
+        token, version = conn.known(owner)
+        question = read_task_name(owner, None, token, version)  # as a snapshot read asks
+        query = [owner, None, token, version]  # the same question as an argument
 
         def transfer() -> Any:
             conn._snaps.clear()  # hold no copy: the actor sends the snapshot
@@ -117,6 +119,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         kinds: dict[str, Callable[[], Any]] = {
             "bare_sync": lambda: ray.get(bare.ping.remote()),
             "bare_sync_arg": lambda: ray.get(bare.ping_arg.remote(query)),
+            "bare_sync_named": lambda: ray.get(bare.ping.options(name=question).remote()),
             "bare_sync_ft": lambda: ray.get(bare_ft.ping.remote()),
             "bare_async": lambda: ray.get(bare_async.ping.remote()),
             # What a snapshot read costs at least: same actor kind, same-sized argument.
@@ -163,6 +166,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratios": {
             "snapshot_vs_bare_sync": ratio("snapshot", "bare_sync"),
             "snapshot_vs_bare_sync_arg": ratio("snapshot", "bare_sync_arg"),
+            "snapshot_vs_bare_sync_named": ratio("snapshot", "bare_sync_named"),
+            "bare_sync_arg_vs_bare_sync": ratio("bare_sync_arg", "bare_sync"),
+            "bare_sync_named_vs_bare_sync": ratio("bare_sync_named", "bare_sync"),
             "snapshot_vs_bare_sync_ft": ratio("snapshot", "bare_sync_ft"),
             "snapshot_vs_bare_async": ratio("snapshot", "bare_async"),
             "snapshot_vs_bare_async_arg": ratio("snapshot", "bare_async_arg"),

@@ -356,9 +356,10 @@ def overhead_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
         newest[str(d.get("placement"))] = (path, d)
     lines += ["Sequential calls from the driver, calls per second (bench actor-overhead). "
               "Bare: a no-op method of a plain Ray actor, of one with the owner actors' "
-              "options (restarts, retries, call threads), and of the plain one with a "
-              "snapshot-read-sized argument. Snapshot read: an agent re-reading its "
-              "snapshot; with transfer: from a process that holds no copy.", ""]
+              "options (restarts, retries, call threads), of the plain one with a "
+              "snapshot read's question as an argument, and with it as the task's name "
+              "instead (how a snapshot read asks). Snapshot read: an agent re-reading "
+              "its snapshot; with transfer: from a process that holds no copy.", ""]
     rows: list[list[Any]] = []
     verdicts: list[str] = []
     targets: set[float] = set()
@@ -367,7 +368,8 @@ def overhead_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
         d = newest[placement][1]
         plain, same = _read_ratio(d, "bare_sync"), _read_ratio(d, "bare_sync_ft")
         rows.append([placement, d.get("backend", "-"), _rate(d, "bare_sync"),
-                     _rate(d, "bare_sync_ft"), _rate(d, "bare_sync_arg"), _rate(d, "snapshot"),
+                     _rate(d, "bare_sync_ft"), _rate(d, "bare_sync_arg"),
+                     _rate(d, "bare_sync_named"), _rate(d, "snapshot"),
                      _rate(d, "snapshot_transfer"), _num(plain, ".2f"), _num(same, ".2f"),
                      _rate(d, "search")])
         target = float(d.get("target_snapshot_vs_bare") or TARGET_SNAPSHOT_VS_BARE)
@@ -378,7 +380,8 @@ def overhead_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
             verdicts.append(f"{placement} {plain:.3f}, "
                             f"{'met' if plain >= target else 'not met'}")
     lines += _table(["placement", "backend", "bare plain calls/s", "bare same options calls/s",
-                     "bare with argument calls/s", "snapshot read calls/s",
+                     "bare with argument calls/s", "bare named calls/s",
+                     "snapshot read calls/s",
                      "snapshot with transfer calls/s", "read / plain", "read / same options",
                      "search calls/s"], rows)
     goal = (f"{targets.pop():g}" if len(targets) == 1

@@ -53,6 +53,8 @@ class Call(Generic[T]):
     owner: str = ""
     #: Added to the call timeout (a ``min_version`` wait may take that long on the actor).
     extra_timeout_s: float = 0.0
+    #: The Ray task's name, when the call's question travels in it (the snapshot read).
+    task_name: str = ""
 
 
 class Connection:
@@ -144,13 +146,6 @@ class Connection:
             held = self._snaps.get(owner)
         return (None, None) if held is None else (held[0], held[1])
 
-    def confirm(self, owner: str, token: str, version: int, reply: Any
-                ) -> MemorySnapshot | None:
-        """The copy held here if the actor's ``reply`` (token, version) says it is current."""
-        if reply is None or tuple(reply) != (token, version):
-            return None
-        return self.remember(owner, (token, version, None))  # "unchanged", as a read says
-
     def remember(self, owner: str, reply: Any) -> MemorySnapshot | None:
         """The live snapshot from an actor's reply (or ``None``: ask for the full read)."""
         if reply is None:
@@ -184,7 +179,7 @@ class Connection:
                 actor, ref = self._lookup(call)
                 if actor is None:
                     actor = self._found(call, ray.get(ref, timeout=timeout))
-                value = ray.get(getattr(actor, call.method).remote(*call.args), timeout=timeout)
+                value = ray.get(_submit(actor, call), timeout=timeout)
             except Exception as exc:
                 last = self._failed(call, actor, exc)
                 continue
@@ -203,7 +198,7 @@ class Connection:
                 actor, ref = self._lookup(call)
                 if actor is None:
                     actor = self._found(call, await _wait(ref, timeout))
-                value = await _wait(getattr(actor, call.method).remote(*call.args), timeout)
+                value = await _wait(_submit(actor, call), timeout)
             except Exception as exc:
                 last = self._failed(call, actor, exc)
                 continue
@@ -219,6 +214,14 @@ class Connection:
             raise err from exc
         self._forget(call, actor)
         return exc
+
+
+def _submit(actor: Any, call: Call[Any]) -> Any:
+    """Start ``call`` on ``actor``; its object ref."""
+    method = getattr(actor, call.method)
+    if call.task_name:
+        method = method.options(name=call.task_name)
+    return method.remote(*call.args)
 
 
 async def _wait(ref: Any, timeout: float) -> Any:

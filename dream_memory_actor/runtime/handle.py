@@ -29,6 +29,7 @@ from ..storage.memory import InMemoryStructuredStore
 from ..storage.ops import AddFact, AddRule, DeleteStatus, L1Op, RemoveFact, RemoveRule, SetStatus
 from ..text import content_hash
 from .connection import Call, Connection, connection
+from .placement import read_task_name
 from .spec import ClientView
 
 if TYPE_CHECKING:
@@ -163,22 +164,16 @@ class OwnerHandle:
         """The reads to try in order until one gives the snapshot; the last always does.
         Made one at a time: the first usually answers.
 
-        1. ``dedicated`` with a copy held here: ask the owner's actor, without an
-           argument, whether the copy is current (the cheapest Ray call there is);
-        2. the fast read (from the actor's memory; an unchanged snapshot is not re-sent);
-        3. the full read (loads the owner, waits for ``min_version``).
+        1. the fast read, from the actor's memory, as cheap as a Ray call without
+           argument: an unchanged snapshot held here is confirmed, not re-sent;
+        2. the full read (loads the owner, waits for ``min_version``).
         """
         token, version = conn.known(self.owner)
-        what = f"read for {self.owner!r}"
-        if (self._view.placement == "dedicated" and token is not None and version is not None
-                and (min_version is None or version >= min_version)):
-            yield Call("owner", "current", (),
-                       functools.partial(conn.confirm, self.owner, token, version), what,
-                       owner=self.owner)
-        remember = functools.partial(conn.remember, self.owner)
-        yield Call("owner", "read", ([self.owner, min_version, token, version],), remember,
-                   what, owner=self.owner)
-        yield self._owner_call("snapshot", (min_version, wait), remember, wait)
+        yield Call("owner", "read", (), functools.partial(conn.remember, self.owner),
+                   f"read for {self.owner!r}", owner=self.owner,
+                   task_name=read_task_name(self.owner, min_version, token, version))
+        yield self._owner_call("snapshot", (min_version, wait),
+                               functools.partial(conn.remember, self.owner), wait)
 
     def _apply(self, ops: Sequence[L1Op], op_id: str | None, then: Callable[[Any], T]
                ) -> Call[T]:

@@ -1,7 +1,8 @@
 """The actors that hold owners: one per owner (``dedicated``) or one per shard (``sharded``).
 
-Both expose the same methods, each taking the owner id first, so a handle calls
-them the same way whatever the placement. They open their engine lazily, so a
+Both expose the same methods, each taking the owner id first (the snapshot read
+finds it in its task's name), so a handle calls them the same way whatever the
+placement. They open their engine lazily, so a
 restarted actor (``max_restarts``) comes back empty and reloads each owner from
 the backend on first use: nothing acknowledged is lost, since every write was
 written through before it was acknowledged.
@@ -30,7 +31,7 @@ from ..models import AuditEntry, ChatAppend, ChatMessage, MemorySnapshot, StoreR
 from ..storage.ops import L1Op
 from .errors import OwnerMoved
 from .owner import OwnerMemory, OwnerTable
-from .placement import NAMESPACE, registry_name
+from .placement import NAMESPACE, parse_read_task_name, registry_name
 from .spec import SystemSpec, open_owner_engine
 from .vector_index import IndexL2, process_info
 
@@ -42,8 +43,6 @@ log = logging.getLogger(__name__)
 
 #: A snapshot read's answer: [lineage token, version, the snapshot or None if unchanged].
 SnapshotReply = list[Any]
-#: A fast read's question: [owner, min_version, token held, version held].
-ReadQuery = Sequence[Any]
 
 
 def sweep_interval(idle_timeout_s: float) -> float:
@@ -84,16 +83,21 @@ class _Holder(abc.ABC):
     def _live(self, owner: str) -> OwnerMemory | None:
         """The owner's memory if it is live here (recording the use), else ``None``."""
 
-    def read(self, query: ReadQuery) -> SnapshotReply | None:
-        """The fast read: a plain method with one argument (each argument of a Ray call
-        costs a serialization), run on Ray's call thread without an event loop hop.
+    def read(self) -> SnapshotReply | None:
+        """The fast read: no argument (each argument of a Ray call costs it a
+        serialization both ways), its question in the task's name (see
+        :func:`~.placement.read_task_name`); run on Ray's call thread without an event
+        loop hop.
 
-        ``query`` is (owner, min_version, token, version). Answers from memory only;
-        ``None`` sends the caller to :meth:`snapshot` (the owner is not loaded here, or
-        ``min_version`` is ahead). A caller that already holds version ``version`` of
-        lineage ``token`` gets no snapshot back, only the confirmation it is current.
+        Answers from memory only; ``None`` sends the caller to :meth:`snapshot` (the
+        owner is not loaded here, ``min_version`` is ahead, or the task is not a read).
+        A caller that already holds version ``version`` of lineage ``token`` gets no
+        snapshot back, only the confirmation it is current.
         """
-        owner, min_version, token, version = query
+        question = parse_read_task_name(ray.get_runtime_context().get_task_name())
+        if question is None:
+            return None
+        owner, min_version, token, version = question
         mem = self._live(owner)
         snap = None if mem is None else mem.peek(min_version)
         if mem is None or snap is None:
@@ -317,20 +321,6 @@ class OwnerActor(_Holder):
             return None
         self._note_use()
         return self._mem
-
-    def current(self) -> list[Any] | None:
-        """[lineage token, version] of the live snapshot, or ``None`` if none is live here.
-
-        The cheapest read, for a reader that holds a copy and only needs to learn
-        whether it is current: no argument, because one costs a Ray call about 30%
-        of its rate (bench actor-overhead: bare_sync vs bare_sync_arg). Only a
-        dedicated actor can answer without being told the owner.
-        """
-        mem = self._live(self._owner)
-        snap = None if mem is None else mem.peek()
-        if mem is None or snap is None:
-            return None
-        return [mem.token, snap.version]
 
     def _note_use(self) -> None:
         now = time.monotonic()

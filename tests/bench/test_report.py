@@ -137,12 +137,14 @@ async def test_runtime_overhead_section(tmp_path: Path) -> None:
     machine = {"machine": MACHINE}
     dedicated = {"benchmark": "actor-overhead", "backend": "postgres", "placement": "dedicated",
                  "bare_sync": _calls(1000.0), "bare_sync_ft": _calls(900.0),
-                 "bare_sync_arg": _calls(800.0), "snapshot": _calls(740.0),
+                 "bare_sync_arg": _calls(800.0), "bare_sync_named": _calls(990.0),
+                 "snapshot": _calls(740.0),
                  "snapshot_transfer": _calls(500.0), "search": _calls(300.0),
                  "ratios": {"snapshot_vs_bare_sync": 0.74, "snapshot_vs_bare_sync_ft": 0.822},
                  "target_snapshot_vs_bare": 0.8, "command": "dream-memory bench ao-d",
                  **machine}
-    # an older file: no bare_sync_ft / bare_sync_arg, no ratios (computed from the rates)
+    # an older file: no bare_sync_ft / bare_sync_arg / bare_sync_named, no ratios
+    # (computed from the rates)
     sharded = {"benchmark": "actor-overhead", "backend": "memory", "placement": "sharded",
                "bare_sync": _calls(2000.0), "snapshot": _calls(1700.0),
                "snapshot_transfer": _calls(1200.0), "search": _calls(600.0), **machine}
@@ -169,10 +171,10 @@ async def test_runtime_overhead_section(tmp_path: Path) -> None:
         ("fp-old.json", fp_old), ("fp-new.json", fp_new), ("cs.json", cold)])
     runtime = text[text.index("## Runtime overhead (Ray actors)"):]
     assert ("| placement | backend | bare plain calls/s | bare same options calls/s | bare with "
-            "argument calls/s | snapshot read calls/s | snapshot with transfer calls/s | "
-            "read / plain | read / same options | search calls/s |") in runtime
-    assert "| sharded | memory | 2,000 | - | - | 1,700 | 1,200 | 0.85 | - | 600 |" in runtime
-    assert ("| dedicated | postgres | 1,000 | 900 | 800 | 740 | 500 | 0.74 | 0.82 | 300 |"
+            "argument calls/s | bare named calls/s | snapshot read calls/s | snapshot with "
+            "transfer calls/s | read / plain | read / same options | search calls/s |") in runtime
+    assert "| sharded | memory | 2,000 | - | - | - | 1,700 | 1,200 | 0.85 | - | 600 |" in runtime
+    assert ("| dedicated | postgres | 1,000 | 900 | 800 | 990 | 740 | 500 | 0.74 | 0.82 | 300 |"
             in runtime)
     assert runtime.index("| sharded | memory") < runtime.index("| dedicated | postgres")
     assert ("Target: snapshot read rate >= 0.8 x the plain actor's call rate "

@@ -107,6 +107,42 @@ def test_handles_travel_to_tasks_and_read_your_writes(system: MemorySystem) -> N
     assert h.snapshot() == again  # unchanged: the copy held here, confirmed current
 
 
+def test_the_fast_read_asks_in_its_task_name(system: MemorySystem) -> None:
+    """The snapshot read carries no argument: the actor reads the question from the
+    name of the Ray task it runs (on one of its call threads), and answers from memory."""
+    from dream_memory_actor.runtime.connection import connection
+    from dream_memory_actor.runtime.placement import read_task_name
+    from tests.runtime.test_faults import holder_of
+
+    h = system.owner("rt-named-read")
+    h.add_fact("asked by name")
+    snap = h.snapshot()
+    token, version = connection(system._view).known(h.owner)
+    assert token is not None and version == snap.version
+    holder = holder_of(system, h.owner)
+
+    def read(name: str | None) -> object:
+        method = holder.read if name is None else holder.read.options(name=name)
+        return ray.get(method.remote())
+
+    # Many at once, each a different question, on the actor's call threads.
+    names = [read_task_name(h.owner, None, token, version),
+             read_task_name(h.owner, None, None, None),
+             read_task_name(h.owner, version, token, version - 1),
+             read_task_name(h.owner, version + 1, token, version),
+             read_task_name("rt-never-loaded", None, None, None)] * 8
+    methods = [holder.read.options(name=n) for n in names]
+    replies = ray.get([m.remote() for m in methods])
+    for name, reply in zip(names, replies, strict=True):
+        if name.startswith("read rt-never-loaded") or f" {version + 1} " in name:
+            assert reply is None  # not live here / not there yet: the full read answers
+        elif name.endswith(f"{token} {version}"):
+            assert reply == [token, version, None]  # current: confirmed, not re-sent
+        else:
+            assert reply[:2] == [token, version] and reply[2].facts == snap.facts
+    assert read(None) is None  # a task not named as a read asks nothing
+
+
 def test_min_version_that_never_comes_times_out(system: MemorySystem) -> None:
     h = system.owner("rt-future")
     with pytest.raises(RuntimeTimeout):

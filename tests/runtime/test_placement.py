@@ -12,6 +12,8 @@ from dream_memory_actor.errors import ConfigurationError
 from dream_memory_actor.runtime.placement import (
     LiveSet,
     owner_name,
+    parse_read_task_name,
+    read_task_name,
     shard_of,
     stable_hash,
     system_name,
@@ -34,6 +36,23 @@ def test_owners_spread_over_shards() -> None:
 
 def test_actor_names_are_private() -> None:
     assert owner_name("prod", "alice@example.com").startswith("_")
+
+
+@pytest.mark.parametrize("question", [
+    ("alice@example.com", None, None, None),
+    ("team:a.b_c-d", 0, "0b7c9a4e-1d2f-4f3a-9a43-5b7f0e2c1d3e", 12),
+    ("x" * 128, 99, None, 3),
+])
+def test_read_task_name_round_trip(question: tuple) -> None:  # type: ignore[type-arg]
+    assert parse_read_task_name(read_task_name(*question)) == question
+
+
+@pytest.mark.parametrize("name", [
+    None, "", "_Host.read", "HostActor.read", "read alice - -", "read alice - - - -",
+    "read  - - -", "write alice - - -", "read alice x - -", "read alice - tok v1",
+])
+def test_other_task_names_are_not_reads(name: str | None) -> None:
+    assert parse_read_task_name(name) is None
 
 
 @pytest.mark.parametrize("bad", ["", "has space", "x" * 49, "-lead", "a/b", None])
