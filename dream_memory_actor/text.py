@@ -48,6 +48,9 @@ def is_cjk(ch: str) -> bool:
 
 def _split_runs(word: str) -> Iterable[tuple[bool, str]]:
     """Split a word into maximal runs of CJK and non-CJK characters."""
+    if word.isascii():  # most words: no CJK character, one run (checked in C)
+        yield False, word
+        return
     start = 0
     for i in range(1, len(word) + 1):
         if i == len(word) or is_cjk(word[i]) != is_cjk(word[start]):
