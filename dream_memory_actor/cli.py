@@ -20,6 +20,7 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 #: Benchmark name -> module under ``dream_memory_actor.bench``.
@@ -73,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "bench":
         result = asyncio.run(args.bench_module.run(args))
+        if isinstance(result, dict):  # orders the results when the report picks the newest
+            result.setdefault("finished_at", datetime.now(timezone.utc).isoformat(
+                timespec="seconds"))
         json.dump(result, sys.stdout, indent=2, sort_keys=True, default=str)
         sys.stdout.write("\n")
         return 0

@@ -124,6 +124,18 @@ def mem0_config(dsn: str, collection: str, model_path: str, dim: int, history: P
     }
 
 
+def _shown_config(config: dict[str, Any], model: str) -> dict[str, Any]:
+    """mem0's configuration as the result records it: no connection string, and no
+    paths of the machine (the model by name, the history file by its name)."""
+    embedder = config["embedder"]
+    return {**config,
+            "embedder": {**embedder, "config": {**embedder["config"],
+                                                "model": f"{model} (bundled, local files)"}},
+            "vector_store": {"provider": "pgvector", "config": {
+                **config["vector_store"]["config"], "connection_string": "<embedded>"}},
+            "history_db_path": Path(config["history_db_path"]).name}
+
+
 class Lookup:
     """Cached vectors by text; mem0 trims queries, so a text is also found by its normalized
     form (white space runs collapsed, ends stripped)."""
@@ -209,8 +221,7 @@ async def _compare(args: argparse.Namespace, data: Dataset, corpus: Any,
         config = mem0_config(dsn, collection, _resolve(args.model), embedder.dim, history, opts)
         memory = Memory.from_config(config)
         out["mem0"] = {"version": getattr(mem0, "__version__", "?"),
-                       "config": {**config, "vector_store": {"provider": "pgvector", "config": {
-                           **config["vector_store"]["config"], "connection_string": "<embedded>"}}},
+                       "config": _shown_config(config, args.model),
                        "add": "Memory.add(text, user_id=owner, metadata={'dia_id'}, infer=False)",
                        "search": "Memory.search(q, filters={'user_id': owner}, top_k=limit) "
                                  "(default threshold 0.1)"}

@@ -122,6 +122,6 @@ class DiskCachedEmbedder:
         await self._inner.load()
 
     def stats(self) -> dict[str, Any]:
-        return {"model": self.model, "dim": self.dim, "cache_file": str(self.file.path),
+        return {"model": self.model, "dim": self.dim, "cache_file": self.file.path.name,
                 "cache_hits": self.hits, "computed": self.misses,
                 "compute_s": round(self.compute_s, 2)}

@@ -1,7 +1,9 @@
 """Write BENCHMARKS.md and its PNG plots from the benchmark JSON results.
 
-Reads every ``*.json`` under ``--results`` (default ``.bench/results``), written as
-``dream-memory bench NAME --json > .bench/results/NAME-....json``, and groups them
+Reads every ``*.json`` under ``--results`` (default ``docs/bench/results``, kept in
+the repository: the evidence for every figure, and what lets another machine
+regenerate the report), written as
+``dream-memory bench NAME --json > docs/bench/results/NAME-....json``, and groups them
 by their ``benchmark`` field: ``retrieval`` (recall by category, the latest file),
 ``compare-mem0`` (the latest), ``search-latency`` (latency by store size, every
 file a point, plus per backend how p50 grows with the store size, from the newest
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,24 +35,33 @@ ROWS = {"hybrid_seed": "hybrid, seed weights 0.6/0.3/0.1",
 PLACEMENTS = ("sharded", "dedicated")
 TARGET_SNAPSHOT_VS_BARE = 0.8  # actor-overhead's target when a file does not record it
 MB = 1024 * 1024
+#: Where benchmark results are kept (in the repository).
+RESULTS = "docs/bench/results"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results", default=".bench/results", help="directory of JSON results")
+    p.add_argument("--results", default=RESULTS, help="directory of JSON results")
     p.add_argument("--out", default="BENCHMARKS.md")
     p.add_argument("--plots", default="docs/bench", help="directory for the PNG plots")
 
 
 def load_results(directory: str | Path) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
-    """The JSON results by benchmark name, oldest first (files that are not results skipped)."""
+    """The JSON results by benchmark name, oldest first (files that are not results skipped).
+
+    Oldest by ``finished_at`` (what ``dream-memory bench`` records), files without one
+    first, then by name: a checkout's file times say nothing about when a run was made.
+    """
     out: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
-    for path in sorted(Path(directory).glob("*.json"), key=lambda p: p.stat().st_mtime):
+    found: list[tuple[str, str, Path, dict[str, Any]]] = []
+    for path in Path(directory).glob("*.json"):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("benchmark"), str):
-            out.setdefault(data["benchmark"], []).append((path, data))
+            found.append((str(data.get("finished_at") or ""), path.name, path, data))
+    for _, _, path, data in sorted(found, key=lambda f: f[:2]):
+        out.setdefault(data["benchmark"], []).append((path, data))
     return out
 
 
@@ -351,10 +363,11 @@ def overhead_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     lines = ["### Actor call overhead", ""]
     if not items:
         return [*lines, "No actor-overhead results yet.", ""]
-    newest: dict[str, tuple[Path, dict[str, Any]]] = {}
-    for path, d in items:  # oldest first: the newest file of each placement stays
-        newest[str(d.get("placement"))] = (path, d)
-    lines += ["Sequential calls from the driver, calls per second (bench actor-overhead). "
+    runs: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for path, d in items:  # oldest first
+        runs.setdefault(str(d.get("placement")), []).append((path, d))
+    lines += ["Sequential calls from the driver, calls per second (bench actor-overhead), "
+              "every run (oldest first). "
               "Bare: a no-op method of a plain Ray actor, of one with the owner actors' "
               "options (restarts, retries, call threads), of the plain one with a "
               "snapshot read's question as an argument, and with it as the task's name "
@@ -363,33 +376,38 @@ def overhead_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     rows: list[list[Any]] = []
     verdicts: list[str] = []
     targets: set[float] = set()
-    order = sorted(newest, key=_placement_order)
+    order = sorted(runs, key=_placement_order)
     for placement in order:
-        d = newest[placement][1]
-        plain, same = _read_ratio(d, "bare_sync"), _read_ratio(d, "bare_sync_ft")
-        rows.append([placement, d.get("backend", "-"), _rate(d, "bare_sync"),
-                     _rate(d, "bare_sync_ft"), _rate(d, "bare_sync_arg"),
-                     _rate(d, "bare_sync_named"), _rate(d, "snapshot"),
-                     _rate(d, "snapshot_transfer"), _num(plain, ".2f"), _num(same, ".2f"),
-                     _rate(d, "search")])
-        target = float(d.get("target_snapshot_vs_bare") or TARGET_SNAPSHOT_VS_BARE)
-        targets.add(target)
-        if plain is None:
+        ratios: list[float] = []
+        for path, d in runs[placement]:
+            plain, same = _read_ratio(d, "bare_sync"), _read_ratio(d, "bare_sync_ft")
+            rows.append([placement, d.get("backend", "-"), _rate(d, "bare_sync"),
+                         _rate(d, "bare_sync_ft"), _rate(d, "bare_sync_arg"),
+                         _rate(d, "bare_sync_named"), _rate(d, "snapshot"),
+                         _rate(d, "snapshot_transfer"), _num(plain, ".2f"), _num(same, ".2f"),
+                         _rate(d, "search"), f"`{path.name}`"])
+            targets.add(float(d.get("target_snapshot_vs_bare") or TARGET_SNAPSHOT_VS_BARE))
+            if plain is not None:
+                ratios.append(plain)
+        target = max(targets) if targets else TARGET_SNAPSHOT_VS_BARE
+        if not ratios:
             verdicts.append(f"{placement}: no plain-actor ratio recorded")
-        else:
-            verdicts.append(f"{placement} {plain:.3f}, "
-                            f"{'met' if plain >= target else 'not met'}")
+            continue
+        mid = statistics.median(ratios)
+        spread = (f" (median of {len(ratios)} runs, {min(ratios):.3f}-{max(ratios):.3f})"
+                  if len(ratios) > 1 else "")
+        verdicts.append(f"{placement} {mid:.3f}{spread}, {'met' if mid >= target else 'not met'}")
     lines += _table(["placement", "backend", "bare plain calls/s", "bare same options calls/s",
                      "bare with argument calls/s", "bare named calls/s",
                      "snapshot read calls/s",
                      "snapshot with transfer calls/s", "read / plain", "read / same options",
-                     "search calls/s"], rows)
+                     "search calls/s", "file"], rows)
     goal = (f"{targets.pop():g}" if len(targets) == 1
             else "/".join(f"{t:g}" for t in sorted(targets)))
     lines += [f"Target: snapshot read rate >= {goal} x the plain actor's call rate "
               f"(`target_snapshot_vs_bare`). Against the plain actor: "
               f"{'; '.join(verdicts)}.", ""]
-    return [*lines, *_paragraphs([f"{placement}: {_provenance(*newest[placement])}"
+    return [*lines, *_paragraphs([f"{placement}: {_provenance(*runs[placement][-1])}"
                                   for placement in order])]
 
 
@@ -494,8 +512,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     lines = ["# Benchmarks", "",
              f"Generated by `dream-memory bench report` from `{args.results}` on "
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Regenerate after re-running "
-             "the benchmarks; the raw JSON stays out of the repository.", ""]
+             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: each table names the JSON file "
+             "it comes from, kept there. Regenerate after re-running the benchmarks.", ""]
     written: list[str] = []
     if results.get("retrieval"):
         runs = results["retrieval"]
@@ -512,7 +530,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                  f"`{_command(r)}`"] for p, r in runs])
     else:
         lines += ["## Retrieval quality on LoCoMo", "", "No results yet: run "
-                  "`dream-memory bench retrieval --json > .bench/results/retrieval.json`.", ""]
+                  f"`dream-memory bench retrieval --json > {RESULTS}/retrieval.json`.", ""]
     if results.get("compare-mem0"):
         path, d = results["compare-mem0"][-1]
         lines += mem0_section(path, d, rel(plots.mem0_latency(d, out_dir / "vs_mem0.png")))
