@@ -26,21 +26,14 @@ from ray.cluster_utils import Cluster
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.runtime import MemorySystem
-from dream_memory_actor.runtime.placement import NAMESPACE, host_name, owner_name, shard_of
 from dream_memory_actor.storage.ops import AddFact
 from tests.runtime.embedders import TopicEmbedder
+from tests.runtime.holders import holder_of
 
 WRITERS = 4
 STEPS = 15
 NODE_ARGS: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024,
                              "resources": {"dm_worker": 100}}
-
-
-def holder(system: MemorySystem, owner: str) -> Any:
-    s = system.settings
-    name = (owner_name(system.name, owner) if s.placement == "dedicated"
-            else host_name(system.name, shard_of(owner, s.shards)))
-    return ray.get_actor(name, namespace=NAMESPACE)
 
 
 async def scenario(cluster: Cluster, workers: list[Any], dsn: str, placement: str
@@ -55,7 +48,7 @@ async def scenario(cluster: Cluster, workers: list[Any], dsn: str, placement: st
     owner = f"nl-{placement}"
     h = system.owner(owner)
     await h.add_fact_async("before the load")
-    actor = holder(system, owner)
+    actor = holder_of(system, owner)
     before = await actor.info.remote()
     node = next(w for w in workers if w.node_id == before["node_id"])
     acked: list[str] = []

@@ -24,6 +24,7 @@ from dream_memory_actor.runtime import MemorySystem, OwnerHandle, RuntimeUnavail
 from dream_memory_actor.runtime.errors import RuntimeTimeout
 from dream_memory_actor.storage.ops import AddFact, SetStatus
 from tests.runtime.conftest import start_system
+from tests.runtime.holders import holder_of
 
 
 def test_l1_roundtrip(system: MemorySystem) -> None:
@@ -112,7 +113,6 @@ def test_the_fast_read_asks_in_its_task_name(system: MemorySystem) -> None:
     name of the Ray task it runs (on one of its call threads), and answers from memory."""
     from dream_memory_actor.runtime.connection import connection
     from dream_memory_actor.runtime.placement import read_task_name
-    from tests.runtime.test_faults import holder_of
 
     h = system.owner("rt-named-read")
     h.add_fact("asked by name")

@@ -14,24 +14,12 @@ from typing import Any
 import ray
 
 from dream_memory_actor.runtime import MemorySystem
-from dream_memory_actor.runtime.placement import (
-    NAMESPACE,
-    host_name,
-    index_name,
-    owner_name,
-    shard_of,
-)
+from dream_memory_actor.runtime.placement import NAMESPACE, index_name
 from dream_memory_actor.storage.ops import AddFact
+from tests.runtime.holders import holder_of
 
 WRITERS = 4
 STEPS = 12
-
-
-def holder_of(system: MemorySystem, owner: str) -> Any:
-    s = system.settings
-    if s.placement == "dedicated":
-        return ray.get_actor(owner_name(system.name, owner), namespace=NAMESPACE)
-    return ray.get_actor(host_name(system.name, shard_of(owner, s.shards)), namespace=NAMESPACE)
 
 
 async def test_kill_actors_during_a_write_load(system: MemorySystem) -> None:
