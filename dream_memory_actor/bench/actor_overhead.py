@@ -122,7 +122,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "bare_sync_named": lambda: ray.get(bare.ping.options(name=question).remote()),
             "bare_sync_ft": lambda: ray.get(bare_ft.ping.remote()),
             "bare_async": lambda: ray.get(bare_async.ping.remote()),
-            # What a snapshot read costs at least: same actor kind, same-sized argument.
+            # The argument's cost on an async actor (what the owner actors once were).
             "bare_async_arg": lambda: ray.get(bare_async.ping_arg.remote(query)),
             "snapshot": h.snapshot,
             # The same read from a process that holds no copy: the snapshot is sent.

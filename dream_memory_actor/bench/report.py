@@ -379,6 +379,9 @@ def overhead_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     order = sorted(runs, key=_placement_order)
     for placement in order:
         ratios: list[float] = []
+        mine = {float(d.get("target_snapshot_vs_bare") or TARGET_SNAPSHOT_VS_BARE)
+                for _, d in runs[placement]}
+        targets |= mine
         for path, d in runs[placement]:
             plain, same = _read_ratio(d, "bare_sync"), _read_ratio(d, "bare_sync_ft")
             rows.append([placement, d.get("backend", "-"), _rate(d, "bare_sync"),
@@ -386,10 +389,9 @@ def overhead_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
                          _rate(d, "bare_sync_named"), _rate(d, "snapshot"),
                          _rate(d, "snapshot_transfer"), _num(plain, ".2f"), _num(same, ".2f"),
                          _rate(d, "search"), f"`{path.name}`"])
-            targets.add(float(d.get("target_snapshot_vs_bare") or TARGET_SNAPSHOT_VS_BARE))
             if plain is not None:
                 ratios.append(plain)
-        target = max(targets) if targets else TARGET_SNAPSHOT_VS_BARE
+        target = max(mine)
         if not ratios:
             verdicts.append(f"{placement}: no plain-actor ratio recorded")
             continue

@@ -169,11 +169,10 @@ class OwnerHandle:
         2. the full read (loads the owner, waits for ``min_version``).
         """
         token, version = conn.known(self.owner)
-        yield Call("owner", "read", (), functools.partial(conn.remember, self.owner),
-                   f"read for {self.owner!r}", owner=self.owner,
+        remember = functools.partial(conn.remember, self.owner)
+        yield Call("owner", "read", (), remember, f"read for {self.owner!r}", owner=self.owner,
                    task_name=read_task_name(self.owner, min_version, token, version))
-        yield self._owner_call("snapshot", (min_version, wait),
-                               functools.partial(conn.remember, self.owner), wait)
+        yield self._owner_call("snapshot", (min_version, wait), remember, wait)
 
     def _apply(self, ops: Sequence[L1Op], op_id: str | None, then: Callable[[Any], T]
                ) -> Call[T]:
