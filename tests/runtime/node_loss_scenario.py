@@ -5,7 +5,8 @@ with the test session's ``ray.init``, hence the subprocess. One cluster (head +
 2 workers) serves both placements: the owner-holding actors are pinned to the
 workers (resource ``dm_worker``), the registry and the VectorIndex to the head;
 the node holding the owner is removed ungracefully (its raylet killed, like a
-crashed machine) while four writers write. A fresh worker joins before the
+crashed machine) while four writers write; they write on until the cluster has
+marked the node dead, so the load spans the restart. A fresh worker joins before the
 second placement. Writes one JSON object to RESULT_FILE (stdout carries Ray's logs).
 
     python -m tests.runtime.node_loss_scenario POSTGRES_DSN RESULT_FILE
@@ -14,6 +15,7 @@ second placement. Writes one JSON object to RESULT_FILE (stdout carries Ray's lo
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import sys
@@ -36,6 +38,11 @@ NODE_ARGS: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1
                              "resources": {"dm_worker": 100}}
 
 
+def _alive(node_id: str) -> bool:
+    """Whether the cluster still counts the node as alive (its health checks)."""
+    return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
+
+
 async def scenario(cluster: Cluster, workers: list[Any], dsn: str, placement: str
                    ) -> dict[str, Any]:
     settings = MemorySettings(
@@ -53,25 +60,39 @@ async def scenario(cluster: Cluster, workers: list[Any], dsn: str, placement: st
     node = next(w for w in workers if w.node_id == before["node_id"])
     acked: list[str] = []
     stores: list[str] = []
+    node_dead = asyncio.Event()
 
     async def load(w: int) -> None:
-        for k in range(STEPS):
+        # At least STEPS writes each, and on until two more after the cluster has
+        # marked the node dead: those go to the restarted actor, whatever the timing.
+        after_death = 0
+        for k in itertools.count():
+            if k >= STEPS and after_death >= 2:
+                return
+            dead_before = node_dead.is_set()
             fid = f"nl-{w}-{k}"
             await h.apply_async([AddFact(f"node loss fact {w} {k}", id=fid)])
             acked.append(fid)
             stores.append((await h.store_async(f"t6: node loss note {k} from {w}")).memory.id)
+            after_death += dead_before
 
-    async def remove_node() -> float:
+    async def remove_node() -> tuple[float, float]:
         while len(acked) < WRITERS * STEPS // 3:
             await asyncio.sleep(0.01)
         t0 = time.monotonic()
         await asyncio.to_thread(cluster.remove_node, node, False)
-        return t0
+        deadline = t0 + 60
+        while await asyncio.to_thread(_alive, node.node_id):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {node.node_id} still alive 60 s after removal")
+            await asyncio.sleep(0.05)
+        node_dead.set()
+        return t0, time.monotonic() - t0
 
     t_start = time.monotonic()
     remover = asyncio.ensure_future(remove_node())
     await asyncio.gather(*(load(w) for w in range(WRITERS)))
-    removed_at = await remover
+    removed_at, death_seen_s = await remover
     after = await actor.info.remote()
     snap = await h.snapshot_async()
     memories = await h.list_async()
@@ -83,6 +104,7 @@ async def scenario(cluster: Cluster, workers: list[Any], dsn: str, placement: st
         "unacked_present": sorted(set(facts) - set(acked)),
         "version": snap.version,
         "expected_version": 1 + len(acked),
+        "min_acked": WRITERS * STEPS,
         "memories": len(memories),
         "merge_count": memories[0].metadata.get("merge_count") if memories else None,
         "stores": len(stores),
@@ -90,6 +112,7 @@ async def scenario(cluster: Cluster, workers: list[Any], dsn: str, placement: st
         "removed_node": node.node_id,
         "load_s": round(time.monotonic() - t_start, 2),
         "load_after_removal_s": round(time.monotonic() - removed_at, 2),
+        "death_seen_after_s": round(death_seen_s, 2),
     }
     system.shutdown(grace_period_s=1)
     workers.remove(node)

@@ -27,8 +27,10 @@ def test_node_loss_loses_no_acknowledged_write(pg_dsn: str, tmp_path: Path) -> N
     result = json.loads(out.read_text(encoding="utf-8"))
     for placement in ("sharded", "dedicated"):
         r = result[placement]
-        assert r["acked"] == 60 and r["missing"] == [] and r["twice"] == 0, r
+        assert r["acked"] >= r["min_acked"] and r["missing"] == [] and r["twice"] == 0, r
         assert r["unacked_present"] == [], r
         assert r["version"] == r["expected_version"], r  # no write applied twice
         assert r["memories"] == 1 and r["merge_count"] == r["stores"] - 1, r
-        assert r["moved_node"], r  # the owner's actor really restarted on the other worker
+        # Writes went on after the node was marked dead, so they reached the owner's
+        # actor restarted on the other worker.
+        assert r["moved_node"], r
