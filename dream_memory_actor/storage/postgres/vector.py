@@ -121,6 +121,15 @@ def _union(queries: Sequence[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:
     return " UNION ALL ".join(parts), args
 
 
+def _owners_sql(owners: Sequence[str], alias: str = "") -> str:
+    """The filter on ``$1`` (the owners as a ``text[]``). One owner is compared with an
+    equality, not ``= ANY``: the same rows and the same plan, planned faster (LoCoMo's
+    ~600-row owners, whole search: p50 2.56 -> 2.35 ms, identical results)."""
+    if len(owners) == 1:
+        return f"{alias}owner_id = ($1::text[])[1]"
+    return f"{alias}owner_id = ANY($1::text[])"
+
+
 def _is_uuid(value: str) -> bool:
     try:
         uuid.UUID(value)
@@ -272,14 +281,14 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             if exact:  # the top ids first, then their rows: the sort carries narrow rows
                 sql = f"""SELECT {cols}, NULL::text AS search_text, t.sim, NULL::text AS src FROM (
                               SELECT id, 1 - ({dim_sql(d)} <=> {q}) AS sim FROM {s}.memories
-                              WHERE owner_id = ANY($1::text[]) AND {self._dim_filter()}
+                              WHERE {_owners_sql(owners)} AND {self._dim_filter()}
                               ORDER BY sim DESC LIMIT $3) t
                           JOIN {s}.memories m USING (id)"""
             else:
                 sql = f"""SELECT {cols}, NULL::text AS search_text,
                               1 - (m.{dim_sql(d)} <=> {q}) AS sim, NULL::text AS src
                           FROM {s}.memories m
-                          WHERE m.owner_id = ANY($1::text[]) AND m.{self._dim_filter()}
+                          WHERE {_owners_sql(owners, "m.")} AND m.{self._dim_filter()}
                           ORDER BY m.{dim_sql(d)} <=> {q} LIMIT $3"""
             out.append((sql, [list(owners), embedding, vector_k]))
         if terms:
@@ -305,14 +314,16 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                     window.append(f"strpos(search_text, ${len(args)}) > 0")
             out.append((
                 f"""SELECT {cols}, t.search_text, {sim} AS sim, t.src
-                    FROM ({self._keyword_ids(likes, scan=keyword_scan, window=window)}) t
+                    FROM ({self._keyword_ids(_owners_sql(owners), likes, scan=keyword_scan,
+                                             window=window)}) t
                     JOIN {s}.memories m USING (id)""",
                 args))
         return out
 
-    def _keyword_ids(self, likes: Sequence[str], *, scan: bool = False,
+    def _keyword_ids(self, mine: str, likes: Sequence[str], *, scan: bool = False,
                      window: Sequence[str] | None = None) -> str:
-        """The ``$2`` memories containing the most terms (newest first among equals).
+        """The ``$2`` memories of the owners (filter ``mine``) containing the most terms
+        (newest first among equals).
 
         Ranking by terms matched means reading every memory that contains any
         term: 7,450 of 100,000 for two common words. But when at least ``$2``
@@ -325,7 +336,6 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         newest ``RECENT_WINDOW`` rows, walked in recency order (see RECENT_WINDOW).
         """
         s = self._s
-        mine = "owner_id = ANY($1::text[])"
         matched = " + ".join(f"({x})::int" for x in likes)
 
         def ranked(only: str = "") -> str:
@@ -346,11 +356,11 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                        ({ranked(" AND (SELECT count(*) FROM all_terms) < $2")})"""
         if not window:
             return usual
-        # ``owner_id = $1[1]`` (not ANY): only an equality walks the index in order.
+        # One owner, so ``mine`` is an equality: only an equality walks the index in order.
         return f"""WITH recent AS MATERIALIZED (
                        SELECT id, search_text FROM (
                            SELECT id, search_text, updated_at FROM {s}.memory_text
-                           WHERE owner_id = ($1::text[])[1]
+                           WHERE {mine}
                            ORDER BY updated_at DESC LIMIT {int(RECENT_WINDOW)}) newest
                        WHERE {' AND '.join(window)}
                        ORDER BY updated_at DESC LIMIT $2)
