@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -94,8 +94,7 @@ def hybrid_score(
     return weights.vector * v + weights.keyword * keyword + weights.time * time
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """A memory a backend proposes for ranking, with its cosine to the query if known.
 
     Only what ranking needs is read eagerly; ``payload`` is the backend's row,
@@ -149,22 +148,28 @@ def rank(
     n_terms = len(query_terms)
     wv, wk, wt, half_life = weights.vector, weights.keyword, weights.time, weights.half_life_days
     for c in candidates:
-        if c.id in seen:
+        cid = c.id
+        if cid in seen:
             continue
-        seen.add(c.id)
-        folded = c.folded if c.folded is not None else fold(c.content)
-        kw = sum(1 for t in query_terms if t in folded) / n_terms if n_terms else 0.0
+        seen.add(cid)
+        if n_terms:
+            folded = c.folded if c.folded is not None else fold(c.content)
+            kw = sum([t in folded for t in query_terms]) / n_terms
+        else:
+            kw = 0.0
         if not hybrid and kw == 0.0:
             continue
-        sim = c.similarity
-        vec = (None if sim is None else min(1.0, max(0.0, sim))) if hybrid else None
+        vec = None
+        if hybrid and (sim := c.similarity) is not None:
+            vec = 1.0 if sim > 1.0 else (sim if sim > 0.0 else 0.0)
         age = (now - c.updated_at).total_seconds()
-        ts = 1.0 / (1.0 + max(0.0, age / 86400.0) / half_life)
-        score = wv * (0.0 if vec is None else vec) + wk * kw + wt * ts
+        ts = 1.0 / (1.0 + (age / 86400.0) / half_life) if age > 0.0 else 1.0
+        score = (0.0 if vec is None else wv * vec) + wk * kw + wt * ts
         if score >= min_score:
-            rows.append((-score, age, c.id, c, vec, kw, ts))
-    # best score first; ties: newest (smallest age) first, then id
-    best = heapq.nsmallest(limit, rows, key=lambda r: (r[0], r[1], r[2]))
+            rows.append((-score, age, cid, c, vec, kw, ts))
+    # best score first; ties: newest (smallest age) first, then id (unique, so the
+    # tuples never compare further)
+    best = heapq.nsmallest(limit, rows)
     return [Scored(r[3], -r[0], r[4], r[5], r[6]) for r in best]
 
 

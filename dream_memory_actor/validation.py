@@ -118,7 +118,7 @@ def embedding(value: object, dim: int) -> list[float]:
         raise InvalidEmbedding("embedding contains NaN or infinite values")
     if not np.any(arr):
         raise InvalidEmbedding("embedding is all zeros; cosine similarity is undefined")
-    return [float(x) for x in arr]
+    return arr.tolist()  # type: ignore[no-any-return]
 
 
 def limit(value: object) -> int:

@@ -105,3 +105,39 @@ def test_rank_min_score_and_limit() -> None:
     assert len(out) == 3
     assert rank(cands, [], NOW, Weights(), 10, hybrid=True, min_score=0.6) == [
         s for s in rank(cands, [], NOW, Weights(), 10, hybrid=True) if s.score >= 0.6]
+
+
+@pytest.mark.parametrize("hybrid", [True, False])
+@pytest.mark.parametrize("n_terms", [0, 1, 3])
+def test_rank_equals_the_reference_formulas(hybrid: bool, n_terms: int) -> None:
+    """The inlined scoring loop gives exactly the scores of the named formulas, and
+    the order of sorting by (score desc, age asc, id), on mixed candidates: repeats,
+    unknown and out-of-range cosines, future timestamps, ties."""
+    import random
+
+    rnd = random.Random(n_terms * 2 + hybrid)
+    words = ["tea", "kubernetes", "deploy", "paris", "dog", "café"]
+    terms = words[:n_terms]
+    weights = Weights(0.5, 0.35, 0.15, half_life_days=12.5)
+    cands = [
+        _cand(" ".join(rnd.choice(words) for _ in range(4)),
+              rnd.choice([None, -0.3, 1.2, rnd.random(), 0.5]),
+              days=rnd.choice([-2, 0, 1, 1, 7, rnd.randint(0, 400)]), mid=f"m{i:03d}")
+        for i in range(120)]
+    cands += cands[::7]  # repeats are ranked once
+    out = rank(cands, terms, NOW, weights, 25, hybrid=hybrid, min_score=0.2)
+
+    expected = []
+    for c in {c.id: c for c in cands}.values():
+        kw = keyword_score(terms, c.content)
+        if not hybrid and kw == 0.0:
+            continue
+        vec = vector_score(c.similarity) if hybrid else None
+        ts = time_score(c.updated_at, NOW, weights.half_life_days)
+        score = hybrid_score(vec, kw, ts, weights)
+        if score >= 0.2:
+            age = (NOW - c.updated_at).total_seconds()
+            expected.append((-score, age, c.id, vec, kw, ts))
+    expected.sort()
+    assert [(s.candidate.id, s.score, s.vector, s.keyword, s.time) for s in out] == [
+        (cid, -neg, vec, kw, ts) for neg, _, cid, vec, kw, ts in expected[:25]]
