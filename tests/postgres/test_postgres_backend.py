@@ -186,6 +186,26 @@ async def test_keyword_candidates_rank_by_terms_matched_then_newest(
     assert ranking and all((n["Actual Loops"] == 0) == (k == 40) for n in ranking), plan
 
 
+async def test_keyword_candidates_break_ties_by_id(
+        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
+    """Memories stored with one timestamp (a conversation session's turns) tie on terms
+    matched and time; the cut at k keeps the smallest ids, as ranking orders them,
+    not whatever order the plan reads rows in."""
+    _, vector = pg
+    at = utcnow()
+    await vector.bulk_insert("ties", [(f"alpha tie {i}", None, at) for i in range(50)]
+                             + [(f"alpha beta {i}", None, at) for i in range(5)])
+    rows = await vector._fetch(vector.candidate_queries(["ties"], ["alpha", "beta"], None, 0, 20,
+                                                        keyword_scan=True))
+    both = [r for r in rows if "beta" in r["content"]]
+    rest = sorted(str(r["id"]) for r in rows if "beta" not in r["content"])
+    async with vector.backend.connection() as conn:
+        ids = sorted(str(i) for i in await conn.fetchval(
+            f"SELECT array_agg(id) FROM {vector.backend.schema}.memories "
+            "WHERE owner_id = 'ties' AND content LIKE 'alpha tie %'"))
+    assert len(both) == 5 and rest == ids[:15]
+
+
 def test_exact_scan_is_chosen_for_owners_that_are_a_small_share_of_the_table() -> None:
     # exact costs ~ rows, the filtered HNSW search ~ table / rows: break-even rows**2 = 1000 * table
     assert prefer_exact(10_000, 1_000_000)  # 100 owners of 10k: exact

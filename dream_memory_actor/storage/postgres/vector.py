@@ -341,7 +341,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         def ranked(only: str = "") -> str:
             return f"""SELECT id, search_text, 'index' AS src FROM {s}.memory_text
                        WHERE {mine} AND ({' OR '.join(likes)}){only}
-                       ORDER BY {matched} DESC, updated_at DESC LIMIT $2"""
+                       ORDER BY {matched} DESC, updated_at DESC, id LIMIT $2"""
 
         if len(likes) == 1 or scan:  # containing all terms = containing any; or one pass
             usual = ranked()
