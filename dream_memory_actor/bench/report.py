@@ -534,8 +534,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         lines += ["## Retrieval quality on LoCoMo", "", "No results yet: run "
                   f"`dream-memory bench retrieval --json > {RESULTS}/retrieval.json`.", ""]
     if results.get("compare-mem0"):
-        path, d = results["compare-mem0"][-1]
+        runs = results["compare-mem0"]
+        path, d = runs[-1]
         lines += mem0_section(path, d, rel(plots.mem0_latency(d, out_dir / "vs_mem0.png")))
+        if len(runs) > 1:
+            lines += ["All compare-mem0 runs (memory systems alone, p50 and p95 ours / mem0):", ""]
+            lines += _table(["file", "R@10 ours", "R@10 mem0", "p50 ms ours", "p50 ms mem0",
+                             "p50 ratio", "p95 ratio"], [
+                [p.name, _pct(r["recall@10"]["ours"]["mean"]), _pct(r["recall@10"]["mem0"]["mean"]),
+                 r["latency"]["system"]["ours"]["p50_ms"], r["latency"]["system"]["mem0"]["p50_ms"],
+                 r["latency"]["system"]["p50_ratio_ours_over_mem0"],
+                 r["latency"]["system"]["p95_ratio_ours_over_mem0"]]
+                for p, r in runs if "latency" in r])
     for name, title, section, fn in (
             ("search-latency", "search latency", latency_section, plots.latency_by_size),
             ("concurrency", "concurrency", concurrency_section, plots.throughput)):

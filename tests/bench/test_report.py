@@ -223,6 +223,22 @@ async def test_runtime_overhead_without_results(tmp_path: Path) -> None:
     assert "No search-latency results yet." in text
 
 
+async def test_every_compare_mem0_run_is_listed(tmp_path: Path) -> None:
+    """The section shows the latest run; a table lists each run's figures."""
+    kept = Path(__file__).resolve().parents[2] / "docs/bench/results"
+    base = json.loads(min(kept.glob("compare-mem0*.json")).read_text(encoding="utf-8"))
+    runs = []
+    for i, ratio in enumerate((0.612, 0.487)):
+        d = json.loads(json.dumps(base))
+        d["finished_at"] = f"2026-11-02T0{i}:00:00+00:00"
+        d["latency"]["system"]["p50_ratio_ours_over_mem0"] = ratio
+        runs.append((f"compare-mem0-r{i + 1}.json", d))
+    md = await _report(tmp_path, runs)
+    table = md[md.index("All compare-mem0 runs"):]
+    assert "compare-mem0-r1.json" in table and "| 0.612 |" in table
+    assert "compare-mem0-r2.json" in table and "| 0.487 |" in table
+
+
 def test_conninfo_from_the_embedded_dsn() -> None:
     info = conninfo("postgresql://postgres:@/postgres?host=/tmp/pg", "-c a=b")
     assert info == "host='/tmp/pg' port='5432' dbname='postgres' user='postgres' options='-c a=b'"
