@@ -19,7 +19,8 @@ Latency is measured two ways, question by question, interleaved: ``system``
 (query vectors from the cache: the memory system alone) and ``end_to_end``
 (each system embeds the query with its own copy of the model). For ``system``
 the two systems take turns going first: the first search of a question follows
-the previous question's end-to-end searches and their model calls.
+the previous question's end-to-end searches and their model calls, and whatever
+those leave behind (busy threads, cold caches) falls on both sides alike.
 """
 
 from __future__ import annotations
@@ -296,8 +297,7 @@ async def _search_both(args: argparse.Namespace, data: Dataset, corpus: Any,
     i = 0
     for conv in data.conversations:
         for q in conv.questions:
-            # Who searches first alternates: the first comes right after the previous
-            # question's end-to-end search, whose model call leaves the CPU busy.
+            # who searches first alternates (see the module docstring)
             if i % 2 == 0:
                 mine = await ours_system(conv, q.question)
                 theirs = mem0_system(conv, q.question)
