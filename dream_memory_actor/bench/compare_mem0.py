@@ -294,29 +294,26 @@ async def _search_both(args: argparse.Namespace, data: Dataset, corpus: Any,
             lat["mem0_system"].append(time.perf_counter() - t0)
         return hits
 
-    i = 0
-    for conv in data.conversations:
-        for q in conv.questions:
-            # who searches first alternates (see the module docstring)
-            if i % 2 == 0:
-                mine = await ours_system(conv, q.question)
-                theirs = mem0_system(conv, q.question)
-            else:
-                theirs = mem0_system(conv, q.question)
-                mine = await ours_system(conv, q.question)
-            i += 1
-            with cached_embeddings(memory, lookup):
-                loose = _mem0_hits(memory, conv, q.question, args.limit, dia_of, threshold=0.0)
-            short += int(len(loose) < args.limit)
-            t0 = time.perf_counter()
-            await ours(conv, q.question, (await embedder.embed_raw([q.question]))[0])
-            lat["ours_e2e"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            _mem0_hits(memory, conv, q.question, args.limit, dia_of)
-            lat["mem0_e2e"].append(time.perf_counter() - t0)
-            ours_r.append(question_metrics(mine, q.evidence)["recall@10"])
-            mem0_r.append(question_metrics(theirs, q.evidence)["recall@10"])
-            mem0_t0.append(question_metrics(loose, q.evidence)["recall@10"])
+    asked = ((conv, q) for conv in data.conversations for q in conv.questions)
+    for i, (conv, q) in enumerate(asked):
+        if i % 2 == 0:  # who searches first alternates (see the module docstring)
+            mine = await ours_system(conv, q.question)
+            theirs = mem0_system(conv, q.question)
+        else:
+            theirs = mem0_system(conv, q.question)
+            mine = await ours_system(conv, q.question)
+        with cached_embeddings(memory, lookup):
+            loose = _mem0_hits(memory, conv, q.question, args.limit, dia_of, threshold=0.0)
+        short += int(len(loose) < args.limit)
+        t0 = time.perf_counter()
+        await ours(conv, q.question, (await embedder.embed_raw([q.question]))[0])
+        lat["ours_e2e"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        _mem0_hits(memory, conv, q.question, args.limit, dia_of)
+        lat["mem0_e2e"].append(time.perf_counter() - t0)
+        ours_r.append(question_metrics(mine, q.evidence)["recall@10"])
+        mem0_r.append(question_metrics(theirs, q.evidence)["recall@10"])
+        mem0_t0.append(question_metrics(loose, q.evidence)["recall@10"])
     p = {k: percentiles_ms(v) for k, v in lat.items()}
 
     def ratio(a: str, b: str, key: str) -> float:
