@@ -11,7 +11,6 @@ it is also usable on its own in a single process (scripts, tests)::
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -42,8 +41,6 @@ class MemoryEngine:
         self.vector = vector
         self.embedder = embedder
         self._closed = False
-        #: Seconds spent embedding queries in the last ``search`` (benchmarks report it apart).
-        self.last_query_embed_s = 0.0
         self.metrics = get_metrics()
 
     @classmethod
@@ -140,9 +137,7 @@ class MemoryEngine:
             who = check.owner_ids(owners)
             text = check.content(query, self.settings.max_content_bytes, what="query")
             check.limit(limit)
-            t0 = time.perf_counter()
             vec = list(embedding) if embedding is not None else await self.embed(text)
-            self.last_query_embed_s = time.perf_counter() - t0
             s = self.settings
             return await self.vector.search(
                 who, text, embedding=vec, limit=limit, weights=s.weights, now=now,

@@ -60,6 +60,11 @@ class MemorySystem:
         return self._view.name
 
     @property
+    def connection(self) -> Connection:
+        """This process's connection to the system: actor handles, snapshots held here."""
+        return connection(self._view)
+
+    @property
     def _conn(self) -> Connection:
         return connection(self._view)
 

@@ -146,6 +146,15 @@ class Connection:
             held = self._snaps.get(owner)
         return (None, None) if held is None else (held[0], held[1])
 
+    def drop_snapshots(self) -> None:
+        """Forget every snapshot held here: the next read of each owner carries it whole.
+
+        Frees the copies this process holds; a read after it costs what a first read
+        from a new process costs (``python -m benchmarks actor-overhead`` times it).
+        """
+        with self._guard:
+            self._snaps.clear()
+
     def remember(self, owner: str, reply: Any) -> MemorySnapshot | None:
         """The live snapshot from an actor's reply (or ``None``: ask for the full read)."""
         if reply is None:

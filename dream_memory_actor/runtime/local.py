@@ -1,4 +1,4 @@
-"""A throwaway memory system on this machine, for scripts and benchmarks.
+"""A throwaway memory system on this machine, for scripts, tests and measurements.
 
 ::
 
@@ -12,7 +12,6 @@ the embedded server is used, with a fresh schema that is dropped afterwards.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import contextlib
@@ -86,22 +85,7 @@ def _drop_schema(dsn: str, schema: str) -> None:
         finally:
             await conn.close()
 
-    # In a thread: the caller may itself be inside a running event loop (a benchmark).
+    # In a thread: the caller may itself be inside a running event loop.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, drop()).result()
 
-
-def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options every runtime benchmark takes."""
-    parser.add_argument("--backend", choices=["memory", "postgres"], default="memory",
-                        help="postgres without --postgres-dsn uses the embedded server")
-    parser.add_argument("--postgres-dsn", default=None)
-    parser.add_argument("--placement", choices=["sharded", "dedicated"], default="sharded")
-    parser.add_argument("--shards", type=int, default=2)
-
-
-def system_from_args(args: argparse.Namespace, name: str, **settings: Any
-                     ) -> contextlib.AbstractContextManager[MemorySystem]:
-    return local_system(backend=args.backend, placement=args.placement,
-                        postgres_dsn=args.postgres_dsn, name=name,
-                        shards=getattr(args, "shards", 2), **settings)

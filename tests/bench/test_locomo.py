@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dream_memory_actor import validation
-from dream_memory_actor.bench.bm25 import BM25, tokens
-from dream_memory_actor.bench.embed_cache import VectorFile
-from dream_memory_actor.bench.locomo import (
+from benchmarks.bm25 import BM25, tokens
+from benchmarks.embed_cache import VectorFile
+from benchmarks.locomo import (
     bootstrap_ci,
     load_locomo,
     normalize_evidence,
@@ -26,13 +25,14 @@ from dream_memory_actor.bench.locomo import (
     question_metrics,
     summarize,
 )
-from dream_memory_actor.bench.tuning import (
+from benchmarks.tuning import (
     best_index,
     fast_rank,
     leave_one_out,
     signals,
     weight_grid,
 )
+from dream_memory_actor import validation
 from dream_memory_actor.scoring import SEED_WEIGHTS, Candidate, Weights, rank
 
 UTC = timezone.utc

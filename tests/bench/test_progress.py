@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from dream_memory_actor.bench.progress import Progress
+from benchmarks.progress import Progress
 
 
 def test_draws_and_ends_with_a_newline() -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from dream_memory_actor.bench.compare_mem0 import conninfo
-from dream_memory_actor.bench.locomo import question_metrics, summarize
-from dream_memory_actor.bench.report import growth_exponent, load_results, run
+from benchmarks.compare_mem0 import conninfo
+from benchmarks.locomo import question_metrics, summarize
+from benchmarks.report import growth_exponent, load_results, run
 
 MACHINE = {"cpus": 2, "platform": "test", "python": "3.11"}
 
@@ -249,7 +249,7 @@ def test_conninfo_from_the_embedded_dsn() -> None:
 
 
 def test_cached_vectors_are_found_by_trimmed_text() -> None:
-    from dream_memory_actor.bench.compare_mem0 import Lookup
+    from benchmarks.compare_mem0 import Lookup
 
     lookup = Lookup({"What  is it? ": [1.0], "b": [2.0]})
     assert lookup("What is it?") == [1.0]

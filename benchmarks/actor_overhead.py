@@ -22,12 +22,11 @@ from __future__ import annotations
 import argparse
 import inspect
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from .stats import machine, percentiles_ms
+from .stats import command, machine, percentiles_ms
 
 QUERY = "kubernetes deployment with helm"
 
@@ -49,7 +48,7 @@ class _BareAsync:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..runtime.local import add_runtime_arguments
+    from .runtime_args import add_runtime_arguments
 
     add_runtime_arguments(parser)
     parser.add_argument("--calls", type=int, default=2000, help="calls per kind")
@@ -74,10 +73,11 @@ def _summary(samples: list[float]) -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
-    from ..engine import MemoryEngine
-    from ..runtime.local import system_from_args
-    from ..runtime.placement import read_task_name
-    from ..runtime.registry import BASE_OPTIONS, HOLDER_OPTIONS
+    from dream_memory_actor.engine import MemoryEngine
+    from dream_memory_actor.runtime.placement import read_task_name
+    from dream_memory_actor.runtime.registry import BASE_OPTIONS, HOLDER_OPTIONS
+
+    from .runtime_args import system_from_args
 
     with system_from_args(args, "bench-overhead") as system:
         owner = "bench-overhead"
@@ -92,23 +92,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         engine = await MemoryEngine.open(system.settings)
         if system.settings.backend == "memory":  # its own process: give it the same data
             snap = h.snapshot()
-            from ..storage.ops import AddFact, AddRule, SetStatus
+            from dream_memory_actor.storage.ops import AddFact, AddRule, SetStatus
 
             await engine.apply(owner, [*(AddRule(r.content) for r in snap.rules),
                                        *(AddFact(f.content) for f in snap.facts),
                                        *(SetStatus(k, v) for k, v in snap.status.items())])
             for m in h.list(limit=100):
                 await engine.store(owner, m.content)
-        from ..runtime.connection import connection
-
-        conn = connection(system._view)
+        conn = system.connection
 
         token, version = conn.known(owner)
         question = read_task_name(owner, None, token, version)  # as a snapshot read asks
         query = [owner, None, token, version]  # the same question as an argument
 
         def transfer() -> Any:
-            conn._snaps.clear()  # hold no copy: the actor sends the snapshot
+            conn.drop_snapshots()  # hold no copy: the actor sends the snapshot
             return h.snapshot()
 
         bare: Any = ray.remote(num_cpus=0)(_Bare).remote()
@@ -181,5 +179,5 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "target_snapshot_vs_bare": 0.8,
         "machine": machine(),
-        "command": " ".join(["dream-memory", *sys.argv[1:]]),
+        "command": command(),
     }

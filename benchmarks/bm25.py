@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from ..text import terms
+from dream_memory_actor.text import terms
 
 
 def tokens(text: str) -> list[str]:

@@ -23,8 +23,6 @@ The corpus is built twice when dedup merges turns: with the library's threshold
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,14 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import validation as check
-from ..scoring import SEED_WEIGHTS, Weights
-from ..text import terms as query_terms
+from dream_memory_actor import validation as check
+from dream_memory_actor.scoring import SEED_WEIGHTS, Weights
+from dream_memory_actor.text import terms as query_terms
+
 from .bm25 import BM25
 from .corpus import Corpus, bench_settings, ingest_actors, ingest_engine
 from .embed_cache import DEFAULT_CACHE_DIR, DEFAULT_MODEL, DiskCachedEmbedder
 from .locomo import DEPTH, Dataset, load_locomo, paired_difference, question_metrics, summarize
-from .stats import machine, percentiles_ms
+from .stats import command, machine, percentiles_ms
 from .tuning import (
     Signals,
     best_index,
@@ -254,7 +253,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     qvec = dict(zip(questions, qv, strict=True))
     result: dict[str, Any] = {
         "benchmark": "retrieval", "dataset": "locomo", "path": args.path,
-        "command": shlex.join(["dream-memory", *sys.argv[1:]]), "machine": machine(),
+        "command": command(), "machine": machine(),
         "backend": args.backend, "ingest": args.ingest, "data": data.describe(),
         "reference": "LoCoMo paper, DRAGON retriever, turns as units, 50-conversation "
                      "version (a different corpus): recall@5/10/25 = 58.8/67.5/79.9",

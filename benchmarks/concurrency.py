@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models import MemorySnapshot, VectorMemory, utcnow
-from ..storage.ops import AddFact, L1Op, SetStatus, apply_ops
-from .stats import machine, percentiles_ms
+from dream_memory_actor.models import MemorySnapshot, VectorMemory, utcnow
+from dream_memory_actor.storage.ops import AddFact, L1Op, SetStatus, apply_ops
+
+from .stats import command, machine, percentiles_ms
 
 TOPICS = 4
 
@@ -144,7 +144,7 @@ def verify(records: Sequence[Record], final: MemorySnapshot, memories: Sequence[
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..runtime.local import add_runtime_arguments
+    from .runtime_args import add_runtime_arguments
 
     parser.add_argument("--writers", type=int, default=32)
     parser.add_argument("--tasks", type=int, default=4, help="Ray tasks the writers run in")
@@ -153,7 +153,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ..runtime.local import system_from_args
+    from .runtime_args import system_from_args
 
     with system_from_args(args, "bench-concurrency") as system:
         handle = system.owner("bench-concurrency")
@@ -174,5 +174,5 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "latency": percentiles_ms(timed),
         **checks,
         "machine": machine(),
-        "command": " ".join(["dream-memory", *sys.argv[1:]]),
+        "command": command(),
     }

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from typing import Any
 
-from .stats import machine
+from .stats import command, machine
 
 TARGET_OWNERS = 10_000
 NODE_BYTES = 24 * 1024**3
@@ -24,7 +23,7 @@ MB = 1024 * 1024
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..runtime.local import add_runtime_arguments
+    from .runtime_args import add_runtime_arguments
 
     add_runtime_arguments(parser)
     parser.add_argument("--owners", type=int, default=2000, help="owners touched (sharded)")
@@ -36,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _touch(system: Any, owners: list[str], facts: int) -> float:
-    from ..storage.ops import AddFact, SetStatus
+    from dream_memory_actor.storage.ops import AddFact, SetStatus
 
     sem = asyncio.Semaphore(64)
 
@@ -57,7 +56,7 @@ def _holders(stats: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def _measure(args: argparse.Namespace, placement: str) -> dict[str, Any]:
-    from ..runtime.local import local_system
+    from dream_memory_actor.runtime.local import local_system
 
     n = args.owners if placement == "sharded" else args.dedicated_owners
     with local_system(backend=args.backend, placement=placement,
@@ -103,7 +102,7 @@ async def _measure(args: argparse.Namespace, placement: str) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ..runtime.local import local_ray
+    from dream_memory_actor.runtime.local import local_ray
 
     placements = [args.only] if args.only else ["sharded", "dedicated"]
     result: dict[str, Any] = {"benchmark": "footprint", "backend": args.backend,
@@ -112,5 +111,5 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for placement in placements:
             result[placement] = await _measure(args, placement)
     result["machine"] = machine()
-    result["command"] = " ".join(["dream-memory", *sys.argv[1:]])
+    result["command"] = command()
     return result

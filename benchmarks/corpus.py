@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..config import MemorySettings
-from ..embedding import CachedEmbedder
-from ..engine import MemoryEngine
-from ..models import StoreResult
-from ..storage import open_stores
-from ..storage.base import StructuredStore, VectorStore
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.embedding import CachedEmbedder
+from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.models import StoreResult
+from dream_memory_actor.storage import open_stores
+from dream_memory_actor.storage.base import StructuredStore, VectorStore
+
 from .embed_cache import DiskCachedEmbedder
 from .locomo import Conversation, Turn
 from .progress import Progress
@@ -95,7 +96,7 @@ def bench_settings(backend: str, dsn: str | None, threshold: float, model: str,
         kw["postgres_dsn"] = dsn
     settings = MemorySettings(**kw)
     if backend == "postgres":
-        from ..storage.postgres import with_embedded_dsn
+        from dream_memory_actor.storage.postgres import with_embedded_dsn
 
         settings = with_embedded_dsn(settings)
     return settings
@@ -144,7 +145,7 @@ async def ingest_actors(convs: Sequence[Conversation], settings: MemorySettings,
                          "keeps memories inside the VectorIndex actor)")
     import ray
 
-    from ..runtime.client import MemorySystem
+    from dream_memory_actor.runtime.client import MemorySystem
 
     structured, vector = await _open(settings, embedder.dim)  # migrations, then the system
     corpus = Corpus(vector, structured, settings, settings.dedup_threshold, "actors")

@@ -30,8 +30,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from ..config import MemorySettings
-from ..models import ChatMessage
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.models import ChatMessage
+
 from .stats import machine, percentiles_ms
 
 _MESSAGES = [
@@ -132,8 +133,8 @@ async def _drive(extract: Any, calls: int, concurrency: int, delay_s: float) -> 
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ..extraction.llm import LLMExtractor
-    from ..extraction.pool import ExtractorPool
+    from dream_memory_actor.extraction.llm import LLMExtractor
+    from dream_memory_actor.extraction.pool import ExtractorPool
 
     delay_s = args.delay_ms / 1000.0
     server = FixedDelayServer(delay_s, args.items)

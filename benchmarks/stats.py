@@ -33,3 +33,11 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
     }
+
+
+def command() -> str:
+    """The command line that ran this benchmark, as it would be typed again."""
+    import shlex
+    import sys
+
+    return shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]])

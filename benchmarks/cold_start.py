@@ -10,15 +10,14 @@ is measured beside it.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
-from .stats import machine, percentiles_ms
+from .stats import command, machine, percentiles_ms
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..runtime.local import add_runtime_arguments
+    from .runtime_args import add_runtime_arguments
 
     add_runtime_arguments(parser)
     parser.add_argument("--owners", type=int, default=200, help="owners (sharded)")
@@ -28,8 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _measure(args: argparse.Namespace, placement: str) -> dict[str, Any]:
-    from ..runtime.local import local_system
-    from ..storage.ops import AddFact, AddRule, SetStatus
+    from dream_memory_actor.runtime.local import local_system
+    from dream_memory_actor.storage.ops import AddFact, AddRule, SetStatus
 
     if args.backend == "memory" and placement == "dedicated":
         return {"skipped": "backend memory keeps a dedicated owner's state in its actor, "
@@ -60,7 +59,7 @@ def _measure(args: argparse.Namespace, placement: str) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ..runtime.local import local_ray
+    from dream_memory_actor.runtime.local import local_ray
 
     placements = [args.only] if args.only else ["sharded", "dedicated"]
     result: dict[str, Any] = {"benchmark": "cold-start", "backend": args.backend}
@@ -68,5 +67,5 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for placement in placements:
             result[placement] = _measure(args, placement)
     result["machine"] = machine()
-    result["command"] = " ".join(["dream-memory", *sys.argv[1:]])
+    result["command"] = command()
     return result

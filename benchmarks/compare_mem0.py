@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shlex
 import socket
 import sys
 import time
@@ -40,7 +39,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from .corpus import bench_settings, ingest_engine
-from .embed_cache import DEFAULT_CACHE_DIR, DEFAULT_MODEL, DiskCachedEmbedder
+from .embed_cache import DEFAULT_CACHE_DIR, DEFAULT_MODEL, DiskCachedEmbedder, model_path
 from .locomo import (
     Conversation,
     Dataset,
@@ -50,7 +49,7 @@ from .locomo import (
     question_metrics,
 )
 from .retrieval import DEFAULT_PATH
-from .stats import machine, percentiles_ms
+from .stats import command, machine, percentiles_ms
 
 DUMMY_LLM_PORT = 9  # "discard": nothing listens here; a call would fail, not leave the machine
 
@@ -184,7 +183,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     vec = dict(zip(qs + texts, await embedder.embed(qs + texts), strict=True))
     result: dict[str, Any] = {
         "benchmark": "compare-mem0", "dataset": "locomo", "path": args.path,
-        "command": shlex.join(["dream-memory", *sys.argv[1:]]), "machine": machine(),
+        "command": command(), "machine": machine(),
         "data": data.describe(), "limit": args.limit,
         "system_latency_order": "alternating (ours first on even questions, mem0 first on odd)",
     }
@@ -219,10 +218,8 @@ async def _compare(args: argparse.Namespace, data: Dataset, corpus: Any,
         import mem0
         from mem0 import Memory
 
-        from ..embedding.local import _resolve
-
         stage = "Memory.from_config"
-        config = mem0_config(dsn, collection, _resolve(args.model), embedder.dim, history, opts)
+        config = mem0_config(dsn, collection, model_path(args.model), embedder.dim, history, opts)
         memory = Memory.from_config(config)
         out["mem0"] = {"version": getattr(mem0, "__version__", "?"),
                        "config": _shown_config(config, args.model),
