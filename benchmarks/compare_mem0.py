@@ -2,18 +2,18 @@
 
 Both systems get the same turns (one memory per turn, one user/owner per
 conversation), the same embedding model (all-MiniLM-L6-v2, offline) and the same
-embedded PostgreSQL + pgvector server. mem0 (``pip install mem0ai``, extra
-``bench``) is configured with its ``huggingface`` embedder on the local model
+embedded PostgreSQL + pgvector server. mem0 (``mem0ai``, in
+``benchmarks/requirements.txt``) is configured with its ``huggingface`` embedder on the local model
 directory, its ``pgvector`` store (a table in the ``public`` schema), a dummy
 OpenAI-compatible LLM on a closed local port (never called: memories are added
 with ``infer=False``) and telemetry off; an audit hook records every connection
 and name lookup attempted from Python during the run (the OpenAI client and mem0's
 telemetry are Python code; libpq's own socket to the local server is not seen).
 
-mem0's connections get the HNSW session settings dream-memory's pool sets
+mem0's connections get the per-connection HNSW settings dream-memory's pool sets
 (``hnsw.iterative_scan=relaxed_order``, ``hnsw.ef_search``): without them a
 per-user filtered HNSW query can come back short. The out-of-the-box setting is
-measured too (``mem0_default_session``).
+measured too (``mem0_default_hnsw``).
 
 Latency is measured two ways, question by question, interleaved: ``system``
 (query vectors from the cache: the memory system alone) and ``end_to_end``
@@ -241,8 +241,8 @@ async def _compare(args: argparse.Namespace, data: Dataset, corpus: Any,
                                  "adds_per_s": round(len(dia_of) / took, 1)}
         stage = "Memory.search"
         out.update(await _search_both(args, data, corpus, embedder, vec, memory, dia_of))
-        stage = "Memory.search (default session settings)"
-        out["mem0_default_session"] = _mem0_default(args, data, config, vec, dia_of, dsn)
+        stage = "Memory.search (default HNSW settings)"
+        out["mem0_default_hnsw"] = _mem0_default(args, data, config, vec, dia_of, dsn)
     except Exception as exc:  # report exactly what stopped mem0; our figures stay
         out.setdefault("mem0", {}).update(_error(exc, stage))
     finally:

@@ -33,7 +33,7 @@ from pydantic import SecretStr
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.models import ChatMessage
 
-from .stats import machine, percentiles_ms
+from .stats import command, machine, percentiles_ms
 
 _MESSAGES = [
     ChatMessage(role="user", content="From now on, review for security first."),
@@ -145,7 +145,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "extraction", "machine": machine(), "delay_ms": args.delay_ms,
         "items_per_call": args.items, "concurrency": args.concurrency,
-        "messages_per_call": len(_MESSAGES),
+        "messages_per_call": len(_MESSAGES), "command": command(),
     }
     try:
         if args.mode in ("local", "both"):

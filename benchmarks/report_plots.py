@@ -9,7 +9,7 @@ from typing import Any
 
 from .locomo import CATEGORIES
 
-LABELS = {"hybrid_seed": "hybrid (seed)", "vector_only": "vector only",
+LABELS = {"hybrid_default": "hybrid (default weights)", "vector_only": "vector only",
           "keyword_only_weights": "keyword weights", "keyword_mode": "keyword mode",
           "bm25": "BM25"}
 

@@ -1,20 +1,20 @@
 """Retrieval quality on LoCoMo: hybrid search against vector, keyword, BM25 and tuned weights.
 
 Every turn becomes a memory of its conversation's owner, stamped with its session
-time (see ``bench/corpus.py`` for the two ingest paths); each question of
+time (see ``benchmarks/corpus.py`` for the two ingest paths); each question of
 categories 1-4 searches that owner's memories with "now" = the last session's
-date, and the top 25 are scored against the evidence dia_ids (``bench/locomo.py``).
+date, and the top 25 are scored against the evidence dia_ids (``benchmarks/locomo.py``).
 
 Rows, all on the same stored memories and the same query embeddings:
 
-- ``hybrid_seed``: ``VectorStore.search`` with the seed weights 0.6/0.3/0.1 (timed);
+- ``hybrid_default``: ``VectorStore.search`` with the default weights 0.6/0.3/0.1 (timed);
 - ``vector_only`` (1/0/0) and ``keyword_only_weights`` (0/1/0): the same candidates
   ranked with those weights (embeddings present);
-- ``keyword_mode``: the search without a query embedding, ADR-005's mode when no
-  embedder is configured (seed weights: 0.3 keyword + 0.1 time; timed);
-- ``bm25``: Okapi BM25 over the turns (reference baseline, ``bench/bm25.py``);
-- tuned weights: leave-one-conversation-out over a grid (``bench/tuning.py``),
-  reported only on held-out conversations, beside the seed weights on the same ones.
+- ``keyword_mode``: the search without a query embedding, what runs when no
+  embedder is configured (default weights: 0.3 keyword + 0.1 time; timed);
+- ``bm25``: Okapi BM25 over the turns (reference baseline, ``benchmarks/bm25.py``);
+- tuned weights: leave-one-conversation-out over a grid (``benchmarks/tuning.py``),
+  reported only on held-out conversations, beside the default weights on the same ones.
 
 The corpus is built twice when dedup merges turns: with the library's threshold
 (0.85, the headline) and with threshold 1.0 (only exact-text repeats still merge).
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from dream_memory_actor import validation as check
-from dream_memory_actor.scoring import SEED_WEIGHTS, Weights
+from dream_memory_actor.scoring import Weights
 from dream_memory_actor.text import terms as query_terms
 
 from .bm25 import BM25
@@ -40,6 +40,7 @@ from .embed_cache import DEFAULT_CACHE_DIR, DEFAULT_MODEL, DiskCachedEmbedder
 from .locomo import DEPTH, Dataset, load_locomo, paired_difference, question_metrics, summarize
 from .stats import command, machine, percentiles_ms
 from .tuning import (
+    DEFAULT_WEIGHTS,
     Signals,
     best_index,
     fast_rank,
@@ -83,7 +84,7 @@ class Evaluation:
 
     def __init__(self) -> None:
         self.rows: dict[str, Rows] = {}
-        self.latency: dict[str, list[float]] = {"hybrid_seed": [], "keyword_mode": []}
+        self.latency: dict[str, list[float]] = {"hybrid_default": [], "keyword_mode": []}
         self.signals: list[Signals] = []
         self.agree = 0
 
@@ -106,21 +107,22 @@ async def evaluate(corpus: Corpus, data: Dataset, qvec: Mapping[str, list[float]
             emb = qvec[q.question]
             t0 = time.perf_counter()
             hits = await store.search(conv.owner, q.question, embedding=emb, limit=DEPTH,
-                                      weights=SEED_WEIGHTS, now=conv.now, vector_k=vk,
+                                      weights=DEFAULT_WEIGHTS, now=conv.now, vector_k=vk,
                                       keyword_k=kk)
-            ev.latency["hybrid_seed"].append(time.perf_counter() - t0)
+            ev.latency["hybrid_default"].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             kw_hits = await store.search(conv.owner, q.question, limit=DEPTH,
-                                         weights=SEED_WEIGHTS, now=conv.now, keyword_k=kk)
+                                         weights=DEFAULT_WEIGHTS, now=conv.now, keyword_k=kk)
             ev.latency["keyword_mode"].append(time.perf_counter() - t0)
             terms = query_terms(check.content(q.question, s.max_content_bytes))
             cands = await store._candidates([conv.owner], terms, emb, vector_k=max(vk, DEPTH),
                                             keyword_k=max(kk, DEPTH))
             sig = signals(cands, terms, conv.now)
             ev.signals.append(sig)
-            seed_ids = [h.memory.id for h in hits]
-            ev.agree += int(fast_rank(sig, SEED_WEIGHTS, DEPTH) == seed_ids)
-            ev.add("hybrid_seed", q.category, question_metrics(_dia(seed_ids, corpus), q.evidence))
+            default_ids = [h.memory.id for h in hits]
+            ev.agree += int(fast_rank(sig, DEFAULT_WEIGHTS, DEPTH) == default_ids)
+            ev.add("hybrid_default", q.category,
+                   question_metrics(_dia(default_ids, corpus), q.evidence))
             for name, w in (("vector_only", VECTOR_ONLY), ("keyword_only_weights", KEYWORD_ONLY)):
                 ids = fast_rank(sig, w, DEPTH)
                 ev.add(name, q.category, question_metrics(_dia(ids, corpus), q.evidence))
@@ -142,7 +144,7 @@ def bm25_rows(data: Dataset) -> Rows:
 
 def tune(ev: Evaluation, corpus: Corpus, data: Dataset, args: argparse.Namespace
          ) -> dict[str, Any]:
-    """Leave-one-conversation-out weight choice; held-out metrics beside the seed's."""
+    """Leave-one-conversation-out weight choice; held-out metrics beside the default weights'."""
     if len({q.conversation for q in data.questions}) < 2:
         return {"skipped": "leave-one-conversation-out needs at least two conversations"}
     half_lives = [float(x) for x in args.half_lives.split(",") if x.strip()]
@@ -155,24 +157,26 @@ def tune(ev: Evaluation, corpus: Corpus, data: Dataset, args: argparse.Namespace
     groups = [q.conversation for q in qs]
     chosen, folds = leave_one_out(groups, objective, tiebreak, grid)
     tuned = pick(per_grid, chosen)
-    seed = [m for _, m in ev.rows["hybrid_seed"]]
+    default = [m for _, m in ev.rows["hybrid_default"]]
     cats = [q.category for q in qs]
     best_all = best_index(objective, tiebreak)
     r10 = {f"{w.vector:g}/{w.keyword:g}/{w.time:g}@{w.half_life_days:g}d": round(
         float(objective[i].mean()), 4) for i, w in enumerate(grid)}
     return {
         "protocol": "leave-one-conversation-out: weights chosen by mean recall@10 on the other "
-                    "conversations (ties: nDCG@10, then nearest the seed), applied to the "
-                    "held-out one; every question is scored only by weights not tuned on it",
+                    "conversations (ties: nDCG@10, then nearest the default weights), applied "
+                    "to the held-out one; every question is scored only by weights not tuned "
+                    "on it",
         "grid": {"step": args.grid_step, "half_lives_days": half_lives, "points": len(grid)},
         "folds": folds,
         "held_out_tuned": summarize(list(zip(cats, tuned, strict=True)), seed=args.seed,
                                     resamples=args.resamples),
-        "held_out_seed": summarize(list(zip(cats, seed, strict=True)), seed=args.seed,
-                                   resamples=args.resamples),
-        "tuned_minus_seed": {m: paired_difference([t[m] for t in tuned], [s[m] for s in seed],
-                                                  seed=args.seed, resamples=args.resamples)
-                             for m in ("recall@10", "ndcg@10", "mrr")},
+        "held_out_default": summarize(list(zip(cats, default, strict=True)), seed=args.seed,
+                                      resamples=args.resamples),
+        "tuned_minus_default": {m: paired_difference([t[m] for t in tuned],
+                                                     [s[m] for s in default],
+                                                     seed=args.seed, resamples=args.resamples)
+                                for m in ("recall@10", "ndcg@10", "mrr")},
         "in_sample_best": {"weights": weights_dict(grid[best_all]),
                            "recall@10": round(float(objective[best_all].mean()), 4),
                            "note": "chosen on all conversations: optimistic, for reference"},
@@ -195,10 +199,10 @@ def _report(ev: Evaluation, bm25: Rows, corpus: Corpus, args: argparse.Namespace
     rows = {**ev.rows, "bm25": bm25}
     variants = {k: summarize(v, seed=args.seed, resamples=args.resamples)
                 for k, v in rows.items()}
-    hyb = [m["recall@10"] for _, m in rows["hybrid_seed"]]
-    diffs = {f"hybrid_seed_minus_{k}": paired_difference(
+    hyb = [m["recall@10"] for _, m in rows["hybrid_default"]]
+    diffs = {f"hybrid_default_minus_{k}": paired_difference(
         hyb, [m["recall@10"] for _, m in v], seed=args.seed, resamples=args.resamples)
-        for k, v in rows.items() if k != "hybrid_seed"}
+        for k, v in rows.items() if k != "hybrid_default"}
     by_conv: dict[str, dict[str, float]] = {}
     convs = [q.conversation for q in data.questions]
     for k, v in rows.items():
@@ -291,11 +295,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def _targets(head: Mapping[str, Any], tuned: Mapping[str, Any]) -> dict[str, Any]:
     r10 = {k: v["recall@10"] for k, v in head["headline"].items()}
     diffs = head["recall@10_differences"]
-    beats = {k: {"hybrid": r10["hybrid_seed"], "other": r10[k],
-                 "higher": r10["hybrid_seed"] > r10[k],
-                 "significant": diffs[f"hybrid_seed_minus_{k}"]["ci95_lo"] > 0}
+    beats = {k: {"hybrid": r10["hybrid_default"], "other": r10[k],
+                 "higher": r10["hybrid_default"] > r10[k],
+                 "significant": diffs[f"hybrid_default_minus_{k}"]["ci95_lo"] > 0}
              for k in ("vector_only", "keyword_only_weights", "keyword_mode", "bm25")}
-    d = tuned.get("tuned_minus_seed", {}).get("recall@10", {})
+    d = tuned.get("tuned_minus_default", {}).get("recall@10", {})
     return {"hybrid_recall@10_above": beats,
-            "tuned_beats_seed_held_out": {"diff": d, "higher": d.get("mean", 0) > 0,
+            "tuned_beats_default_held_out": {"diff": d, "higher": d.get("mean", 0) > 0,
                                           "significant": d.get("ci95_lo", 0) > 0}}

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from dream_memory_actor.scoring import (
-    SEED_WEIGHTS,
     Candidate,
     Weights,
     keyword_score_folded,
@@ -29,6 +28,9 @@ from dream_memory_actor.scoring import (
     vector_score,
 )
 from dream_memory_actor.text import fold
+
+#: The product's default weights (0.6 vector, 0.3 keyword, 0.1 time, 30-day half-life).
+DEFAULT_WEIGHTS = Weights()
 
 
 @dataclass(frozen=True)
@@ -81,15 +83,15 @@ def agrees_with_rank(cands: Sequence[Candidate], query_terms: Sequence[str], now
 def weight_grid(step: float = 0.1, half_lives: Sequence[float] = (7.0, 30.0, 365.0)
                 ) -> list[Weights]:
     """Weights on the simplex (vector + keyword + time = 1, in ``step``s) x half-lives,
-    nearest to the seed's first (so ties go to the seed's side)."""
+    nearest to the default weights first (so ties go to their side)."""
     n = round(1 / step)
     grid = [Weights(round(i * step, 6), round(j * step, 6), round((n - i - j) * step, 6), h)
             for h in half_lives for i in range(n + 1) for j in range(n + 1 - i)]
-    return sorted(grid, key=lambda w: distance_to_seed(w))
+    return sorted(grid, key=lambda w: distance_to_default(w))
 
 
-def distance_to_seed(w: Weights) -> float:
-    s = SEED_WEIGHTS
+def distance_to_default(w: Weights) -> float:
+    s = DEFAULT_WEIGHTS
     total = (w.vector + w.keyword + w.time) or 1.0
     return float(abs(w.vector / total - s.vector) + abs(w.keyword / total - s.keyword)
                  + abs(w.time / total - s.time)

@@ -23,10 +23,10 @@ def _retrieval() -> dict[str, Any]:
     summ = summarize(rows, resamples=50)
     head = {"recall@10": 0.5, "recall@10_ci95": [0.0, 1.0]}
     lat = {"p50_ms": 1.0, "p95_ms": 2.0}
-    names = ("hybrid_seed", "vector_only", "keyword_only_weights", "keyword_mode", "bm25")
+    names = ("hybrid_default", "vector_only", "keyword_only_weights", "keyword_mode", "bm25")
     corpus = {"corpus": {"merges": 0}, "variants": dict.fromkeys(names, summ),
               "headline": {k: head for k in names},
-              "search_latency": {"hybrid_seed": lat, "keyword_mode": lat}}
+              "search_latency": {"hybrid_default": lat, "keyword_mode": lat}}
     return {"benchmark": "retrieval", "machine": MACHINE, "command": "dream-memory bench x",
             "backend": "memory", "ingest": "engine", "headline_corpus": "dedup_0.85",
             "data": {"conversations": 1, "turns": 3, "questions_used": 2,
@@ -49,7 +49,7 @@ async def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
     args = argparse.Namespace(results=str(results), out=str(out), plots=str(tmp_path / "png"))
     done = await run(args)
     text = out.read_text()
-    assert "| hybrid, seed weights 0.6/0.3/0.1 |" in text
+    assert "| hybrid, default weights 0.6/0.3/0.1 |" in text
     assert "dream-memory bench x" in text and "2 CPUs" in text
     assert "(png/recall_by_category.png)" in text
     assert "No concurrency results yet." in text

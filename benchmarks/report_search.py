@@ -1,0 +1,253 @@
+"""The report's search sections: retrieval quality, mem0, latency by size, concurrency."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .locomo import CATEGORIES
+from .report_format import (
+    ci,
+    command,
+    factor,
+    get,
+    machine,
+    num,
+    pct,
+    positive,
+    provenance,
+    table,
+    yes_no,
+)
+
+ROWS = {"hybrid_default": "hybrid, default weights 0.6/0.3/0.1",
+        "vector_only": "vector only (1/0/0)",
+        "keyword_only_weights": "keyword only weights (0/1/0), embeddings present",
+        "keyword_mode": "keyword mode, no embedder",
+        "bm25": "BM25 (k1=1.2, b=0.75), reference"}
+
+
+def retrieval_section(path: Path, d: Mapping[str, Any], plot: str | None) -> list[str]:
+    head = d["headline_corpus"]
+    corpus = d["corpora"][head]
+    variants = corpus["variants"]
+    lines = ["## Retrieval quality on LoCoMo", "",
+             f"{d['data']['conversations']} conversations, {d['data']['turns']} turns as "
+             f"memories, {d['data']['questions_used']} questions (categories 1-4 with evidence). "
+             f"Backend `{d['backend']}`, ingest `{d['ingest']}`, corpus `{head}` "
+             f"({corpus['corpus']['merges']} dedup merges). Percentages; 95% bootstrap "
+             "intervals in brackets.", "", provenance(path, d), ""]
+    rows = []
+    for key, label in ROWS.items():
+        if key in variants:
+            o = variants[key]["overall"]
+            rows.append([label, pct(o["recall@5"]["mean"]), ci(o["recall@10"]),
+                         pct(o["recall@25"]["mean"]), pct(o["recall_all@10"]["mean"]),
+                         pct(o["ndcg@10"]["mean"]), pct(o["mrr"]["mean"])])
+    lines += table(["search", "R@5", "R@10", "R@25", "R_all@10", "nDCG@10", "MRR"], rows)
+    cats = list(CATEGORIES.values())
+    rows = [[ROWS[k]] + [pct(variants[k]["by_category"].get(c, {}).get("recall@10", {})
+                              .get("mean")) for c in cats] for k in ROWS if k in variants]
+    lines += ["Recall@10 by question category:", ""]
+    lines += table(["search", *cats], rows)
+    if plot:
+        lines += [f"![recall@10 by category]({plot})", ""]
+    t = d.get("tuned") or {}
+    if "held_out_tuned" in t:
+        diff = t["tuned_minus_default"]["recall@10"]
+        lines += ["### Tuned weights (held-out conversations only)", "", t["protocol"] + ".", ""]
+        lines += table(["weights", "R@10 on held-out"], [
+            ["default 0.6/0.3/0.1", ci(t["held_out_default"]["overall"]["recall@10"])],
+            ["tuned per fold", ci(t["held_out_tuned"]["overall"]["recall@10"])],
+            ["difference (paired)", ci(diff)]])
+        lines += table(["held-out", "chosen weights (vector/keyword/time, half-life)",
+                         "train R@10"],
+                        [[f["held_out"], "{vector:g}/{keyword:g}/{time:g}, {half_life_days:g} d"
+                          .format(**f["weights"]), pct(f["train_recall@10"])]
+                         for f in t["folds"]])
+    others = {k: v for k, v in d["corpora"].items() if k != head}
+    for name, c in others.items():
+        lines += [f"Corpus `{name}` ({c['corpus']['merges']} merges): hybrid R@10 "
+                  f"{pct(c['headline']['hybrid_default']['recall@10'])}, vector only "
+                  f"{pct(c['headline']['vector_only']['recall@10'])}, BM25 "
+                  f"{pct(c['headline']['bm25']['recall@10'])}.", ""]
+    lat = corpus["search_latency"]
+    q = d.get("query_embedding", {})
+    lines += table(["timing (ms)", "p50", "p95"], [
+        ["hybrid search (query vector given)", lat["hybrid_default"]["p50_ms"],
+         lat["hybrid_default"]["p95_ms"]],
+        ["keyword-mode search", lat["keyword_mode"]["p50_ms"], lat["keyword_mode"]["p95_ms"]],
+        ["query embedding (MiniLM, 1 query/call)", q.get("p50_ms"), q.get("p95_ms")]])
+    lines += [f"Reference only: {d.get('reference', '')}.", ""]
+    return lines
+
+
+def mem0_section(path: Path, d: Mapping[str, Any], plot: str | None) -> list[str]:
+    lines = ["## dream-memory vs mem0 (same data, machine and run)", "",
+             provenance(path, d), ""]
+    m = d.get("mem0", {})
+    if "error" in m:
+        where = "; ".join(m.get("raised_at", []))
+        return [*lines, f"mem0 could not run: `{m['error']}` during {m.get('during')} "
+                        f"(raised at {where}).", ""]
+    r, lat = d["recall@10"], d["latency"]
+    rows = [["recall@10", ci(r["ours"]), ci(r["mem0"]),
+             f"{d['recall@10_ratio_ours_over_mem0']:.2f}"]]
+    for kind in ("system", "end_to_end"):
+        for p in ("p50_ms", "p95_ms"):
+            ratio = lat[kind][f"{p[:3]}_ratio_ours_over_mem0"]
+            rows.append([f"search {p[:3]} ms ({kind.replace('_', '-')})",
+                         lat[kind]["ours"][p], lat[kind]["mem0"][p], f"{ratio:.2f}"])
+    lines += table(["", "dream-memory", f"mem0 {m.get('version', '')}", "ours / mem0"], rows)
+    lines += ["`system`: query vectors given to both (the memory system alone); `end-to-end`: "
+              "each embeds the query itself with the same model. mem0 ran without spaCy (its "
+              "`nlp` extra downloads the `en_core_web_sm` model at run time, outside PyPI): no "
+              "lemmatization and no entity boost, and its BM25 leg matches a memory only "
+              "when it holds every word of the question (`plainto_tsquery`).", ""]
+    dflt = d.get("mem0_default_hnsw")
+    if dflt:
+        lines += [f"mem0 with the server's default HNSW settings: recall@10 "
+                  f"{ci(dflt['recall@10'])}, system p50 {dflt['system_latency']['p50_ms']} ms, "
+                  f"{dflt['searches_with_fewer_than_limit_hits']} short result lists.", ""]
+    net = d.get("network", {})
+    external = len(net.get("external_connects", []))
+    lines += [f"Network during the run: external connections {external}, dummy-LLM "
+              f"connections {net.get('dummy_llm_connects')}.", ""]
+    if plot:
+        lines += [f"![latency vs mem0]({plot})", ""]
+    return lines
+
+
+def retrieval_runs(runs: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """Every retrieval run in one table, when there is more than one."""
+    if len(runs) < 2:
+        return []
+    return ["All retrieval runs (hybrid, default weights):", "",
+            *table(["file", "backend", "ingest", "R@10", "search p50 ms", "command"], [
+                [p.name, r["backend"], r["ingest"],
+                 pct(r["headline"]["hybrid_default"]["recall@10"]),
+                 r["corpora"][r["headline_corpus"]]["search_latency"]["hybrid_default"]["p50_ms"],
+                 f"`{command(r)}`"] for p, r in runs])]
+
+
+def mem0_runs(runs: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """Every compare-mem0 run in one table, when there is more than one."""
+    if len(runs) < 2:
+        return []
+    return ["All compare-mem0 runs (memory systems alone, p50 and p95 ours / mem0):", "",
+            *table(["file", "R@10 ours", "R@10 mem0", "p50 ms ours", "p50 ms mem0",
+                    "p50 ratio", "p95 ratio"], [
+                [p.name, pct(r["recall@10"]["ours"]["mean"]), pct(r["recall@10"]["mem0"]["mean"]),
+                 r["latency"]["system"]["ours"]["p50_ms"], r["latency"]["system"]["mem0"]["p50_ms"],
+                 r["latency"]["system"]["p50_ratio_ours_over_mem0"],
+                 r["latency"]["system"]["p95_ratio_ours_over_mem0"]]
+                for p, r in runs if "latency" in r])]
+
+
+def growth_exponent(points: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope of log p50 over log size: p50 ~ size^slope (None: < 2 sizes)."""
+    xy = [(math.log(size), math.log(p50)) for size, p50 in points]
+    if len({x for x, _ in xy}) < 2:
+        return None
+    mx = sum(x for x, _ in xy) / len(xy)
+    my = sum(y for _, y in xy) / len(xy)
+    return (sum((x - mx) * (y - my) for x, y in xy)
+            / sum((x - mx) ** 2 for x, _ in xy))
+
+
+def newest_by_size(items: Sequence[tuple[Path, dict[str, Any]]]
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """Per backend, the newest result of each store size, smallest size first."""
+    newest: dict[str, dict[float, dict[str, Any]]] = {}
+    for _, d in items:  # oldest first: a newer file of the same size replaces it
+        size = positive(d.get("total_memories"))
+        if size is not None:
+            newest.setdefault(str(d.get("backend")), {})[size] = d
+    return {b: [by[s] for s in sorted(by)] for b, by in sorted(newest.items())}
+
+
+def _build(d: Mapping[str, Any]) -> str:
+    b = d.get("hnsw_build")
+    if not isinstance(b, Mapping):
+        return "-"
+    return f"{num(b.get('maintenance_work_mem_mb'))} / {num(b.get('parallel_workers'))}"
+
+
+def growth_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """Per backend with two sizes or more: how p50/p95 grow with the store size."""
+    lines: list[str] = []
+    for backend, runs in newest_by_size(items).items():
+        if len(runs) < 2:
+            continue
+        builds = any(isinstance(d.get("hnsw_build"), Mapping) for d in runs)
+        loads = any(get(d, "bulk_load", "rows_per_s") is not None for d in runs)
+        head = ["memories", "owners", "p50 ms", "p95 ms", "p50 growth vs previous size",
+                "HNSW build s"]
+        head += ["build (mem MB / workers)"] * builds + ["bulk load rows/s"] * loads
+        rows: list[list[Any]] = []
+        points: list[tuple[float, float]] = []
+        prev: tuple[float, float | None] | None = None
+        for d in runs:
+            size = float(d["total_memories"])
+            p50 = positive(get(d, "search", "p50_ms"))
+            growth = "-"
+            if prev is not None and prev[1] is not None and p50 is not None:
+                growth = f"x{p50 / prev[1]:.2f} per {factor(size / prev[0])}x"
+            prev = (size, p50)
+            if p50 is not None:
+                points.append((size, p50))
+            row = [f"{size:,.0f}", num(d.get("owners")), num(get(d, "search", "p50_ms")),
+                   num(get(d, "search", "p95_ms")), growth, num(d.get("hnsw_build_s"))]
+            row += [_build(d)] * builds
+            row += [num(get(d, "bulk_load", "rows_per_s"), ",.0f")] * loads
+            rows.append([*row, yes_no(d.get("explain_uses_vector_index"))])
+        lines += [f"### How cost grows with size: `{backend}`", "",
+                  "The newest result of each size; growth is p50 over the previous size's "
+                  "p50, for the size step given. Last column: the plan of the vector "
+                  "candidate query uses the HNSW index (EXPLAIN).", ""]
+        lines += table([*head, "uses vector index"], rows)
+        slope = growth_exponent(points)
+        if slope is not None:
+            lo, hi = points[0][0], points[-1][0]
+            lines += [f"p50 grows as size^{slope:.2f} from {lo:,.0f} to {hi:,.0f} memories "
+                      f"(least-squares slope of log p50 over log size, {len(points)} sizes; "
+                      "1 would be linear, 0 flat).", ""]
+        after = sorted({str(d["after_load"]) for d in runs if d.get("after_load")})
+        if after:
+            lines += [f"After the bulk load: {'; '.join(after)}.", ""]
+    return lines
+
+
+def latency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str | None
+                    ) -> list[str]:
+    lines = ["## Search latency by store size", "",
+             "Synthetic memories (`python -m benchmarks search-latency`); query embedding "
+             "excluded.", ""]
+    store = any(get(d, "store_path", "ops_per_s") is not None for _, d in items)
+    rows = [[d.get("backend"), d.get("total_memories"), d.get("owners"),
+             num(get(d, "search", "p50_ms")), num(get(d, "search", "p95_ms")),
+             *[num(get(d, "store_path", "ops_per_s"))] * store, machine(d),
+             f"`{command(d)}`"]
+            for _, d in sorted(items, key=lambda x: (x[1].get("backend", ""),
+                                                     x[1].get("total_memories", 0)))]
+    lines += table(["backend", "memories", "owners", "p50 ms", "p95 ms",
+                     *["store path ops/s"] * store, "machine", "command"], rows)
+    lines += growth_section(items)
+    if plot:
+        lines += [f"![latency by store size]({plot})", ""]
+    return lines
+
+
+def concurrency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str | None
+                        ) -> list[str]:
+    lines = ["## Write throughput by concurrency", ""]
+    rows = [[d.get("backend"), d.get("placement"), d.get("writers"), d.get("tasks"),
+             d.get("ops_per_s"), d.get("latency", {}).get("p50_ms"), machine(d),
+             f"`{command(d)}`"] for _, d in items]
+    lines += table(["backend", "placement", "writers", "tasks", "ops/s", "p50 ms", "machine",
+                     "command"], rows)
+    if plot:
+        lines += [f"![throughput by concurrency]({plot})", ""]
+    return lines
