@@ -9,7 +9,8 @@ file), ``compare-mem0`` (the latest), ``search-latency`` (latency by store size,
 every file a point, plus per backend how p50 grows with the store size, from the
 newest file of each size) and ``concurrency`` (throughput by writers, every file a
 point). The runtime section reads ``actor-overhead`` (the newest file of each
-placement), ``footprint`` and ``cold-start`` (the newest figure of each placement).
+placement), ``footprint`` and ``cold-start`` (the newest figure of each placement), and the
+extraction section the newest ``extraction`` run.
 Each table says which machine and which command produced it. The README's table
 of measured figures (``--readme``, between its markers) is rewritten from the same
 results (see ``report_figures``). Plots need matplotlib
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .report_figures import figures_block, with_figures
-from .report_runtime import runtime_section
+from .report_runtime import extraction_section, runtime_section
 from .report_search import (
     concurrency_section,
     growth_exponent,
@@ -113,6 +114,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             lines += [f"## {title.capitalize()}", "", f"No {name} results yet.", ""]
     lines += runtime_section(results)
+    lines += extraction_section(results.get("extraction", []))
     written = [str(p) for p in sorted(out_dir.glob("*.png"))] if out_dir.is_dir() else []
     md.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     readme = getattr(args, "readme", "")

@@ -182,7 +182,7 @@ def _overhead(results: Results) -> list[Row]:
             runs_n = f"{len(r)} run" + "s" * (len(r) != 1)
             parts.append(f"{statistics.median(r):.2f}x ({placement}; {spread(r, ratio)} "
                          f"in {runs_n})")
-    rounds = sorted({d.get("rounds") for d in runs if d.get("rounds")})
+    rounds = sorted({int(d["rounds"]) for d in runs if d.get("rounds")})
     arg = [d["ratios"]["bare_sync_arg_vs_bare_sync"] for d in runs
            if get(d, "ratios", "bare_sync_arg_vs_bare_sync") is not None]
     figure = " and ".join(parts) + " a no-op call on a plain Ray actor"

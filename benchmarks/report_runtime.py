@@ -170,3 +170,27 @@ def runtime_section(results: Mapping[str, Sequence[tuple[Path, dict[str, Any]]]]
             *overhead_section(results.get("actor-overhead", [])),
             *footprint_section(results.get("footprint", [])),
             *cold_start_section(results.get("cold-start", []))]
+
+
+def extraction_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """The newest extraction run: throughput per mode and where a call's time goes."""
+    lines = ["## Extraction throughput", ""]
+    if not items:
+        return [*lines, "No extraction results yet.", ""]
+    path, d = items[-1]
+    lines += [f"Extractions against a local server that answers after a fixed "
+              f"{num(d.get('delay_ms'), 'g')} ms with {num(d.get('items_per_call'))} "
+              f"candidates, {num(d.get('concurrency'))} in flight "
+              "(`python -m benchmarks extraction`): `pool` through the Ray extractor pool, "
+              "`local` an extractor in the calling process. Time shares are of a call's "
+              "time at the caller.", ""]
+    parts = ("server_delay", "litellm_http", "our_code", "ray_and_queue")
+    rows = [[mode, num(get(d, mode, "calls_per_s"), ",.1f"),
+             num(get(d, mode, "candidates_per_s"), ",.1f"),
+             num(get(d, mode, "latency", "p50_ms")), num(get(d, mode, "latency", "p95_ms")),
+             *(num(100 * s, ".2f") if isinstance(s := get(d, mode, "share", k), (int, float))
+               else "-" for k in parts)]
+            for mode in ("pool", "local") if isinstance(d.get(mode), Mapping)]
+    lines += table(["mode", "calls/s", "candidates/s", "p50 ms", "p95 ms",
+                    *(f"{k.replace('_', ' ')} %" for k in parts)], rows)
+    return [*lines, provenance(path, d), ""]

@@ -147,8 +147,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if vector.search_module:  # the flavour, so reports keep the two apart
                 result["backend"] = "redis-stack"
         result["query_embedding"] = (
-            "excluded: queries carry precomputed embeddings; see bench retrieval for "
-            "embedding cost with a real model")
+            "excluded: queries carry precomputed embeddings; see `python -m benchmarks "
+            "retrieval` for embedding cost with a real model")
 
         if args.backend == "postgres":
             # The plan the searches chose (per owner: exact scan or index, see vector.py)

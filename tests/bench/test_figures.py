@@ -89,3 +89,28 @@ async def test_report_without_readme_markers_fails_and_keeps_it(tmp_path: Path) 
         await run(argparse.Namespace(results=str(tmp_path), out=str(tmp_path / "B.md"),
                                      plots=str(tmp_path / "png"), readme=str(readme)))
     assert readme.read_text() == "# no markers\n"
+
+
+async def test_benchmarks_md_has_the_newest_extraction_run(tmp_path: Path) -> None:
+    def mode(rate: float) -> dict[str, Any]:
+        return {"calls": 10, "calls_per_s": rate, "candidates_per_s": 5 * rate,
+                "latency": {"p50_ms": 60.0, "p95_ms": 80.0},
+                "share": {"server_delay": 0.5, "litellm_http": 0.3, "our_code": 0.0012,
+                          "ray_and_queue": 0.1988}}
+    results = tmp_path / "results"
+    results.mkdir()
+    for name, rate, finished in (("old.json", 1.0, "01"), ("new.json", 20.0, "02")):
+        (results / name).write_text(json.dumps({
+            "benchmark": "extraction", "machine": MACHINE, "delay_ms": 50.0,
+            "items_per_call": 5, "concurrency": 8, "pool": mode(rate),
+            "finished_at": f"2026-01-{finished}T00:00:00+00:00"}))
+    out = tmp_path / "B.md"
+    await run(argparse.Namespace(results=str(results), out=str(out),
+                                 plots=str(tmp_path / "png")))
+    text = out.read_text()
+    section = text[text.index("## Extraction throughput"):]
+    assert "fixed 50 ms with 5 candidates, 8 in flight" in section
+    assert "| pool | 20.0 | 100.0 | 60.0 | 80.0 | 50.00 | 30.00 | 0.12 | 19.88 |" in section
+    assert "| pool | 1.0 |" not in section and "| local |" not in section
+    assert ("Command: `python -m benchmarks extraction --calls 10 --concurrency 8 "
+            "--delay-ms 50 --items 5 --json (reconstructed)`. File: `new.json`.") in section
