@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from . import validation as check
 from .config import MemorySettings
 from .embedding import CachedEmbedder, open_embedder
 from .errors import SystemClosed
@@ -25,6 +24,7 @@ from .models import MemorySnapshot, SearchHit, StoreResult, VectorMemory
 from .storage import open_stores
 from .storage.base import StructuredStore, VectorStore
 from .storage.ops import L1Op
+from .validation import owner_id as check_owner
 
 
 class MemoryEngine:
@@ -72,10 +72,13 @@ class MemoryEngine:
 
     # -- L1 ------------------------------------------------------------------------
 
+    # The stores check every argument of their writes and searches; ``load`` and ``get``
+    # are implemented by each backend directly, so those two check the owner id here.
+
     async def snapshot(self, owner: str) -> MemorySnapshot:
         self._open()
         with self.metrics.operation("snapshot", self.settings.backend):
-            snap = await self.structured.load(check.owner_id(owner))
+            snap = await self.structured.load(check_owner(owner))
         self.metrics.observe_pending(owner, len(snap.pending))
         return snap
 
@@ -112,13 +115,9 @@ class MemoryEngine:
         """
         self._open()
         with self.metrics.operation("store", self.settings.backend):
-            check.owner_id(owner)
-            text = check.content(content, self.settings.max_content_bytes)
-            check.metadata(metadata)
-            vec = list(embedding) if embedding is not None else await self.embed(text)
             result = await self.vector.store(
-                owner, text, embedding=vec, metadata=metadata,
-                threshold=self.settings.dedup_threshold, now=now, op_id=op_id,
+                owner, content, embedding=embedding, metadata=metadata,
+                threshold=self.settings.dedup_threshold, now=now, op_id=op_id, embed=self.embed,
             )
         if result.merged:
             self.metrics.merge(self.settings.backend)
@@ -137,22 +136,24 @@ class MemoryEngine:
         """Hybrid search (keyword + time only without an embedder), best first."""
         self._open()
         with self.metrics.operation("search", self.settings.backend):
-            who = check.owner_ids(owners)
-            text = check.content(query, self.settings.max_content_bytes, what="query")
-            check.limit(limit)
-            t0 = time.perf_counter()
-            vec = list(embedding) if embedding is not None else await self.embed(text)
-            self.last_query_embed_s = time.perf_counter() - t0
+            self.last_query_embed_s = 0.0
             s = self.settings
             return await self.vector.search(
-                who, text, embedding=vec, limit=limit, weights=s.weights, now=now,
+                owners, query, embedding=embedding, limit=limit, weights=s.weights, now=now,
                 vector_k=s.vector_candidates, keyword_k=s.keyword_candidates,
-                min_score=min_score,
+                min_score=min_score, embed=self._timed_embed,
             )
+
+    async def _timed_embed(self, text: str) -> list[float] | None:
+        t0 = time.perf_counter()
+        try:
+            return await self.embed(text)
+        finally:
+            self.last_query_embed_s = time.perf_counter() - t0
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         self._open()
-        return await self.vector.get(check.owner_id(owner), memory_id)
+        return await self.vector.get(check_owner(owner), memory_id)
 
     async def delete(self, owner: str, memory_id: str) -> bool:
         self._open()

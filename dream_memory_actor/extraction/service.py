@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict
 from .. import validation as check
 from ..errors import (
     ExtractionError,
-    InvalidQuery,
     PendingItemDecided,
     PendingItemNotFound,
 )
@@ -153,7 +152,7 @@ class ExtractionService:
         """Extract from ``messages`` and apply the result for ``owner`` (the caller's owner:
         nothing in the messages can change it). Nothing is written if the extractor fails."""
         check.owner_id(owner)
-        msgs = _messages(messages)
+        msgs = check.messages(messages)
         if not msgs:
             return ExtractionReport(owner=owner, extractor=self.extractor.name)
         try:
@@ -170,7 +169,7 @@ class ExtractionService:
         t0 = time.perf_counter()
         check.owner_id(owner)
         items = check_items(result.items, self.settings.max_content_bytes)
-        conversation = "\n".join(m.content for m in _messages(messages))
+        conversation = "\n".join(m.content for m in check.messages(messages))
         gated = gate(items, self.thresholds, conversation=conversation)
         snap = await self.writer.snapshot(owner)
         plan = _Plan(snap, f"extracted:{result.source}", self._expiry())
@@ -238,8 +237,7 @@ class ExtractionService:
                       edited: str | None) -> HitlDecision:
         check.owner_id(owner)
         check.ids([pending_id], "pending item id")
-        if not isinstance(by, str) or not 0 < len(by) <= 64 or "\x00" in by:
-            raise InvalidQuery(f"by must name who decides (1-64 characters), got {by!r}")
+        check.decider(by)
         limit = self.settings.max_content_bytes
         text = None if edited is None else check.content(edited, limit, "edited content")
         snap = await self.writer.snapshot(owner)
@@ -395,12 +393,3 @@ class _Plan:
         self.outcomes.append(ItemOutcome(item=item, result=result, reason=reason,
                                          pending_id=pending_id))
 
-
-def _messages(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    if isinstance(messages, (str, ChatMessage)):
-        raise InvalidQuery("messages must be a sequence of ChatMessage")
-    out = list(messages)
-    for m in out:
-        if not isinstance(m, ChatMessage):
-            raise InvalidQuery(f"expected a ChatMessage, got {type(m).__name__}")
-    return out
