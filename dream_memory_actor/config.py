@@ -40,7 +40,7 @@ def default_data_dir() -> Path:
 
 
 class MemorySettings(BaseSettings):
-    """Every knob of dream-memory-actor, with the seed's values as defaults."""
+    """Every knob of dream-memory-actor, with the documented defaults."""
 
     model_config = SettingsConfigDict(
         env_prefix="DREAM_MEMORY_", extra="forbid", frozen=True, validate_default=True
@@ -56,7 +56,7 @@ class MemorySettings(BaseSettings):
     redis_url: SecretStr | None = None
     redis_prefix: str = "dm"
 
-    # embeddings: None = keyword-only search (ADR-005).
+    # embeddings: None = keyword-only search (no model; keyword + time ranking).
     # "local:<model>" = sentence-transformers in-process; anything else = a litellm model.
     embedding_model: str | None = None
     embedding_dim: int | None = Field(None, ge=1, le=16000)

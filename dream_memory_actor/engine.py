@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from . import validation as check
 from .config import MemorySettings
 from .embedding import CachedEmbedder, open_embedder
 from .errors import SystemClosed
@@ -24,6 +23,7 @@ from .models import MemorySnapshot, SearchHit, StoreResult, VectorMemory
 from .storage import open_stores
 from .storage.base import StructuredStore, VectorStore
 from .storage.ops import L1Op
+from .validation import owner_id as check_owner
 
 
 class MemoryEngine:
@@ -69,10 +69,13 @@ class MemoryEngine:
 
     # -- L1 ------------------------------------------------------------------------
 
+    # The stores check every argument of their writes and searches; ``load`` and ``get``
+    # are implemented by each backend directly, so those two check the owner id here.
+
     async def snapshot(self, owner: str) -> MemorySnapshot:
         self._open()
         with self.metrics.operation("snapshot", self.settings.backend):
-            snap = await self.structured.load(check.owner_id(owner))
+            snap = await self.structured.load(check_owner(owner))
         self.metrics.observe_pending(owner, len(snap.pending))
         return snap
 
@@ -109,13 +112,9 @@ class MemoryEngine:
         """
         self._open()
         with self.metrics.operation("store", self.settings.backend):
-            check.owner_id(owner)
-            text = check.content(content, self.settings.max_content_bytes)
-            check.metadata(metadata)
-            vec = list(embedding) if embedding is not None else await self.embed(text)
             result = await self.vector.store(
-                owner, text, embedding=vec, metadata=metadata,
-                threshold=self.settings.dedup_threshold, now=now, op_id=op_id,
+                owner, content, embedding=embedding, metadata=metadata,
+                threshold=self.settings.dedup_threshold, now=now, op_id=op_id, embed=self.embed,
             )
         if result.merged:
             self.metrics.merge(self.settings.backend)
@@ -134,20 +133,16 @@ class MemoryEngine:
         """Hybrid search (keyword + time only without an embedder), best first."""
         self._open()
         with self.metrics.operation("search", self.settings.backend):
-            who = check.owner_ids(owners)
-            text = check.content(query, self.settings.max_content_bytes, what="query")
-            check.limit(limit)
-            vec = list(embedding) if embedding is not None else await self.embed(text)
             s = self.settings
             return await self.vector.search(
-                who, text, embedding=vec, limit=limit, weights=s.weights, now=now,
+                owners, query, embedding=embedding, limit=limit, weights=s.weights, now=now,
                 vector_k=s.vector_candidates, keyword_k=s.keyword_candidates,
-                min_score=min_score,
+                min_score=min_score, embed=self.embed,
             )
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         self._open()
-        return await self.vector.get(check.owner_id(owner), memory_id)
+        return await self.vector.get(check_owner(owner), memory_id)
 
     async def delete(self, owner: str, memory_id: str) -> bool:
         self._open()

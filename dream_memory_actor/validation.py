@@ -1,7 +1,10 @@
-"""Argument checks run before anything is written or sent: pure functions.
+"""Every argument rule of the library, as pure functions.
 
 Each raises a typed ``InvalidInput`` subclass with a message that says what is
-allowed.
+allowed, and returns the value as it is to be used (text normalized). The rules
+run at two places: the client handle (``runtime.handle``), so a bad call never
+leaves the process, and the stores (``storage.base``), the authority whatever
+the caller. Layers in between (engine, actors, registry) pass arguments on.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,7 +25,11 @@ from .errors import (
     InvalidQuery,
     InvalidStatusKey,
 )
+from .models import AuditEntry, ChatMessage, MemoryPendingItem
 from .text import normalize_content
+
+if TYPE_CHECKING:
+    from .storage.ops import L1Op
 
 #: An owner id: 1-128 characters, ASCII letters, digits and ``. _ : @ -``,
 #: starting with a letter or digit. No braces (Redis hash tags), no spaces, no
@@ -36,6 +43,12 @@ MAX_METADATA_BYTES = 16 * 1024
 #: Metadata keys the store writes itself when it merges near-duplicates.
 RESERVED_METADATA_KEYS = frozenset({"merged_from", "merged_at", "merge_count"})
 MAX_SEARCH_LIMIT = 1000
+#: The longest chat window a conversation may keep.
+MAX_WINDOW = 10_000
+#: The longest a status entry may live before it expires by itself (ten years).
+MAX_TTL_S = 10 * 365 * 86400
+#: The longest ``source`` of a rule or fact, and name of who decides a pending item.
+MAX_NAME_CHARS = 64
 
 
 def owner_id(value: object) -> str:
@@ -146,3 +159,167 @@ def ids(values: Sequence[object], what: str = "id") -> tuple[str, ...]:
             raise InvalidQuery(f"invalid {what} {v!r}")
         out.append(v)
     return tuple(out)
+
+
+def op_id(value: object) -> str:
+    """Check an operation id (what makes a retried write apply once)."""
+    return ids([value], "operation id")[0]
+
+
+def conversation_id(value: object) -> str:
+    """Check a conversation id: the owner id alphabet, safe in keys, lock names and logs."""
+    if not isinstance(value, str) or not OWNER_ID_PATTERN.fullmatch(value):
+        raise InvalidQuery(
+            f"invalid conversation id {value!r}: use 1-128 characters of A-Z a-z 0-9 . _ : @ -, "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def _short_name(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS and "\x00" not in value
+
+
+def source(value: object) -> str:
+    """Check where a rule or fact comes from (``user``, ``extracted:...``)."""
+    if not _short_name(value):
+        raise InvalidQuery(f"source must be a short non-empty string, got {value!r}")
+    assert isinstance(value, str)
+    return value
+
+
+def decider(value: object) -> str:
+    """Check who decides on a pending item (recorded in the audit trail as ``by``)."""
+    if not _short_name(value):
+        raise InvalidQuery(f"by must name who decides (1-64 characters), got {value!r}")
+    assert isinstance(value, str)
+    return value
+
+
+def _int_at_least(value: object, low: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InvalidQuery(f"{what} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def offset(value: object) -> int:
+    """Check a list offset: an int >= 0."""
+    return _int_at_least(value, 0, "offset")
+
+
+def min_version(value: object) -> int | None:
+    """Check the snapshot version a read waits for (``None``: do not wait)."""
+    return None if value is None else _int_at_least(value, 0, "min_version")
+
+
+def window(value: object) -> int:
+    """Check a chat window size: an int in 1..10000."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WINDOW:
+        raise InvalidQuery(f"window must be an integer in 1..{MAX_WINDOW}, got {value!r}")
+    return value
+
+
+def timeout(value: object, high: float = 3600.0) -> float:
+    """Check a number of seconds to wait: in (0, ``high``]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= high:
+        raise InvalidQuery(
+            f"timeout_s must be a number of seconds in (0, {high:g}], got {value!r}")
+    return float(value)
+
+
+def messages(values: object, *, max_count: int | None = None, empty_ok: bool = True
+             ) -> list[ChatMessage]:
+    """Check a list of chat messages (their types; see :func:`message` for the content)."""
+    if isinstance(values, (str, bytes, ChatMessage, Mapping)) or not isinstance(values, Iterable):
+        raise InvalidQuery("messages must be a list of ChatMessage")
+    out = list(values)
+    if not out and not empty_ok:
+        raise InvalidQuery("messages must not be empty")
+    if max_count is not None and len(out) > max_count:
+        raise InvalidQuery(f"at most {max_count} messages per call, got {len(out)}")
+    for m in out:
+        if not isinstance(m, ChatMessage):
+            raise InvalidQuery(f"expected a ChatMessage, got {type(m).__name__}")
+    return out
+
+
+def message(value: ChatMessage, max_bytes: int) -> ChatMessage:
+    """A chat message with its content checked and normalized."""
+    text = content(value.content, max_bytes, "message content")
+    return value if text == value.content else value.model_copy(update={"content": text})
+
+
+def ttl_s(value: object) -> float | None:
+    """Check the lifetime of a status entry: ``None`` or a positive number of seconds."""
+    if value is not None and not (
+        isinstance(value, (int, float)) and not isinstance(value, bool)
+        and 0 < value < MAX_TTL_S
+    ):
+        raise InvalidQuery(f"ttl_s must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def ops(values: object, max_bytes: int) -> list[L1Op]:
+    """Check L1 operations; the operations with their text normalized."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise InvalidQuery("apply needs a non-empty list of operations")
+    return [_op(op, max_bytes) for op in values]
+
+
+def _op(op: object, max_bytes: int) -> L1Op:
+    # Imported here: the storage package imports this module.
+    from .storage.ops import (
+        AddAudit,
+        AddFact,
+        AddPending,
+        AddRule,
+        DeleteStatus,
+        RemoveFact,
+        RemovePending,
+        RemoveRule,
+        SetStatus,
+    )
+
+    if isinstance(op, (AddRule, AddFact)):
+        text = content(op.content, max_bytes)
+        ids([op.id])
+        return type(op)(content=text, source=source(op.source), id=op.id)
+    if isinstance(op, (RemoveRule, RemoveFact, RemovePending)):
+        ids([op.id])
+        return op
+    if isinstance(op, SetStatus):
+        return SetStatus(status_key(op.key), content(op.value, max_bytes, what="status value"),
+                         ttl_s(op.ttl_s))
+    if isinstance(op, DeleteStatus):
+        return DeleteStatus(status_key(op.key))
+    if isinstance(op, AddPending):
+        return AddPending(pending_item(op.item, max_bytes))
+    if isinstance(op, AddAudit):
+        return AddAudit(audit_entry(op.entry, max_bytes))
+    raise InvalidQuery(f"unknown operation {op!r}")
+
+
+def pending_item(item: object, max_bytes: int) -> MemoryPendingItem:
+    """Check a pending item before it is queued; its text normalized."""
+    if not isinstance(item, MemoryPendingItem):
+        raise InvalidQuery(f"AddPending needs a MemoryPendingItem, got {item!r}")
+    ids([item.id])
+    if item.kind == "status":
+        if item.value is None:
+            raise InvalidQuery("a status pending item needs a value")
+        return item.model_copy(update={
+            "key": status_key(item.key),
+            "value": content(item.value, max_bytes, "status value"),
+        })
+    return item.model_copy(update={"content": content(item.content, max_bytes)})
+
+
+def audit_entry(entry: object, max_bytes: int) -> AuditEntry:
+    """Check a decision before it is recorded in the audit trail."""
+    if not isinstance(entry, AuditEntry):
+        raise InvalidQuery(f"AddAudit needs an AuditEntry, got {entry!r}")
+    ids([entry.id, entry.pending_id])
+    written = (None if entry.written is None
+               else content(entry.written, max_bytes, "written content"))
+    return entry.model_copy(update={"by": decider(entry.by), "written": written,
+                                    "item": pending_item(entry.item, max_bytes)})

@@ -106,7 +106,7 @@ async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
 
 @pytest.fixture(params=BACKENDS)
 async def keyword_stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
-    """Stores without an embedding dimension: the keyword-only mode of ADR-005."""
+    """Stores without an embedding dimension: the keyword-only mode (no embedding model)."""
     s = await make_stores(request.param, request, dim=None)
     try:
         yield s

@@ -46,7 +46,7 @@ def pg_env(monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> MemorySettings:
     return MemorySettings()
 
 
-def _seed(settings: MemorySettings) -> None:
+def _populate(settings: MemorySettings) -> None:
     from dream_memory_actor import MemoryEngine
     from dream_memory_actor.extraction.service import ExtractionService
     from dream_memory_actor.models import ChatMessage
@@ -85,7 +85,7 @@ def test_a_bad_owner_id_is_one_line_on_stderr(memory_env: None,
 @pytest.mark.postgres
 def test_work_the_pending_queue(pg_env: MemorySettings,
                                 capsys: pytest.CaptureFixture[str]) -> None:
-    _seed(pg_env)
+    _populate(pg_env)
     rc, out, _ = _run(capsys, "pending", "list", "--owner", "alice")
     assert rc == 0 and "2 pending item(s) for alice" in out
     items = _json(capsys, "pending", "list", "--owner", "alice")

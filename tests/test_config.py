@@ -10,7 +10,7 @@ from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.errors import ConfigurationError, UnsupportedBackend
 
 
-def test_defaults_are_the_seeds() -> None:
+def test_defaults_are_the_documented_values() -> None:
     s = MemorySettings()
     assert (s.vector_weight, s.keyword_weight, s.time_weight) == (0.6, 0.3, 0.1)
     assert s.dedup_threshold == 0.85

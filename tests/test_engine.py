@@ -9,7 +9,13 @@ import pytest
 from dream_memory_actor import MemoryEngine, MemorySettings
 from dream_memory_actor.embedding import CachedEmbedder
 from dream_memory_actor.embedding.hashing import HashingEmbedder
-from dream_memory_actor.errors import EmbeddingError, InvalidContent, SystemClosed
+from dream_memory_actor.errors import (
+    EmbeddingError,
+    InvalidContent,
+    InvalidOwnerId,
+    InvalidQuery,
+    SystemClosed,
+)
 from dream_memory_actor.storage import open_stores
 from tests.conftest import fresh_schema
 
@@ -98,3 +104,17 @@ async def test_open_without_embedder_is_keyword_only() -> None:
     hits = await e.search("alice", "kubernetes")
     assert hits[0].mode == "keyword" and e.embedder is None
     await e.close()
+
+
+async def test_refused_search_embeds_nothing(engine: MemoryEngine) -> None:
+    assert engine.embedder is not None
+    before = engine.embedder.misses
+    with pytest.raises(InvalidContent):
+        await engine.search("alice", "   ")
+    with pytest.raises(InvalidQuery):
+        await engine.search("alice", "a real query", min_score=2.0)
+    with pytest.raises(InvalidOwnerId):
+        await engine.search("bad owner", "a real query")
+    assert engine.embedder.misses == before
+    await engine.search("alice", "a real query")
+    assert engine.embedder.misses == before + 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +16,9 @@ from dream_memory_actor.errors import (
     InvalidEmbedding,
     InvalidInput,
     InvalidOwnerId,
+    InvalidQuery,
 )
+from dream_memory_actor.models import ChatMessage
 from dream_memory_actor.storage.memory import InMemoryStructuredStore, InMemoryVectorStore
 
 owner_ok = st.from_regex(check.OWNER_ID_PATTERN, fullmatch=True)
@@ -81,3 +84,53 @@ async def test_bad_content_or_embedding_writes_nothing(text: object, emb: object
     with pytest.raises(InvalidInput):
         await v.store("alice", text, embedding=emb)  # type: ignore[arg-type]
     assert s._snapshots == {} and await v.count("alice") == 0
+
+
+def test_conversation_ids_use_the_owner_id_alphabet() -> None:
+    assert check.conversation_id("c1:x") == "c1:x"
+    for bad in ("", "bad conv!", "{tag}", 3, None):
+        with pytest.raises(InvalidQuery):
+            check.conversation_id(bad)
+
+
+def test_message_lists() -> None:
+    msg = ChatMessage(role="user", content="  hi  ")
+    assert check.messages((msg,)) == [msg]
+    assert check.message(msg, 1024).content == "hi"
+    for bad in ("hi", msg, {"role": "user"}, [msg, "x"], 3):
+        with pytest.raises(InvalidQuery):
+            check.messages(bad)
+    with pytest.raises(InvalidQuery):
+        check.messages([], empty_ok=False)
+    with pytest.raises(InvalidQuery):
+        check.messages([msg] * 3, max_count=2)
+    with pytest.raises(InvalidContent):
+        check.message(ChatMessage(role="user", content=" \n"), 1024)
+
+
+def test_ops_are_normalized_and_refused_as_a_whole() -> None:
+    from dream_memory_actor.storage.ops import AddRule, SetStatus
+
+    out = check.ops([AddRule("  keep tests green  "), SetStatus("mood", " ok ", 60)], 1024)
+    assert [getattr(o, "content", None) or getattr(o, "value", None) for o in out] == [
+        "keep tests green", "ok"]
+    for bad in ([], "AddRule", [AddRule("x", source="")], [SetStatus("k", "v", -1)],
+                [SetStatus("k", "v", True)], ["not an op"]):
+        with pytest.raises(InvalidQuery):
+            check.ops(bad, 1024)
+
+
+@pytest.mark.parametrize(("fn", "good", "bad"), [
+    (check.offset, 0, [-1, True, 1.0, "1"]),
+    (check.window, check.MAX_WINDOW, [0, check.MAX_WINDOW + 1, True]),
+    (check.min_version, None, [-1, False, 1.5]),
+    (check.timeout, 3600, [0, 3601, True, "1"]),
+    (check.decider, "alice", ["", "x" * 65, "a\x00b", None]),
+    (check.source, "user", ["", "x" * 65, 7]),
+    (check.op_id, "op-1", ["", "x" * 129, None]),
+])
+def test_small_rules(fn: Any, good: object, bad: list[object]) -> None:
+    assert fn(good) == good
+    for value in bad:
+        with pytest.raises(InvalidQuery):
+            fn(value)

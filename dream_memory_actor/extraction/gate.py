@@ -1,6 +1,6 @@
 """The human-in-the-loop gate, as pure functions (no I/O, no clock).
 
-The seed's tiers (ADR-004), boundaries included::
+The default tiers (``MemorySettings``), boundaries included::
 
     confidence >= 0.82          write     written directly
     0.55 <= confidence < 0.82   pending   queued for a person to confirm
@@ -67,10 +67,10 @@ class Thresholds:
         return cls(settings.hitl_write_threshold, settings.hitl_pending_threshold)
 
 
-SEED_THRESHOLDS = Thresholds()
+DEFAULT_THRESHOLDS = Thresholds()
 
 
-def decide(confidence: float, thresholds: Thresholds = SEED_THRESHOLDS) -> Outcome:
+def decide(confidence: float, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Outcome:
     """The tier of one confidence: ``>= write`` writes, ``>= pending`` waits, else skips."""
     if confidence >= thresholds.write:
         return "write"
@@ -116,7 +116,7 @@ def steers_extractor(item: ExtractedItem) -> bool:
     return any(_STEERING.search(t) for t in (item.text, item.key or "", item.evidence))
 
 
-def gate(items: Sequence[ExtractedItem], thresholds: Thresholds = SEED_THRESHOLDS, *,
+def gate(items: Sequence[ExtractedItem], thresholds: Thresholds = DEFAULT_THRESHOLDS, *,
          conversation: str | None = None) -> GateResult:
     """Decide every item. With ``conversation`` (the text the items came from), an item
     whose evidence is not quoted from it is at most ``pending``."""

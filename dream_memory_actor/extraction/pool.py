@@ -23,15 +23,15 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import validation as check
 from ..errors import (
     ConfigurationError,
-    DreamMemoryError,
     ExtractionUnavailable,
-    InvalidQuery,
     SystemClosed,
     missing_dependency,
 )
 from ..models import ChatMessage
+from ..runtime.errors import ray_errors
 from . import open_extractor
 from .candidates import ExtractionResult, Extractor
 
@@ -94,11 +94,12 @@ class ExtractorPool:
         self._closed = False
         self._owns = True
         try:  # every actor ready before the first call: start-up cost is paid here
-            self.name, self.source = ray.get([a.ready.remote() for a in self._actors],
-                                             timeout=start_timeout_s)[0]
-        except Exception as exc:
+            with ray_errors("starting the extractor pool", ExtractionUnavailable):
+                self.name, self.source = ray.get([a.ready.remote() for a in self._actors],
+                                                 timeout=start_timeout_s)[0]
+        except BaseException:
             self.shutdown(force=True)
-            raise _translate(exc, "starting the extractor pool") from exc
+            raise
 
     @property
     def size(self) -> int:
@@ -111,12 +112,7 @@ class ExtractorPool:
     def _pick(self, messages: Sequence[ChatMessage]) -> tuple[int, list[ChatMessage]]:
         if self._closed:
             raise SystemClosed("this extractor pool was shut down")
-        if isinstance(messages, (str, ChatMessage)):
-            raise InvalidQuery("messages must be a sequence of ChatMessage")
-        msgs = list(messages)
-        for m in msgs:
-            if not isinstance(m, ChatMessage):
-                raise InvalidQuery(f"expected a ChatMessage, got {type(m).__name__}")
+        msgs = check.messages(messages)
         i = min(range(len(self._actors)), key=lambda k: (self._load[k], self._calls[k]))
         self._load[i] += 1
         self._calls[i] += 1
@@ -132,12 +128,11 @@ class ExtractorPool:
         i, msgs = self._pick(messages)
         ref = None
         try:
-            if msgs:
-                ref = self._actors[i].extract.remote(msgs)
-                self._refs.add(ref)
-            yield ref
-        except Exception as exc:
-            raise _translate(exc, "extraction") from exc
+            with ray_errors("extraction", ExtractionUnavailable):
+                if msgs:
+                    ref = self._actors[i].extract.remote(msgs)
+                    self._refs.add(ref)
+                yield ref
         finally:
             self._load[i] -= 1
             self._refs.discard(ref)
@@ -207,21 +202,3 @@ class _PoolExtractor:
     async def extract(self, messages: Sequence[ChatMessage]) -> ExtractionResult:
         return await self._pool.extract_async(messages)
 
-
-def _translate(exc: BaseException, what: str) -> BaseException:
-    """Our error for a Ray error: the actor's own error unwrapped, else unavailable."""
-    from ray.exceptions import GetTimeoutError, RayError, RayTaskError
-
-    inner: BaseException | None = exc
-    for _ in range(8):
-        if not isinstance(inner, RayTaskError):
-            break
-        inner = inner.cause
-    if isinstance(inner, DreamMemoryError):
-        return inner
-    if isinstance(exc, GetTimeoutError):
-        return ExtractionUnavailable(f"{what} did not finish in time")
-    if isinstance(exc, RayError):
-        return ExtractionUnavailable(f"{what}: an extractor actor is unavailable "
-                                     f"({type(exc).__name__}: {exc!s:.200})")
-    return exc

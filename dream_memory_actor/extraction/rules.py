@@ -18,7 +18,7 @@ phrasing (sentence start)                 kind    confidence  why
 "我是..."                                   fact    0.70        also "我是说..." ("I mean"): ask
 ========================================  ======  ==========  ======================================
 
-With the seed's gate the first two are written and the others wait for a
+With the default gate the first two are written and the others wait for a
 person. The evidence of each item is the sentence it came from.
 
 >>> import asyncio

@@ -26,14 +26,13 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from .. import validation as check
 from ..errors import (
     ExtractionError,
-    InvalidQuery,
     PendingItemDecided,
     PendingItemNotFound,
 )
@@ -51,24 +50,23 @@ from ..models import (
 from ..storage.ops import (
     AddAudit,
     AddFact,
-    AddPending,
     AddRule,
     L1Op,
     RemovePending,
     SetStatus,
-    pending_fingerprint,
 )
-from ..text import content_hash
-from .candidates import ExtractedItem, ExtractionResult, Extractor, Usage, check_items
+from .candidates import ExtractionResult, Extractor, Usage, check_items
 from .gate import Thresholds, gate
+from .plan import RESULTS, ItemOutcome, Plan, Result
+
+__all__ = ["RESULTS", "ExtractionReport", "ExtractionService", "HitlDecision", "ItemOutcome",
+           "MemoryWriter", "Result"]
 
 if TYPE_CHECKING:
     from ..config import MemorySettings
     from ..engine import MemoryEngine
     from ..storage.base import StructuredStore
 
-Result = Literal["written", "queued", "already_pending", "duplicate", "skipped"]
-RESULTS: tuple[Result, ...] = ("written", "queued", "already_pending", "duplicate", "skipped")
 
 
 class MemoryWriter(Protocol):
@@ -82,18 +80,6 @@ class MemoryWriter(Protocol):
     async def store(self, owner: str, content: str, *,
                     metadata: Mapping[str, Any] | None = None, op_id: str | None = None
                     ) -> StoreResult: ...
-
-
-class ItemOutcome(BaseModel):
-    """What became of one extracted item."""
-
-    model_config = ConfigDict(frozen=True)
-
-    item: ExtractedItem
-    result: Result
-    reason: str
-    #: The queued (or already queued) pending item.
-    pending_id: str | None = None
 
 
 class ExtractionReport(BaseModel):
@@ -153,7 +139,7 @@ class ExtractionService:
         """Extract from ``messages`` and apply the result for ``owner`` (the caller's owner:
         nothing in the messages can change it). Nothing is written if the extractor fails."""
         check.owner_id(owner)
-        msgs = _messages(messages)
+        msgs = check.messages(messages)
         if not msgs:
             return ExtractionReport(owner=owner, extractor=self.extractor.name)
         try:
@@ -170,10 +156,10 @@ class ExtractionService:
         t0 = time.perf_counter()
         check.owner_id(owner)
         items = check_items(result.items, self.settings.max_content_bytes)
-        conversation = "\n".join(m.content for m in _messages(messages))
+        conversation = "\n".join(m.content for m in check.messages(messages))
         gated = gate(items, self.thresholds, conversation=conversation)
         snap = await self.writer.snapshot(owner)
-        plan = _Plan(snap, f"extracted:{result.source}", self._expiry())
+        plan = Plan(snap, f"extracted:{result.source}", self._expiry())
         for d in gated.decisions:
             plan.add(d.item, d.outcome, d.reason)
         version = None
@@ -238,8 +224,7 @@ class ExtractionService:
                       edited: str | None) -> HitlDecision:
         check.owner_id(owner)
         check.ids([pending_id], "pending item id")
-        if not isinstance(by, str) or not 0 < len(by) <= 64 or "\x00" in by:
-            raise InvalidQuery(f"by must name who decides (1-64 characters), got {by!r}")
+        check.decider(by)
         limit = self.settings.max_content_bytes
         text = None if edited is None else check.content(edited, limit, "edited content")
         snap = await self.writer.snapshot(owner)
@@ -313,94 +298,3 @@ class ExtractionService:
         """End the conversation and extract from its last window (in this process)."""
         window = await self.end_conversation(owner, conversation)
         return await self.extract(owner, window) if window else None
-
-
-class _Plan:
-    """The writes of one extraction, decided against one snapshot."""
-
-    def __init__(self, snap: MemorySnapshot, source: str, expires_at: datetime | None) -> None:
-        self.snap = snap
-        self.source = source
-        self.expires_at = expires_at
-        self.rules = {content_hash(r.content) for r in snap.rules}
-        self.facts = {content_hash(f.content) for f in snap.facts}
-        self.queued = {pending_fingerprint(p): p.id for p in snap.pending}
-        self.seen: set[str] = set()
-        self.ops: list[L1Op] = []
-        self.stores: list[ExtractedItem] = []
-        self.outcomes: list[ItemOutcome] = []
-        #: Outcome index -> fingerprint of the items this plan queues.
-        self.mine: dict[int, str] = {}
-
-    def _known(self, item: ExtractedItem, *, any_kind: bool) -> bool:
-        """Already a rule or fact (of this kind only when ``any_kind`` is False)."""
-        if item.kind == "status":
-            return self.snap.status.get(item.key or "") == item.value
-        if item.kind == "memory":
-            return False  # L2 merges near-duplicates when it stores
-        h = content_hash(item.text)
-        mine = self.rules if item.kind == "rule" else self.facts
-        return h in mine or (any_kind and h in (self.rules | self.facts))
-
-    def add(self, item: ExtractedItem, outcome: str, reason: str) -> None:
-        pending = MemoryPendingItem(
-            kind=item.kind, content=None if item.kind == "status" else item.text,
-            key=item.key if item.kind == "status" else None,
-            value=item.value if item.kind == "status" else None, confidence=item.confidence,
-            source=self.source, expires_at=self.expires_at, evidence=item.evidence)
-        fp = pending_fingerprint(pending)
-        if outcome == "skip":
-            self._out(item, "skipped", reason)
-        elif fp in self.seen:
-            self._out(item, "duplicate", "repeated in this extraction")
-        elif outcome == "write":
-            self.seen.add(fp)
-            if self._known(item, any_kind=False):
-                self._out(item, "duplicate", "already known")
-                return
-            if item.kind == "rule":
-                self.ops.append(AddRule(item.text, source=self.source))
-            elif item.kind == "fact":
-                self.ops.append(AddFact(item.text, source=self.source))
-            elif item.kind == "status":
-                self.ops.append(SetStatus(item.key or "", item.text))
-            else:
-                self.stores.append(item)
-            # A pending twin stays queued: removing it could fail the whole apply if it
-            # expired or a concurrent extraction removed it; confirming it later is a no-op.
-            self._out(item, "written", reason)
-        else:
-            self.seen.add(fp)
-            if self._known(item, any_kind=True):
-                self._out(item, "duplicate", "already a rule, fact or status")
-            elif fp in self.queued:
-                self._out(item, "already_pending", reason, self.queued[fp])
-            else:
-                self.ops.append(AddPending(pending))
-                self.queued[fp] = pending.id
-                self.mine[len(self.outcomes)] = fp
-                self._out(item, "queued", reason, pending.id)
-
-    def settle(self, snap: MemorySnapshot) -> None:
-        """Correct "queued" outcomes whose twin a concurrent extraction queued first."""
-        ids = {pending_fingerprint(p): p.id for p in snap.pending}
-        for i, fp in self.mine.items():
-            theirs = ids.get(fp)
-            if theirs is not None and theirs != self.outcomes[i].pending_id:
-                self.outcomes[i] = self.outcomes[i].model_copy(
-                    update={"result": "already_pending", "pending_id": theirs})
-
-    def _out(self, item: ExtractedItem, result: Result, reason: str,
-             pending_id: str | None = None) -> None:
-        self.outcomes.append(ItemOutcome(item=item, result=result, reason=reason,
-                                         pending_id=pending_id))
-
-
-def _messages(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    if isinstance(messages, (str, ChatMessage)):
-        raise InvalidQuery("messages must be a sequence of ChatMessage")
-    out = list(messages)
-    for m in out:
-        if not isinstance(m, ChatMessage):
-            raise InvalidQuery(f"expected a ChatMessage, got {type(m).__name__}")
-    return out

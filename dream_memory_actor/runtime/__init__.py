@@ -2,9 +2,11 @@
 
 Agents use :class:`MemorySystem` and :class:`OwnerHandle`; the actors behind them
 are private. Layout: ``owner`` (one owner's live memory, pure asyncio),
-``placement`` (names, stable hash, live set), ``owner_actor`` / ``vector_index`` /
-``registry`` (the actors), ``connection`` (routing and retries), ``handle`` and
-``client`` (the public API), ``local`` (a throwaway system for scripts and benchmarks).
+``placement`` (names, stable hash, live set), ``holder`` / ``owner_actor`` /
+``vector_index`` / ``registry`` (the actors), ``connection`` (routing and retries),
+``errors`` (Ray's errors translated), ``calls`` (each call built and checked),
+``handle`` and ``client`` (the public API), ``local`` (a throwaway system for scripts
+and benchmarks).
 """
 
 from __future__ import annotations

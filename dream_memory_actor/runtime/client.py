@@ -36,7 +36,7 @@ from ..embedding import Embedder
 from ..errors import ConfigurationError, SystemClosed
 from ..models import SearchHit
 from .connection import Connection, connection
-from .errors import RuntimeUnavailable, translate
+from .errors import RuntimeUnavailable, ray_errors
 from .handle import OwnerHandle, search_call
 from .placement import NAMESPACE, registry_name
 from .registry import BASE_OPTIONS, RemoteRegistry
@@ -119,11 +119,11 @@ class MemorySystem:
                 "name": registry_name(name), "namespace": NAMESPACE, "lifetime": "detached",
             }).remote(spec)
             try:
-                view: ClientView = ray.get(registry.start.remote(), timeout=start_timeout_s)
-            except Exception as exc:
+                with ray_errors(f"starting memory system {name!r}"):
+                    view: ClientView = ray.get(registry.start.remote(), timeout=start_timeout_s)
+            except BaseException:
                 _quiet_kill(registry, spec.drain_grace_s)
-                err = translate(exc, f"starting memory system {name!r}")
-                raise err from (None if err is exc else exc)
+                raise
         except BaseException:
             if owns_ray:
                 ray.shutdown()
@@ -140,11 +140,8 @@ class MemorySystem:
             if owns_ray:
                 ray.shutdown()
             raise RuntimeUnavailable(f"no memory system {name!r} is running on this cluster")
-        try:
+        with ray_errors(f"connecting to memory system {name!r}"):
             view, settings = ray.get(registry.describe.remote(), timeout=timeout_s)
-        except Exception as exc:
-            err = translate(exc, f"connecting to memory system {name!r}")
-            raise err from (None if err is exc else exc)
         return cls(view, settings, owns_ray=owns_ray)
 
     def shutdown(self, force: bool = False, grace_period_s: float = 5.0) -> None:
@@ -205,14 +202,9 @@ class MemorySystem:
 
 
 def _registry_call(conn: Connection, method: str, *args: Any) -> Any:
-    try:
+    with ray_errors(method):
         return ray.get(getattr(conn.registry(), method).remote(*args),
                        timeout=conn.view.call_timeout_s)
-    except Exception as exc:
-        err = translate(exc, method)
-        if err is exc:
-            raise
-        raise err from exc
 
 
 def _ensure_ray(address: str | None) -> bool:

@@ -24,7 +24,7 @@ import ray
 
 from ..errors import SystemClosed
 from ..models import MemorySnapshot, utcnow
-from .errors import RuntimeUnavailable, retryable, translate
+from .errors import RuntimeUnavailable, reraise, retryable
 from .placement import NAMESPACE, registry_name, shard_of
 from .spec import ClientView
 
@@ -217,10 +217,7 @@ class Connection:
     def _failed(self, call: Call[Any], actor: Any, exc: Exception) -> BaseException:
         """Raise the translated error, or (retryable) forget the actor and return ``exc``."""
         if not retryable(exc):
-            err = translate(exc, call.what)
-            if err is exc:
-                raise
-            raise err from exc
+            reraise(exc, call.what)
         self._forget(call, actor)
         return exc
 

@@ -8,12 +8,20 @@ Two public classes join the tree of :mod:`dream_memory_actor.errors`::
                                  (also a TimeoutError)
 
 Our own errors raised inside an actor reach the caller as the same class (Ray
-wraps them in ``RayTaskError``; :func:`unwrap` takes the wrapper off).
+wraps them in ``RayTaskError``; :func:`unwrap` takes the wrapper off). Every Ray
+call of the library runs inside :func:`ray_errors`, the one place where Ray's
+errors become the project's::
+
+    with ray_errors("extraction", ExtractionUnavailable):
+        result = ray.get(ref, timeout=timeout_s)
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
 
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
@@ -67,8 +75,11 @@ def retryable(exc: BaseException) -> bool:
     )
 
 
-def translate(exc: BaseException, what: str) -> BaseException:
-    """The error to raise for ``exc`` (chain it with ``from exc``)."""
+def translate(exc: BaseException, what: str,
+              as_error: type[DreamMemoryError] | None = None) -> BaseException:
+    """The error to raise for ``exc`` (chain it with ``from exc``); ``exc`` itself when it
+    is no Ray error. ``as_error`` replaces the class of a translated error (a call that
+    ran out of time, failed in the actor, or found no actor)."""
     # Unwrap first: Ray's RayTaskError(X) is also an instance of X, and returned as
     # is it would carry Ray's remote traceback as its message.
     inner = unwrap(exc)
@@ -77,9 +88,28 @@ def translate(exc: BaseException, what: str) -> BaseException:
     if isinstance(exc, DreamMemoryError):
         return exc
     if isinstance(exc, (GetTimeoutError, TimeoutError, asyncio.TimeoutError)):
-        return RuntimeTimeout(f"{what} did not finish in time")
+        return (as_error or RuntimeTimeout)(f"{what} did not finish in time")
     if isinstance(exc, RayTaskError):
-        return DreamMemoryError(f"{what} failed inside the actor: {exc.cause!r}")
+        return (as_error or DreamMemoryError)(f"{what} failed inside the actor: {exc.cause!r}")
     if isinstance(exc, RayError):
-        return RuntimeUnavailable(f"{what}: the actor is unavailable ({type(exc).__name__})")
+        return (as_error or RuntimeUnavailable)(
+            f"{what}: the actor is unavailable ({type(exc).__name__})")
     return exc
+
+
+def reraise(exc: BaseException, what: str, as_error: type[DreamMemoryError] | None = None
+            ) -> NoReturn:
+    """Raise the translated error ``from exc``, or ``exc`` itself when it needs none."""
+    err = translate(exc, what, as_error)
+    if err is exc:
+        raise exc
+    raise err from exc
+
+
+@contextmanager
+def ray_errors(what: str, as_error: type[DreamMemoryError] | None = None) -> Iterator[None]:
+    """Run Ray calls; what they raise leaves as the project's error (see :func:`translate`)."""
+    try:
+        yield
+    except Exception as exc:
+        reraise(exc, what, as_error)

@@ -17,7 +17,7 @@ import ray
 
 from ..engine import MemoryEngine
 from ..models import SearchHit, StoreResult, VectorMemory
-from .errors import translate
+from .errors import ray_errors
 from .placement import NAMESPACE, index_name, shard_of
 from .spec import SystemSpec, open_index_engine
 
@@ -125,10 +125,5 @@ class IndexL2:
 
 async def _remote(ref: Any, what: str, timeout_s: float) -> Any:
     """Await an index call; its errors leave as the project's (not nested Ray errors)."""
-    try:
+    with ray_errors(f"VectorIndex {what}"):
         return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout_s)
-    except Exception as exc:
-        err = translate(exc, f"VectorIndex {what}")
-        if err is exc:
-            raise
-        raise err from exc

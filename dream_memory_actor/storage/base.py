@@ -1,4 +1,4 @@
-"""The two storage interfaces business code depends on (ADR-001).
+"""The two storage interfaces business code depends on.
 
 ``StructuredStore`` (L1) has two abstract methods: ``load`` a snapshot and
 ``_apply`` a list of operations atomically; four primitives keep the L3 chat
@@ -6,15 +6,16 @@ windows and the audit trail of HITL decisions. ``VectorStore`` (L2) has a handfu
 of primitives; dedup semantics, validation and hybrid ranking live here, once,
 so every backend ranks the same data the same way.
 
-Public methods validate their arguments before any I/O and raise ``InvalidInput``
-subclasses; nothing is written when they do.
+Public methods check their arguments (``validation``) before any I/O and raise
+``InvalidInput`` subclasses; nothing is written when they do. The stores are the
+authority on these rules: whoever calls them, nothing unchecked is stored.
 """
 
 from __future__ import annotations
 
 import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
@@ -25,7 +26,6 @@ from ..models import (
     ChatAppend,
     ChatMessage,
     MemoryFact,
-    MemoryPendingItem,
     MemoryRule,
     MemorySnapshot,
     SearchHit,
@@ -35,20 +35,12 @@ from ..models import (
 )
 from ..scoring import SEED_WEIGHTS, Candidate, Weights, rank, to_hit
 from ..text import terms as query_terms
-from .ops import (
-    AddAudit,
-    AddFact,
-    AddPending,
-    AddRule,
-    DeleteStatus,
-    L1Op,
-    RemoveFact,
-    RemovePending,
-    RemoveRule,
-    SetStatus,
-)
+from .ops import AddFact, AddRule, DeleteStatus, L1Op, SetStatus
 
 DEFAULT_MAX_CONTENT_BYTES = 32 * 1024
+
+#: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
+Embed = Callable[[str], Awaitable["list[float] | None"]]
 
 
 class _Lifecycle:
@@ -93,67 +85,9 @@ class StructuredStore(_Lifecycle, ABC):
         """
         check.owner_id(owner)
         if op_id is not None:
-            check.ids([op_id], "operation id")
-        if not ops:
-            raise InvalidQuery("apply needs at least one operation")
-        return await self._apply(owner, self.validate_ops(ops), now or utcnow(), op_id)
-
-    def validate_ops(self, ops: Sequence[L1Op]) -> list[L1Op]:
-        """The operations with their text normalized, or ``InvalidInput``."""
-        out: list[L1Op] = []
-        limit = self.max_content_bytes
-        for op in ops:
-            if isinstance(op, (AddRule, AddFact)):
-                text = check.content(op.content, limit)
-                check.ids([op.id])
-                out.append(type(op)(content=text, source=_source(op.source), id=op.id))
-            elif isinstance(op, (RemoveRule, RemoveFact, RemovePending)):
-                check.ids([op.id])
-                out.append(op)
-            elif isinstance(op, SetStatus):
-                key = check.status_key(op.key)
-                value = check.content(op.value, limit, what="status value")
-                if op.ttl_s is not None and not (
-                    isinstance(op.ttl_s, (int, float)) and 0 < op.ttl_s < 10 * 365 * 86400
-                ):
-                    raise InvalidQuery(
-                        f"ttl_s must be a positive number of seconds, got {op.ttl_s!r}")
-                out.append(SetStatus(key, value, op.ttl_s))
-            elif isinstance(op, DeleteStatus):
-                out.append(DeleteStatus(check.status_key(op.key)))
-            elif isinstance(op, AddPending):
-                out.append(AddPending(self._validate_pending(op.item)))
-            elif isinstance(op, AddAudit):
-                out.append(AddAudit(self._validate_audit(op.entry)))
-            else:
-                raise InvalidQuery(f"unknown operation {op!r}")
-        return out
-
-    def _validate_pending(self, item: MemoryPendingItem) -> MemoryPendingItem:
-        if not isinstance(item, MemoryPendingItem):
-            raise InvalidQuery(f"AddPending needs a MemoryPendingItem, got {item!r}")
-        check.ids([item.id])
-        if item.kind == "status":
-            if item.value is None:
-                raise InvalidQuery("a status pending item needs a value")
-            return item.model_copy(
-                update={
-                    "key": check.status_key(item.key),
-                    "value": check.content(item.value, self.max_content_bytes, "status value"),
-                }
-            )
-        return item.model_copy(
-            update={"content": check.content(item.content, self.max_content_bytes)}
-        )
-
-    def _validate_audit(self, entry: AuditEntry) -> AuditEntry:
-        if not isinstance(entry, AuditEntry):
-            raise InvalidQuery(f"AddAudit needs an AuditEntry, got {entry!r}")
-        check.ids([entry.id, entry.pending_id])
-        written = (None if entry.written is None
-                   else check.content(entry.written, self.max_content_bytes, "written content"))
-        return entry.model_copy(update={"by": _source(entry.by), "written": written,
-                                        "item": self._validate_pending(entry.item)})
+            check.op_id(op_id)
+        return await self._apply(owner, check.ops(ops, self.max_content_bytes), now or utcnow(),
+                                 op_id)
 
     # -- L3 chat window and the audit trail ------------------------------------------
     #
@@ -196,24 +130,22 @@ class StructuredStore(_Lifecycle, ABC):
         went to its caller)."""
         check.owner_id(owner)
         if op_id is not None:
-            check.ids([op_id], "operation id")
-        conv = _conversation_id(conversation)
-        size = _window(window)
-        if isinstance(messages, (str, ChatMessage)):
-            raise InvalidQuery("messages must be a sequence of ChatMessage")
-        msgs = [self._validate_message(m) for m in messages]
+            check.op_id(op_id)
+        conv = check.conversation_id(conversation)
+        size = check.window(window)
+        msgs = [check.message(m, self.max_content_bytes) for m in check.messages(messages)]
         kept, removed = await self._append_messages(owner, conv, msgs, size, op_id)
         return ChatAppend(window=tuple(kept), overflow=tuple(removed))
 
     async def load_window(self, owner: str, conversation: str) -> tuple[ChatMessage, ...]:
         """The messages in the window of (``owner``, ``conversation``), oldest first."""
         check.owner_id(owner)
-        return tuple(await self._load_window(owner, _conversation_id(conversation)))
+        return tuple(await self._load_window(owner, check.conversation_id(conversation)))
 
     async def end_conversation(self, owner: str, conversation: str) -> tuple[ChatMessage, ...]:
         """Close the conversation: its window is deleted and returned (for extraction)."""
         check.owner_id(owner)
-        return tuple(await self._end_conversation(owner, _conversation_id(conversation)))
+        return tuple(await self._end_conversation(owner, check.conversation_id(conversation)))
 
     async def audit(self, owner: str, *, limit: int = 100, pending_id: str | None = None
                     ) -> list[AuditEntry]:
@@ -223,13 +155,6 @@ class StructuredStore(_Lifecycle, ABC):
         if pending_id is not None:
             check.ids([pending_id], "pending item id")
         return await self._audit(owner, n, pending_id)
-
-    def _validate_message(self, message: ChatMessage) -> ChatMessage:
-        if not isinstance(message, ChatMessage):
-            raise InvalidQuery(f"expected a ChatMessage, got {type(message).__name__}")
-        text = check.content(message.content, self.max_content_bytes, "message content")
-        return message if text == message.content else message.model_copy(
-            update={"content": text})
 
     # -- conveniences: each builds one operation ------------------------------------
 
@@ -255,30 +180,8 @@ class StructuredStore(_Lifecycle, ABC):
         return await self.apply(owner, [DeleteStatus(key)])
 
 
-def _source(value: object) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= 64 or "\x00" in value:
-        raise InvalidQuery(f"source must be a short non-empty string, got {value!r}")
-    return value
-
-
 #: The longest chat window a conversation may keep.
-MAX_WINDOW = 10_000
-
-
-def _conversation_id(value: object) -> str:
-    # Same alphabet as owner ids: safe in keys, lock names and log lines.
-    if not isinstance(value, str) or not check.OWNER_ID_PATTERN.fullmatch(value):
-        raise InvalidQuery(
-            f"invalid conversation id {value!r}: use 1-128 characters of A-Z a-z 0-9 . _ : @ -, "
-            "starting with a letter or digit"
-        )
-    return value
-
-
-def _window(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WINDOW:
-        raise InvalidQuery(f"window must be an integer in 1..{MAX_WINDOW}, got {value!r}")
-    return value
+MAX_WINDOW = check.MAX_WINDOW
 
 
 _Item = TypeVar("_Item", MemoryRule, MemoryFact)
@@ -359,16 +262,21 @@ class VectorStore(_Lifecycle, ABC):
         threshold: float = 0.85,
         now: datetime | None = None,
         op_id: str | None = None,
+        embed: Embed | None = None,
     ) -> StoreResult:
         """Store ``content`` for ``owner``, merging into a near-duplicate if there is one.
 
         ``op_id`` makes the call idempotent: a retry with the same id is applied once.
+        Without ``embedding``, ``embed`` (if given) computes it from the checked text,
+        so nothing is embedded for a call that is refused.
         """
         check.owner_id(owner)
         if op_id is not None:
-            check.ids([op_id], "operation id")
+            check.op_id(op_id)
         text = check.content(content, self.max_content_bytes)
         meta = check.metadata(metadata)
+        if embedding is None and embed is not None:
+            embedding = await embed(text)
         vec = self._check_embedding(embedding)
         thr = check.unit_interval(threshold, "threshold")
         return await self._store(owner, text, vec, meta, threshold=thr, now=now or utcnow(),
@@ -386,13 +294,19 @@ class VectorStore(_Lifecycle, ABC):
         vector_k: int = 100,
         keyword_k: int = 100,
         min_score: float = 0.0,
+        embed: Embed | None = None,
     ) -> list[SearchHit]:
-        """Hybrid search over the memories of one or several owners, best first."""
+        """Hybrid search over the memories of one or several owners, best first.
+
+        Without ``embedding``, ``embed`` (if given) computes it from the checked query.
+        """
         who = check.owner_ids(owners)
         text = check.content(query, self.max_content_bytes, what="query")
         n = check.limit(limit)
-        vec = self._check_embedding(embedding)
         floor = check.unit_interval(min_score, "min_score")
+        if embedding is None and embed is not None:
+            embedding = await embed(text)
+        vec = self._check_embedding(embedding)
         q_terms = query_terms(text)
         cands = await self._candidates(
             who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n)
@@ -414,10 +328,7 @@ class VectorStore(_Lifecycle, ABC):
 
     async def list(self, owner: str, *, limit: int = 100, offset: int = 0) -> list[VectorMemory]:
         check.owner_id(owner)
-        n = check.limit(limit)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise InvalidQuery(f"offset must be an integer >= 0, got {offset!r}")
-        return await self._list(owner, n, offset)
+        return await self._list(owner, check.limit(limit), check.offset(offset))
 
     def _check_embedding(self, embedding: Sequence[float] | None
                          ) -> builtins.list[float] | None:

@@ -75,7 +75,7 @@ async def test_dissimilar_memories_are_not_merged(stores: Stores) -> None:
 async def test_threshold_is_strictly_greater(stores: Stores) -> None:
     v = stores.vector
     await v.store("alice", "a", embedding=vec(1, 0))
-    # cos = 0.85 exactly is not a duplicate (seed: "> 0.85")
+    # cos = 0.85 exactly is not a duplicate (the rule is "> 0.85")
     r = await v.store("alice", "b", embedding=vec(0.85, math.sqrt(1 - 0.85**2)), threshold=0.85)
     assert not r.merged or (r.similarity is not None and r.similarity > 0.85)
 
@@ -86,7 +86,7 @@ async def test_dedup_is_per_owner(stores: Stores) -> None:
     assert not r.merged
 
 
-async def test_hybrid_scores_follow_the_seed_formula(stores: Stores) -> None:
+async def test_hybrid_scores_follow_the_documented_formula(stores: Stores) -> None:
     v = stores.vector
     now = utcnow()
     await v.store("alice", "went live on Kubernetes with helm", embedding=vec(1, 0),

@@ -19,7 +19,7 @@ def item(confidence: float, content: str = "Reply in Chinese",
     (1.0, "write"), (0.82, "write"), (0.8199999, "pending"), (0.55, "pending"),
     (0.5499999, "skip"), (0.0, "skip"),
 ])
-def test_seed_boundaries(confidence: float, outcome: str) -> None:
+def test_default_boundaries(confidence: float, outcome: str) -> None:
     assert decide(confidence) == outcome
 
 

@@ -1,15 +1,19 @@
-"""What both Redis stores share: the client, key names, error translation, locks, scripts.
+"""What both Redis stores share: the client, key names, error translation, locks.
 
 Every key of an owner carries the hash tag ``{owner}`` (``<prefix>:{<owner>}:...``),
 so one owner's keys live in one cluster slot and a MULTI/EXEC or a Lua script
 may touch all of them. Owner ids cannot contain braces (see
 ``validation.OWNER_ID_PATTERN``), so the tag is always the owner id itself.
+
+Lua scripts are redis-py ``Script`` objects (``client.register_script``): run by
+SHA and loaded again when the server forgot them; in a pipeline, ``execute``
+loads the missing ones first.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -184,25 +188,6 @@ class OwnerLocks:
             users[0] -= 1
             if users[0] == 0:
                 self._locks.pop(owner, None)
-
-
-class Script:
-    """A Lua script run by SHA, loaded again when the server forgot it (restart, flush)."""
-
-    def __init__(self, source: str) -> None:
-        import hashlib
-
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-
-    async def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        from redis.exceptions import NoScriptError
-
-        try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await client.script_load(self.source)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
 
 
 def text(value: bytes | str | None) -> str | None:

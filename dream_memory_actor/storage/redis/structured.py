@@ -64,7 +64,6 @@ from .common import (
     OP_ID_RETENTION_S,
     Keys,
     OwnerLocks,
-    Script,
     close_client,
     commit_lost,
     lost_connection,
@@ -75,7 +74,7 @@ from .common import (
 # KEYS: document, status key set, pending id list. ARGV[1]: the owner's key prefix.
 # Reply: {doc or false, n_status, key1, entry1, ..., id1, item1, ...}. The entry
 # keys are not in KEYS, but they share the owner's hash tag, hence the slot.
-_LOAD = Script(
+_LOAD = (
     """#!lua flags=no-writes
 local doc = redis.call('GET', KEYS[1])
 local sk = redis.call('SMEMBERS', KEYS[2])
@@ -97,7 +96,7 @@ return out
 # KEYS: the audit id list. ARGV: how many entries, the key prefix of the entries
 # (they share the owner's hash tag).
 # Reply: the JSON of the newest entries, newest first.
-_AUDIT = Script(
+_AUDIT = (
     """#!lua flags=no-writes
 local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 local out = {}
@@ -124,6 +123,8 @@ class RedisStructuredStore(StructuredStore):
         self._locks = OwnerLocks()
         self._window_locks = OwnerLocks()  # by window key: appends of this process queue
         self._closed = False
+        self._load_script = client.register_script(_LOAD)
+        self._audit_script = client.register_script(_AUDIT)
 
     async def close(self) -> None:
         if not self._closed:
@@ -138,8 +139,8 @@ class RedisStructuredStore(StructuredStore):
 
     async def _read(self, client: Any, owner: str) -> MemorySnapshot:
         k = self._keys
-        reply = await _LOAD(client, [k.l1_doc(owner), k.l1_status_keys(owner),
-                                     k.l1_pending_ids(owner)], [k.owner(owner)])
+        keys = [k.l1_doc(owner), k.l1_status_keys(owner), k.l1_pending_ids(owner)]
+        reply = await self._load_script(keys, [k.owner(owner)], client=client)
         return _snapshot(owner, reply)
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
@@ -325,8 +326,8 @@ class RedisStructuredStore(StructuredStore):
             if pending_id is not None:
                 raw = [await self._r.get(k.l1_audit(owner, pending_id))]
             else:
-                raw = await _AUDIT(self._r, [k.l1_audit_ids(owner)],
-                                   [limit, k.l1_audit_prefix(owner)])
+                raw = await self._audit_script([k.l1_audit_ids(owner)],
+                                               [limit, k.l1_audit_prefix(owner)])
         return [AuditEntry.model_validate_json(r) for r in raw if r is not None]
 
 

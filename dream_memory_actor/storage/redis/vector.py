@@ -42,7 +42,6 @@ from .common import (
     OP_ID_RETENTION_S,
     Keys,
     OwnerLocks,
-    Script,
     close_client,
     commit_lost,
     lost_connection,
@@ -60,10 +59,8 @@ from .rows import (
     vec_bytes,
 )
 
-_FETCH = Script(FETCH_ROWS)
-
 # KEYS: memory hash, id set, version token. ARGV: memory id, new token.
-_DELETE = Script(
+_DELETE = (
     """
 if redis.call('DEL', KEYS[1]) == 1 then
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -95,6 +92,8 @@ class RedisVectorStore(VectorStore):
         self._want_module = use_search_module
         self._module: bool | None = None
         self._closed = False
+        self._fetch = client.register_script(FETCH_ROWS)
+        self._delete_script = client.register_script(_DELETE)
 
     @property
     def search_module(self) -> bool | None:
@@ -132,7 +131,8 @@ class RedisVectorStore(VectorStore):
         """The owner's rows via ``client`` (a watched pipeline in a transaction)."""
         token = self._cache.token(owner)
         for _ in range(2):
-            reply = await _FETCH(client, *self._fetch_args(owner, token))
+            keys, args = self._fetch_args(owner, token)
+            reply = await self._fetch(keys, args, client=client)
             rows = self._cache.resolve(owner, reply)
             if rows is not None:
                 return rows
@@ -228,8 +228,8 @@ class RedisVectorStore(VectorStore):
         k = self._keys
         async with self._locks.hold(owner):
             with translate("delete"):
-                done = await _DELETE(
-                    self._r, [k.l2_doc(owner, memory_id), k.l2_ids(owner), k.l2_version(owner)],
+                done = await self._delete_script(
+                    [k.l2_doc(owner, memory_id), k.l2_ids(owner), k.l2_version(owner)],
                     [memory_id, _token()])
             if done:
                 self._cache.drop(owner)
@@ -295,7 +295,7 @@ class RedisVectorStore(VectorStore):
                                 vector_k: int, knn: bool
                                 ) -> tuple[dict[str, OwnerRows], list[tuple[str, str]]]:
         """Every owner's rows (cache-checked) and, with KNN, the nearest ids: one round trip."""
-        from redis.exceptions import NoScriptError, ResponseError
+        from redis.exceptions import ResponseError
 
         stale: set[str] = set()
         for attempt in range(4):
@@ -303,16 +303,13 @@ class RedisVectorStore(VectorStore):
                 for o in owners:
                     keys, args = self._fetch_args(
                         o, NO_TOKEN if o in stale else self._cache.token(o))
-                    pipe.evalsha(_FETCH.sha, len(keys), *keys, *args)
+                    await self._fetch(keys, args, client=pipe)  # queued; loaded on execute
                 if knn:
                     assert embedding is not None
                     pipe.execute_command(*fts.knn_command(
                         self._keys, self.dim, owners, vec_bytes(embedding), vector_k, self._ef))
                 try:
                     replies = await pipe.execute()
-                except NoScriptError:
-                    await self._r.script_load(_FETCH.source)
-                    continue
                 except ResponseError as exc:
                     if attempt < 3 and fts.is_missing_index(exc):  # the server restarted empty
                         await fts.create_index(self._r, self._keys, self.dim)

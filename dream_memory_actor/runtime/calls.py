@@ -1,0 +1,178 @@
+"""The calls an owner handle makes, each built once and checked before it is sent.
+
+A :class:`~.connection.Call` names the actor kind, the method and the arguments;
+building one runs the argument rules of :mod:`dream_memory_actor.validation`, so a
+bad call raises here and never leaves the process. Writes get an operation id
+(generated unless given), so a retried write is applied once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .. import validation as check
+from ..errors import FactNotFound, RuleNotFound
+from ..models import (
+    AuditEntry,
+    ChatAppend,
+    ChatMessage,
+    MemorySnapshot,
+    SearchHit,
+    StoreResult,
+    VectorMemory,
+    new_id,
+)
+from ..storage.ops import AddFact, AddRule, L1Op
+from ..text import content_hash
+from .connection import Call, Connection
+from .placement import read_task_name
+from .spec import ClientView
+
+if TYPE_CHECKING:
+    from ..extraction import ExtractionReport, HitlDecision
+
+T = TypeVar("T")
+
+#: The most messages one ``append_messages`` or ``extract`` call may carry.
+MAX_MESSAGES = 1000
+
+
+def same(value: Any) -> Any:
+    return value
+
+
+def snapshot_of(value: Any) -> MemorySnapshot:
+    assert isinstance(value, MemorySnapshot)
+    return value
+
+
+def _op_id(op_id: str | None) -> str:
+    return new_id() if op_id is None else check.op_id(op_id)
+
+
+def _find(items: Sequence[Any], text: str, kind: str) -> Any:
+    h = content_hash(text)
+    found = next((i for i in items if content_hash(i.content) == h), None)
+    if found is None:  # a retried add whose item was removed since the first attempt
+        raise (RuleNotFound if kind == "rules" else FactNotFound)(
+            f"the {kind[:-1]} was added, then removed before this retry answered")
+    return found
+
+
+def search(view: ClientView, owners: str | Iterable[str], query: str, limit: int,
+           min_score: float) -> Call[list[SearchHit]]:
+    """A hybrid search over ``owners``, for any VectorIndex replica."""
+    who = check.owner_ids(owners)
+    text = check.content(query, view.max_content_bytes, what="query")
+    n = check.limit(limit)
+    floor = check.unit_interval(min_score, "min_score")
+    return Call("index", "search", (list(who), text, n, floor), same, "search")
+
+
+def _owner(owner: str, method: str, args: tuple[Any, ...], then: Callable[[Any], T],
+           extra_timeout_s: float = 0.0) -> Call[T]:
+    return Call("owner", method, (owner, *args), then, f"{method} for {owner!r}",
+                owner=owner, extra_timeout_s=extra_timeout_s)
+
+
+# -- L1 ----------------------------------------------------------------------------------
+
+
+def reads(view: ClientView, owner: str, conn: Connection, min_version: int | None,
+          timeout_s: float | None) -> Iterator[Call[MemorySnapshot | None]]:
+    """The reads to try in order until one gives the snapshot; the last always does.
+    Made one at a time: the first usually answers.
+
+    1. the fast read, from the actor's memory, as cheap as a Ray call without
+       argument: an unchanged snapshot held here is confirmed, not re-sent;
+    2. the full read (loads the owner, waits for ``min_version``).
+    """
+    check.min_version(min_version)
+    wait = check.timeout(view.read_timeout_s if timeout_s is None else timeout_s)
+    token, version = conn.known(owner)
+    remember = functools.partial(conn.remember, owner)
+    yield Call("owner", "read", (), remember, f"read for {owner!r}", owner=owner,
+               task_name=read_task_name(owner, min_version, token, version))
+    yield _owner(owner, "snapshot", (min_version, wait), remember, wait)
+
+
+def apply(view: ClientView, owner: str, ops: Sequence[L1Op], op_id: str | None,
+          then: Callable[[Any], T]) -> Call[T]:
+    checked = check.ops(ops, view.max_content_bytes)
+    return _owner(owner, "apply", (checked, _op_id(op_id)), then)
+
+
+def add(view: ClientView, owner: str, kind: type[AddRule] | type[AddFact], content: str,
+        source: str, op_id: str | None) -> Call[Any]:
+    text = check.content(content, view.max_content_bytes)
+    attr = "rules" if kind is AddRule else "facts"
+    return apply(view, owner, [kind(text, source)], op_id,
+                 lambda snap: _find(getattr(snap, attr), text, attr))
+
+
+# -- L2 ----------------------------------------------------------------------------------
+
+
+def store(view: ClientView, owner: str, content: str, metadata: Mapping[str, Any] | None,
+          op_id: str | None) -> Call[StoreResult]:
+    text = check.content(content, view.max_content_bytes)
+    meta = check.metadata(metadata)
+    return _owner(owner, "store", (text, meta, _op_id(op_id)), same)
+
+
+def get(owner: str, memory_id: str) -> Call[VectorMemory]:
+    check.ids([memory_id], "memory id")
+    return Call("index", "get", (owner, memory_id), same, f"get for {owner!r}")
+
+
+def delete(owner: str, memory_id: str) -> Call[bool]:
+    check.ids([memory_id], "memory id")
+    return _owner(owner, "delete", (memory_id,), same)
+
+
+def list_memories(owner: str, limit: int, offset: int) -> Call[list[VectorMemory]]:
+    args = (owner, check.limit(limit), check.offset(offset))
+    return Call("index", "list", args, same, f"list for {owner!r}")
+
+
+# -- extraction, the pending queue and the L3 chat window -----------------------------------
+
+
+def append(view: ClientView, owner: str, conversation: str, messages: Sequence[ChatMessage],
+           op_id: str | None) -> Call[ChatAppend]:
+    conv = check.conversation_id(conversation)
+    msgs = [check.message(m, view.max_content_bytes)
+            for m in check.messages(messages, max_count=MAX_MESSAGES, empty_ok=False)]
+    return _owner(owner, "append_messages", (conv, msgs, _op_id(op_id)), same)
+
+
+def end(owner: str, conversation: str) -> Call[ExtractionReport | None]:
+    return _owner(owner, "end_conversation", (check.conversation_id(conversation),), same)
+
+
+def extract(owner: str, messages: Sequence[ChatMessage]) -> Call[ExtractionReport]:
+    msgs = check.messages(messages, max_count=MAX_MESSAGES)
+    return _owner(owner, "extract", (msgs,), same)
+
+
+def flush(owner: str) -> Call[int]:
+    return _owner(owner, "flush_extractions", (), same)
+
+
+def confirm(view: ClientView, owner: str, pending_id: str, by: str,
+            edited_content: str | None) -> Call[HitlDecision]:
+    check.ids([pending_id], "pending item id")
+    text = None if edited_content is None else check.content(
+        edited_content, view.max_content_bytes, "edited content")
+    return _owner(owner, "confirm", (pending_id, check.decider(by), text), same)
+
+
+def reject(owner: str, pending_id: str, by: str) -> Call[HitlDecision]:
+    check.ids([pending_id], "pending item id")
+    return _owner(owner, "reject", (pending_id, check.decider(by)), same)
+
+
+def audit(owner: str, limit: int) -> Call[list[AuditEntry]]:
+    return _owner(owner, "audit", (check.limit(limit),), same)

@@ -1,0 +1,280 @@
+"""What the two kinds of owner-holding actors share: the engine and every call.
+
+:class:`OwnerHolder` opens its engine lazily, so a restarted actor (``max_restarts``)
+comes back empty and reloads each owner from the backend on first use: nothing
+acknowledged is lost, since every write was written through before it was
+acknowledged. Subclasses (``owner_actor``) say where an owner's
+:class:`~.owner.OwnerMemory` lives: ``_use`` and ``_live``.
+
+Extraction runs here too: what leaves a chat window is extracted in the
+background, holding the owner as a call does; every write of the extraction
+service goes through the owner's memory (:class:`_OwnerWriter`).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import gc
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+
+from ..engine import MemoryEngine
+from ..errors import ExtractionError
+from ..extraction import ExtractionReport, ExtractionService, HitlDecision, open_extractor
+from ..models import AuditEntry, ChatAppend, ChatMessage, MemorySnapshot, StoreResult
+from ..storage.ops import L1Op
+from .owner import OwnerMemory
+from .placement import parse_read_task_name
+from .spec import SystemSpec, open_owner_engine
+from .vector_index import IndexL2
+
+log = logging.getLogger(__name__)
+
+# Reads cross Ray as lists, not tuples: Ray serializes str/int/None/list with msgpack
+# alone, but any tuple goes through pickle as well (bench: a no-op returning a tuple
+# ran at ~0.85-0.95x the rate of one returning None; a list, ~1.0x).
+
+#: A snapshot read's answer: [lineage token, version, the snapshot or None if unchanged].
+SnapshotReply = list[Any]
+
+
+class OwnerHolder(abc.ABC):
+    """What the two kinds of owner-holding actors share: the engine and the calls."""
+
+    def __init__(self, spec: SystemSpec) -> None:
+        self._spec = spec
+        self._l2 = IndexL2(spec.name, spec.index_replicas, spec.call_timeout_s)
+        self._engine: MemoryEngine | None = None
+        self._opening = asyncio.Lock()
+        self._extraction: ExtractionService | None = None
+        #: Background extractions of overflowing chat windows, per owner.
+        self._extracting: dict[str, set[asyncio.Task[None]]] = {}
+        self._extraction_failures = 0
+
+    async def _open(self) -> MemoryEngine:
+        if self._engine is None:
+            async with self._opening:
+                if self._engine is None:
+                    self._engine = await open_owner_engine(self._spec)
+                    # What the process holds from now on (modules, engine, pools) stays for
+                    # its life: out of the collector's scans, so collections triggered by
+                    # each call's allocations stay small.
+                    gc.collect()
+                    gc.freeze()
+        return self._engine
+
+    @abc.abstractmethod
+    def _use(self, owner: str) -> Any:
+        """An async context manager yielding the owner's OwnerMemory (activated if needed)."""
+
+    @abc.abstractmethod
+    def _live(self, owner: str) -> OwnerMemory | None:
+        """The owner's memory if it is live here (recording the use), else ``None``."""
+
+    def read(self) -> SnapshotReply | None:
+        """The fast read: no argument (each argument of a Ray call costs it a
+        serialization both ways), its question in the task's name (see
+        :func:`~.placement.read_task_name`); run on Ray's call thread without an event
+        loop hop.
+
+        Answers from memory only; ``None`` sends the caller to :meth:`snapshot` (the
+        owner is not loaded here, ``min_version`` is ahead, or the task is not a read).
+        A caller that already holds version ``version`` of lineage ``token`` gets no
+        snapshot back, only the confirmation it is current.
+        """
+        question = parse_read_task_name(ray.get_runtime_context().get_task_name())
+        if question is None:
+            return None
+        owner, min_version, token, version = question
+        mem = self._live(owner)
+        snap = None if mem is None else mem.peek(min_version)
+        if mem is None or snap is None:
+            return None
+        if token == mem.token and version == snap.version:
+            return [mem.token, snap.version, None]
+        return [mem.token, snap.version, snap]
+
+    async def snapshot(self, owner: str, min_version: int | None, timeout_s: float
+                       ) -> SnapshotReply:
+        """The full read: loads the owner if needed, waits for ``min_version``."""
+        async with self._use(owner) as mem:
+            snap: MemorySnapshot = await mem.snapshot(min_version, timeout_s)
+            return [mem.token, snap.version, snap]
+
+    async def apply(self, owner: str, ops: Sequence[L1Op], op_id: str | None
+                    ) -> MemorySnapshot:
+        async with self._use(owner) as mem:
+            snap: MemorySnapshot = await mem.apply(ops, op_id)
+            return snap
+
+    async def store(self, owner: str, content: str, metadata: Mapping[str, Any] | None,
+                    op_id: str | None) -> StoreResult:
+        async with self._use(owner) as mem:
+            result: StoreResult = await mem.store(content, metadata, op_id)
+            return result
+
+    async def delete(self, owner: str, memory_id: str) -> bool:
+        async with self._use(owner) as mem:
+            deleted: bool = await mem.delete(memory_id)
+            return deleted
+
+    async def ping(self) -> None:  # noqa: B027 - a real no-op, not a hook
+        """A no-op (benchmarks compare against it; the registry probes with it)."""
+
+    # -- extraction and the L3 chat window ------------------------------------------------
+
+    async def _service(self) -> ExtractionService:
+        """The extraction service of this actor, writing through the owners held here."""
+        if self._extraction is None:
+            engine = await self._open()
+            pool = self._spec.extractor_pool
+            extractor = pool.as_extractor() if pool is not None else open_extractor(
+                self._spec.settings)
+            if self._extraction is None:
+                self._extraction = ExtractionService(_OwnerWriter(self), engine.structured,
+                                                     extractor, self._spec.settings)
+        return self._extraction
+
+    async def append_messages(self, owner: str, conversation: str,
+                              messages: Sequence[ChatMessage], op_id: str | None = None
+                              ) -> ChatAppend:
+        """Append to the (owner, conversation) window; what leaves it is extracted in the
+        background (an extraction failure is counted and logged, the append stands).
+
+        The background extraction holds the owner as a call does, taken over before
+        this call lets go: a busy owner is not passivated (sharded), and passivating
+        its actor waits for it within the drain grace (dedicated).
+        """
+        async with self._use(owner):
+            svc = await self._service()
+            appended: ChatAppend = await svc.append_messages(owner, conversation, messages,
+                                                             op_id=op_id)
+            if appended.overflow:
+                held = asyncio.Event()
+                task = asyncio.get_running_loop().create_task(
+                    self._extract_held(svc, owner, appended.overflow, held))
+                tasks = self._extracting.setdefault(owner, set())
+                tasks.add(task)
+                task.add_done_callback(lambda t: self._extraction_done(owner, t))
+                await held.wait()
+        return appended
+
+    async def _extract_held(self, svc: ExtractionService, owner: str,
+                            messages: Sequence[ChatMessage], held: asyncio.Event) -> None:
+        try:
+            async with self._use(owner):
+                held.set()
+                await self._extract_quietly(svc, owner, messages)
+        except Exception:  # could not hold the owner (shutting down): counted, logged
+            self._extraction_failures += 1
+            log.exception("extraction for owner %r could not start", owner)
+        finally:
+            held.set()
+
+    def _extraction_done(self, owner: str, task: asyncio.Task[None]) -> None:
+        tasks = self._extracting.get(owner)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self._extracting[owner]
+
+    async def _extract_quietly(self, svc: ExtractionService, owner: str,
+                               messages: Sequence[ChatMessage]) -> None:
+        try:
+            await svc.extract(owner, messages)
+        except ExtractionError as exc:
+            self._extraction_failures += 1
+            log.warning("extraction for owner %r failed: %s", owner, exc)
+        except Exception:  # never lost silently: the task has no one awaiting it
+            self._extraction_failures += 1
+            log.exception("extraction for owner %r failed", owner)
+
+    async def flush_extractions(self, owner: str) -> int:
+        """Wait for the background extractions of ``owner`` started so far; how many."""
+        tasks = list(self._extracting.get(owner, ()))
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return len(tasks)
+
+    async def end_conversation(self, owner: str, conversation: str
+                               ) -> ExtractionReport | None:
+        """Close the conversation and extract from its last window (``None``: it was
+        empty). If extraction fails the window is put back and the error raised, so
+        calling ``end_conversation`` again retries with the same messages."""
+        async with self._use(owner):
+            svc = await self._service()
+            window = await svc.end_conversation(owner, conversation)
+        if not window:
+            return None
+        try:
+            return await svc.extract(owner, window)
+        except ExtractionError:
+            self._extraction_failures += 1
+            async with self._use(owner):
+                await svc.append_messages(owner, conversation, window)
+            raise
+
+    async def extract(self, owner: str, messages: Sequence[ChatMessage]) -> ExtractionReport:
+        """Extract from ``messages`` now and apply the result through the gate."""
+        async with self._use(owner):
+            svc = await self._service()
+        try:
+            return await svc.extract(owner, messages)
+        except ExtractionError:
+            self._extraction_failures += 1
+            raise
+
+    async def confirm(self, owner: str, pending_id: str, by: str, edited_content: str | None
+                      ) -> HitlDecision:
+        async with self._use(owner):
+            svc = await self._service()
+        return await svc.confirm(owner, pending_id, by=by, edited_content=edited_content)
+
+    async def reject(self, owner: str, pending_id: str, by: str) -> HitlDecision:
+        async with self._use(owner):
+            svc = await self._service()
+        return await svc.reject(owner, pending_id, by=by)
+
+    async def audit(self, owner: str, limit: int) -> list[AuditEntry]:
+        async with self._use(owner):
+            svc = await self._service()
+            return await svc.audit(owner, limit=limit)
+
+    async def extraction_stats(self) -> dict[str, Any]:
+        """This actor's extraction totals (outcomes, failures, tokens, cost)."""
+        out: dict[str, Any] = {} if self._extraction is None else self._extraction.stats()
+        out["background_failures"] = self._extraction_failures
+        out["background_running"] = sum(len(t) for t in self._extracting.values())
+        return out
+
+
+class _OwnerWriter:
+    """The extraction service's writer: every write goes through the owner's
+    :class:`OwnerMemory` in this actor, serialized with the owner's other writes, so
+    the live snapshot stays current. Each call enters and leaves the owner on its own:
+    no write is made while another holds the owner's lock."""
+
+    def __init__(self, holder: OwnerHolder) -> None:
+        self._holder = holder
+
+    async def snapshot(self, owner: str) -> MemorySnapshot:
+        async with self._holder._use(owner) as mem:
+            snap: MemorySnapshot = await mem.snapshot()
+            return snap
+
+    async def apply(self, owner: str, ops: Sequence[L1Op], *, op_id: str | None = None
+                    ) -> MemorySnapshot:
+        async with self._holder._use(owner) as mem:
+            snap: MemorySnapshot = await mem.apply(ops, op_id)
+            return snap
+
+    async def store(self, owner: str, content: str, *,
+                    metadata: Mapping[str, Any] | None = None, op_id: str | None = None
+                    ) -> StoreResult:
+        async with self._holder._use(owner) as mem:
+            result: StoreResult = await mem.store(content, metadata, op_id)
+            return result
