@@ -56,14 +56,19 @@ class MemorySettings(BaseSettings):
     redis_url: SecretStr | None = None
     redis_prefix: str = "dm"
 
-    # embeddings: None = keyword-only search (no model; keyword + time ranking).
-    # "local:<model>" = sentence-transformers in-process; anything else = a litellm model.
+    # embeddings: None = keyword-only search.
+    # "local:multilingual-e5-small" (extra multilingual), "local:use-multilingual" (extra use),
+    # "local:all-MiniLM-L6-v2" (English only, extra local; other local names go to
+    # sentence-transformers) run in-process; anything else = a litellm model.
     embedding_model: str | None = None
     embedding_dim: int | None = Field(None, ge=1, le=16000)
     embedding_cache_size: int = Field(10_000, ge=0)
     embedding_api_base: str | None = None
     embedding_api_key: SecretStr | None = None
     embedding_timeout_s: float = Field(30.0, gt=0)
+    # a calibration file written by `python -m dream_memory_actor.embedding.calibrate`;
+    # None = the one shipped for the model, else raw cosines
+    embedding_calibration: Path | None = None
 
     # hybrid search
     vector_weight: float = Field(0.6, ge=0)

@@ -11,6 +11,7 @@ it is also usable on its own in a single process (scripts, tests)::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,7 @@ from .embedding import CachedEmbedder, open_embedder
 from .errors import SystemClosed
 from .metrics import get_metrics
 from .models import MemorySnapshot, SearchHit, StoreResult, VectorMemory
+from .scoring import Weights
 from .storage import open_stores
 from .storage.base import StructuredStore, VectorStore
 from .storage.ops import L1Op
@@ -40,6 +42,15 @@ class MemoryEngine:
         self.structured = structured
         self.vector = vector
         self.embedder = embedder
+        calibration = embedder.calibration if embedder is not None else None
+        #: The hybrid weights, with the embedder's query calibration for the vector signal.
+        self.weights: Weights = settings.weights
+        #: ``settings.dedup_threshold`` (common scale) as a raw memory-to-memory cosine.
+        self.dedup_threshold = settings.dedup_threshold
+        if calibration is not None and not calibration.is_identity:
+            self.weights = dataclasses.replace(self.weights, calibration=calibration.query)
+            self.dedup_threshold = min(1.0, max(0.0, calibration.dedup_threshold(
+                settings.dedup_threshold)))
         self._closed = False
         self.metrics = get_metrics()
 
@@ -91,10 +102,16 @@ class MemoryEngine:
     # -- L2 ------------------------------------------------------------------------
 
     async def embed(self, text: str) -> list[float] | None:
-        """The embedding of ``text``, or ``None`` without an embedder (keyword-only)."""
+        """The embedding of memory ``text``, or ``None`` without an embedder (keyword-only)."""
         if self.embedder is None:
             return None
         return await self.embedder.embed_one(text)
+
+    async def embed_query(self, text: str) -> list[float] | None:
+        """The embedding of search query ``text`` (the query role), or ``None``."""
+        if self.embedder is None:
+            return None
+        return await self.embedder.embed_query_one(text)
 
     async def store(
         self,
@@ -106,7 +123,8 @@ class MemoryEngine:
         embedding: Sequence[float] | None = None,
         op_id: str | None = None,
     ) -> StoreResult:
-        """Embed (unless ``embedding`` is given) and store, merging near-duplicates.
+        """Embed (unless ``embedding`` is given) and store, merging near-duplicates
+        (calibrated cosine above ``dedup_threshold``).
 
         A retry with the same ``op_id`` is applied once (and returns the first result).
         """
@@ -114,7 +132,7 @@ class MemoryEngine:
         with self.metrics.operation("store", self.settings.backend):
             result = await self.vector.store(
                 owner, content, embedding=embedding, metadata=metadata,
-                threshold=self.settings.dedup_threshold, now=now, op_id=op_id, embed=self.embed,
+                threshold=self.dedup_threshold, now=now, op_id=op_id, embed=self.embed,
             )
         if result.merged:
             self.metrics.merge(self.settings.backend)
@@ -135,9 +153,9 @@ class MemoryEngine:
         with self.metrics.operation("search", self.settings.backend):
             s = self.settings
             return await self.vector.search(
-                owners, query, embedding=embedding, limit=limit, weights=s.weights, now=now,
+                owners, query, embedding=embedding, limit=limit, weights=self.weights, now=now,
                 vector_k=s.vector_candidates, keyword_k=s.keyword_candidates,
-                min_score=min_score, embed=self.embed,
+                min_score=min_score, embed=self.embed_query,
             )
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:

@@ -197,8 +197,11 @@ class StoreResult(_Frozen):
 class SearchHit(_Frozen):
     """A search result with the signals that ranked it.
 
-    ``vector_score`` is ``None`` when no embedding took part (keyword-only mode
-    or a memory stored without an embedding); ``mode`` says which signals ran.
+    ``vector_score`` is the calibrated similarity (the common scale of every
+    embedding model, see ``embedding.calibration``) and ``cosine`` the raw cosine
+    of query and memory embeddings; both are ``None`` when no embedding took
+    part (keyword-only mode or a memory stored without an embedding); ``mode``
+    says which signals ran.
     """
 
     memory: VectorMemory
@@ -207,6 +210,7 @@ class SearchHit(_Frozen):
     keyword_score: float
     time_score: float
     mode: Literal["hybrid", "keyword"]
+    cosine: float | None = None
 
 
 class ChatMessage(_Frozen):

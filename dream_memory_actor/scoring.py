@@ -3,9 +3,11 @@
     hybrid = w_vector * vector + w_keyword * keyword + w_time * time
     time   = 1 / (1 + days / half_life_days)        (seed: 0.6, 0.3, 0.1, 30 days)
 
-``vector`` is the cosine similarity of query and memory embeddings, clipped to
-[0, 1] (an opposite direction is no evidence of relevance, not negative
-evidence). ``keyword`` is the share of the query's terms found in the memory.
+``vector`` is the cosine similarity of query and memory embeddings, mapped
+through the embedder's calibration (``Weights.calibration``, so the weights mean
+the same with any model; see ``embedding.calibration``) and clipped to [0, 1]
+(an opposite direction is no evidence of relevance, not negative evidence).
+``keyword`` is the share of the query's terms found in the memory.
 Without an embedder the vector signal is absent (``None``) and contributes 0,
 so a keyword-only score is comparable to the same hit's hybrid score.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -27,12 +29,14 @@ from .text import fold
 
 @dataclass(frozen=True)
 class Weights:
-    """Weights of the three signals and the time half-life in days."""
+    """Weights of the three signals, the time half-life in days, and the calibration
+    of raw query-to-memory cosines (``None``: the raw cosine is the vector signal)."""
 
     vector: float = 0.6
     keyword: float = 0.3
     time: float = 0.1
     half_life_days: float = 30.0
+    calibration: Callable[[float], float] | None = None
 
     def __post_init__(self) -> None:
         for name in ("vector", "keyword", "time"):
@@ -41,6 +45,8 @@ class Weights:
                 raise ValueError(f"weight {name} must be a finite number >= 0, got {value!r}")
         if not (math.isfinite(self.half_life_days) and self.half_life_days > 0):
             raise ValueError(f"half_life_days must be > 0, got {self.half_life_days!r}")
+        if self.calibration is not None and not callable(self.calibration):
+            raise ValueError("calibration must map a raw cosine to a float")
 
 
 SEED_WEIGHTS = Weights()
@@ -79,10 +85,14 @@ def cosine(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> 
     return float(np.dot(va, vb) / (na * nb))
 
 
-def vector_score(similarity: float | None) -> float | None:
-    """Cosine similarity clipped to [0, 1]; ``None`` stays ``None`` (no embedding)."""
+def vector_score(similarity: float | None,
+                 calibration: Callable[[float], float] | None = None) -> float | None:
+    """Cosine similarity, calibrated when a calibration is given, clipped to [0, 1];
+    ``None`` stays ``None`` (no embedding)."""
     if similarity is None:
         return None
+    if calibration is not None:
+        similarity = calibration(similarity)
     return min(1.0, max(0.0, similarity))
 
 
@@ -147,6 +157,7 @@ def rank(
     seen: set[str] = set()
     n_terms = len(query_terms)
     wv, wk, wt, half_life = weights.vector, weights.keyword, weights.time, weights.half_life_days
+    calibrated = weights.calibration
     for c in candidates:
         cid = c.id
         if cid in seen:
@@ -161,6 +172,8 @@ def rank(
             continue
         vec = None
         if hybrid and (sim := c.similarity) is not None:
+            if calibrated is not None:
+                sim = calibrated(sim)
             vec = 1.0 if sim > 1.0 else (sim if sim > 0.0 else 0.0)
         age = (now - c.updated_at).total_seconds()
         ts = 1.0 / (1.0 + (age / 86400.0) / half_life) if age > 0.0 else 1.0
@@ -175,4 +188,5 @@ def rank(
 
 def to_hit(s: Scored, memory: VectorMemory, hybrid: bool) -> SearchHit:
     return SearchHit(memory=memory, score=s.score, vector_score=s.vector, keyword_score=s.keyword,
-                     time_score=s.time, mode="hybrid" if hybrid else "keyword")
+                     time_score=s.time, mode="hybrid" if hybrid else "keyword",
+                     cosine=s.candidate.similarity if hybrid else None)

@@ -82,7 +82,12 @@ def content(value: object, max_bytes: int, what: str = "content") -> str:
     text = normalize_content(value)
     if not text:
         raise InvalidContent(f"{what} must not be empty or white space only")
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidContent(
+            f"{what} is not valid Unicode (a lone surrogate at position {exc.start})"
+        ) from None
     if size > max_bytes:
         raise InvalidContent(f"{what} is {size} bytes; the limit is {max_bytes} bytes")
     return text

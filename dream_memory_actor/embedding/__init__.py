@@ -1,34 +1,63 @@
-"""Embedders: the protocol, the cache, and a factory from settings."""
+"""Embedders: the protocol, the cache, calibration, and a factory from settings."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import CachedEmbedder, Embedder
+from .base import CachedEmbedder, Embedder, UnembeddableText, calibration_of, check_embeddable
+from .calibration import IDENTITY, Calibration, load_calibration, shipped_calibration
 
 if TYPE_CHECKING:
     from ..config import MemorySettings
 
-__all__ = ["CachedEmbedder", "Embedder", "open_embedder"]
+__all__ = [
+    "IDENTITY",
+    "LOCAL_MODELS",
+    "CachedEmbedder",
+    "Calibration",
+    "Embedder",
+    "UnembeddableText",
+    "calibration_of",
+    "check_embeddable",
+    "load_calibration",
+    "open_embedder",
+    "open_inner_embedder",
+    "shipped_calibration",
+]
 
 LOCAL_PREFIX = "local:"
+#: Local names served by the numpy embedders (the extra to install in brackets):
+#: ``local:multilingual-e5-small`` [multilingual], ``local:use-multilingual`` [use].
+#: Any other ``local:`` name goes to sentence-transformers [local], e.g.
+#: ``local:all-MiniLM-L6-v2`` (English only).
+LOCAL_MODELS = {
+    "multilingual-e5-small": "e5",
+    "intfloat/multilingual-e5-small": "e5",
+    "use-multilingual": "use",
+}
 
 
-async def open_embedder(settings: MemorySettings) -> CachedEmbedder | None:
-    """The configured embedder behind a cache, or ``None`` (keyword-only search).
-
-    ``embedding_model`` ``"local:<name>"`` runs sentence-transformers in this
-    process (extra ``local``); any other value is a litellm model name
-    (extra ``litellm``), e.g. ``"openai/text-embedding-3-small"``.
-    """
+async def open_inner_embedder(settings: MemorySettings) -> Embedder | None:
+    """The configured embedder without a cache, or ``None`` (keyword-only search)."""
     model = settings.embedding_model
     if not model:
         return None
     inner: Embedder
     if model.startswith(LOCAL_PREFIX):
-        from .local import LocalEmbedder
+        name = model.removeprefix(LOCAL_PREFIX)
+        kind = LOCAL_MODELS.get(name)
+        if kind == "e5":
+            from .multilingual import E5Embedder
 
-        inner = LocalEmbedder(model.removeprefix(LOCAL_PREFIX))
+            inner = E5Embedder(name)
+        elif kind == "use":
+            from .multilingual import USEEmbedder
+
+            inner = USEEmbedder(name)
+        else:
+            from .local import LocalEmbedder
+
+            inner = LocalEmbedder(name)
     else:
         from .litellm import LiteLLMEmbedder
 
@@ -46,4 +75,22 @@ async def open_embedder(settings: MemorySettings) -> CachedEmbedder | None:
         raise ConfigurationError(
             f"embedding_dim={settings.embedding_dim} but model {model!r} gives {inner.dim}"
         )
-    return CachedEmbedder(inner, settings.embedding_cache_size)
+    return inner
+
+
+async def open_embedder(settings: MemorySettings) -> CachedEmbedder | None:
+    """The configured embedder behind a cache, or ``None`` (keyword-only search).
+
+    ``embedding_model`` ``"local:<name>"`` runs in this process (see
+    :data:`LOCAL_MODELS`); any other value is a litellm model name (extra
+    ``litellm``), e.g. ``"openai/text-embedding-3-small"``. The calibration is
+    the file named by ``embedding_calibration`` when set, else the one shipped
+    for the model, else the identity (raw cosine).
+    """
+    inner = await open_inner_embedder(settings)
+    if inner is None:
+        return None
+    calibration = None
+    if settings.embedding_calibration is not None:
+        calibration = load_calibration(settings.embedding_calibration)
+    return CachedEmbedder(inner, settings.embedding_cache_size, calibration=calibration)

@@ -1,21 +1,58 @@
 """The embedder protocol and a content-hash cache in front of any embedder.
 
-An embedder turns texts into vectors of a fixed dimension. Two ship with the
+An embedder turns texts into vectors of a fixed dimension. These ship with the
 library: :class:`~dream_memory_actor.embedding.litellm.LiteLLMEmbedder` (any
-provider litellm supports) and
-:class:`~dream_memory_actor.embedding.local.LocalEmbedder` (sentence-transformers,
-offline). Anything with ``model``, ``dim`` and ``async embed(texts)`` works.
+provider litellm supports), :class:`~dream_memory_actor.embedding.local.LocalEmbedder`
+(sentence-transformers, offline) and, in
+:mod:`~dream_memory_actor.embedding.multilingual`, multilingual-e5-small and
+USE multilingual (numpy, offline). Anything with ``model``, ``dim`` and
+``async embed(texts)`` works.
+
+Two roles: ``embed(texts)`` embeds memories (what is stored), and an embedder
+may also define ``async embed_query(texts)`` for search queries (models such as
+e5 are trained with a different prefix for each). Without it, queries go
+through ``embed``. An embedder may also carry a ``calibration``
+(:class:`~dream_memory_actor.embedding.calibration.Calibration`) mapping its raw
+cosine to the common scale; without one, the raw cosine is used as it is.
 """
 
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from .. import validation as check
-from ..errors import EmbeddingError
+from ..errors import ConfigurationError, EmbeddingError, InvalidContent
+from .calibration import IDENTITY, Calibration
+
+Role = Literal["memory", "query"]
+
+
+class UnembeddableText(InvalidContent):
+    """A text no embedding model can take: nothing left to embed once white space,
+    control and format characters are set aside, a lone surrogate (not encodable
+    as UTF-8), or a NUL character. Nothing was written."""
+
+
+def check_embeddable(texts: Sequence[str]) -> None:
+    """Raise ``UnembeddableText`` for the first text an embedder cannot take."""
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UnembeddableText(
+                f"text #{i} is not valid Unicode (a lone surrogate at position {exc.start})"
+            ) from None
+        if "\x00" in text:
+            raise UnembeddableText(f"text #{i} contains a NUL character")
+        if not any(unicodedata.category(ch)[0] not in "ZC" for ch in text):
+            raise UnembeddableText(
+                f"text #{i} has nothing to embed (only white space, control or format "
+                "characters)"
+            )
 
 
 def texts_of(texts: Sequence[str]) -> list[str]:
@@ -31,43 +68,75 @@ def texts_of(texts: Sequence[str]) -> list[str]:
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Turns texts into vectors of ``dim`` floats."""
+    """Turns texts into vectors of ``dim`` floats (``embed_query`` is optional, see above)."""
 
     model: str
     dim: int
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order. Raises ``EmbeddingError`` on failure."""
+        """One vector per memory text, in order. Raises ``EmbeddingError`` on failure."""
         ...
 
 
-class CachedEmbedder:
-    """An LRU cache keyed by (model, sha256 of the text) in front of an embedder.
+def calibration_of(embedder: object) -> Calibration:
+    """The embedder's ``calibration``, or the identity when it has none."""
+    found = getattr(embedder, "calibration", None)
+    if found is None:
+        return IDENTITY
+    if not isinstance(found, Calibration):
+        raise ConfigurationError(
+            f"embedder calibration must be a Calibration, got {type(found).__name__}")
+    return found
 
-    Every vector leaving it is checked (dimension, finite), so a provider that
-    returns garbage raises ``EmbeddingError`` instead of polluting the index.
+
+class CachedEmbedder:
+    """An LRU cache keyed by (model, role, sha256 of the text) in front of an embedder.
+
+    Every text entering it is checked (:func:`check_embeddable`) and every vector
+    leaving it is checked (dimension, finite), so a provider that returns garbage
+    raises ``EmbeddingError`` instead of polluting the index. ``calibration`` is
+    the given one, else the inner embedder's, else the identity.
     """
 
-    def __init__(self, inner: Embedder, max_entries: int = 10_000) -> None:
+    def __init__(self, inner: Embedder, max_entries: int = 10_000,
+                 calibration: Calibration | None = None) -> None:
         self.inner = inner
         self.model = inner.model
         self.dim = inner.dim
         self.max_entries = max_entries
+        self.calibration = calibration if calibration is not None else calibration_of(inner)
+        #: Whether the inner embedder embeds queries differently from memories.
+        self.has_query_role = callable(getattr(inner, "embed_query", None))
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
-    def _key(self, text: str) -> str:
-        return hashlib.sha256(f"{self.model}\x00{text}".encode()).hexdigest()
+    def _key(self, text: str, role: Role) -> str:
+        tag = role if self.has_query_role else "memory"
+        return hashlib.sha256(f"{self.model}\x00{tag}\x00{text}".encode()).hexdigest()
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        keys = [self._key(t) for t in texts]
+        """Vectors of memory texts (what is stored)."""
+        return await self._embed(texts, "memory")
+
+    async def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors of search queries (the inner ``embed_query``, else ``embed``)."""
+        return await self._embed(texts, "query")
+
+    async def _embed(self, texts: Sequence[str], role: Role) -> list[list[float]]:
+        texts = texts_of(texts)
+        check_embeddable(texts)
+        keys = [self._key(t, role) for t in texts]
         missing = list(dict.fromkeys(k for k in keys if k not in self._cache))
         self.hits += len(keys) - len(missing)
         self.misses += len(missing)
         if missing:
             by_key = {k: t for k, t in zip(keys, texts, strict=True)}
-            vectors = await self.inner.embed([by_key[k] for k in missing])
+            batch = [by_key[k] for k in missing]
+            if role == "query" and self.has_query_role:
+                vectors = await self.inner.embed_query(batch)  # type: ignore[attr-defined]
+            else:
+                vectors = await self.inner.embed(batch)
             if len(vectors) != len(missing):
                 raise EmbeddingError(
                     f"embedder {self.model!r} returned {len(vectors)} vectors for "
@@ -87,4 +156,9 @@ class CachedEmbedder:
         return out
 
     async def embed_one(self, text: str) -> list[float]:
+        """The vector of one memory text."""
         return (await self.embed([text]))[0]
+
+    async def embed_query_one(self, text: str) -> list[float]:
+        """The vector of one search query."""
+        return (await self.embed_query([text]))[0]

@@ -20,7 +20,13 @@ eagerly in the constructor. :meth:`LocalEmbedder.load` loads it ahead of time.
 
 Loaded models are shared by all embedders of this process with the same model
 path. Encoding runs in a worker thread, one call at a time per model (the fast
-tokenizers are not safe for concurrent use). Vectors are L2-normalized.
+tokenizers are not safe for concurrent use). Vectors are L2-normalized. A
+text longer than the model's ``max_seq_length`` (256 word pieces for
+all-MiniLM-L6-v2) is truncated to it by sentence-transformers; text no model
+can take raises ``UnembeddableText`` (see ``base.check_embeddable``).
+
+The bundled model carries the calibration shipped for it
+(``local:all-MiniLM-L6-v2``, see :mod:`.calibration`); other models the identity.
 
 Threads: unless ``OMP_NUM_THREADS`` is set, torch's intra-op threads are
 limited to half the CPUs this process may use (at least 1, at most 4), so one
@@ -41,7 +47,8 @@ from typing import Any
 
 from .. import validation as check
 from ..errors import ConfigurationError, EmbeddingError, InvalidEmbedding, missing_dependency
-from .base import texts_of
+from .base import check_embeddable, texts_of
+from .calibration import IDENTITY, shipped_calibration
 
 __all__ = ["BUNDLED_MODEL_NAMES", "LocalEmbedder"]
 
@@ -180,6 +187,9 @@ class LocalEmbedder:
         _require("torch")
         self.model = model_name
         self._target = _resolve(model_name)
+        shipped = shipped_calibration("local:all-MiniLM-L6-v2") \
+            if model_name in BUNDLED_MODEL_NAMES else None
+        self.calibration = shipped or IDENTITY
         path = Path(self._target)
         dim = _dim_from_files(path) if path.is_dir() else None
         if dim is None:
@@ -238,6 +248,7 @@ class LocalEmbedder:
         batch = texts_of(texts)
         if not batch:
             return []
+        check_embeddable(batch)
         try:
             return await asyncio.to_thread(self._encode, batch)
         except EmbeddingError:

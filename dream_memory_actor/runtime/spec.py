@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import MemorySettings
-from ..embedding import CachedEmbedder, Embedder, open_embedder
+from ..embedding import CachedEmbedder, Embedder, load_calibration, open_embedder
 from ..engine import MemoryEngine
 from ..errors import ConfigurationError
 from ..models import new_id
@@ -110,7 +110,10 @@ async def open_index_engine(spec: SystemSpec, *, setup: bool) -> MemoryEngine:
     settings = spec.settings
     embedder: CachedEmbedder | None
     if spec.embedder_factory is not None:
-        embedder = CachedEmbedder(spec.embedder_factory(), settings.embedding_cache_size)
+        calibration = (load_calibration(settings.embedding_calibration)
+                       if settings.embedding_calibration is not None else None)
+        embedder = CachedEmbedder(spec.embedder_factory(), settings.embedding_cache_size,
+                                  calibration=calibration)
     else:
         embedder = await open_embedder(settings)
     structured, vector = await open_stores(settings, embedder.dim if embedder else None)

