@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from dream_memory_actor.embedding import calibration_of
+
 DEFAULT_CACHE_DIR = Path(".bench") / "cache"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -78,17 +80,23 @@ class VectorFile:
 
 
 class DiskCachedEmbedder:
-    """An ``Embedder``: vectors from the disk cache, the local model for the rest."""
+    """An ``Embedder``: vectors from the disk cache, the local model for the rest.
+
+    ``model`` is a local model name as the settings name it without ``local:``
+    (``all-MiniLM-L6-v2``, ``multilingual-e5-small``, ``use-multilingual``).
+    Memories and queries are cached apart for models that embed them differently
+    (e5's passage and query roles); ``calibration`` is the model's shipped one.
+    """
 
     def __init__(self, model: str = DEFAULT_MODEL, directory: str | Path = DEFAULT_CACHE_DIR
                  ) -> None:
-        from dream_memory_actor.embedding.local import LocalEmbedder
-
         self.model = model
         self.directory = str(directory)
-        self._inner = LocalEmbedder(model)  # cheap: the model loads on the first miss
+        self._inner = _local_embedder(model)  # cheap: the model loads on the first miss
         self.dim = self._inner.dim
-        self._file: VectorFile | None = None
+        self.calibration = calibration_of(self._inner)
+        self._query_role = callable(getattr(self._inner, "embed_query", None))
+        self._files: dict[str, VectorFile] = {}
         self.hits = 0
         self.misses = 0
         self.compute_s = 0.0
@@ -100,14 +108,32 @@ class DiskCachedEmbedder:
         """A factory of itself (``MemorySystem.start(embedder_factory=...)``)."""
         return DiskCachedEmbedder(self.model, self.directory)
 
+    def _file(self, role: str) -> VectorFile:
+        name = self.model if role == "memory" or not self._query_role else f"{self.model}.query"
+        if name not in self._files:
+            self._files[name] = VectorFile(self.directory, name)
+        return self._files[name]
+
     @property
     def file(self) -> VectorFile:
-        if self._file is None:
-            self._file = VectorFile(self.directory, self.model)
-        return self._file
+        return self._file("memory")
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        cached = [self.file.get(t) for t in texts]
+        """Vectors of memory texts."""
+        return await self._embed(texts, "memory")
+
+    async def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors of search queries (the model's query role where it has one)."""
+        return await self._embed(texts, "query")
+
+    async def _compute(self, texts: list[str], role: str) -> list[list[float]]:
+        if role == "query" and self._query_role:
+            return list(await self._inner.embed_query(texts))  # type: ignore[attr-defined]
+        return list(await self._inner.embed(texts))
+
+    async def _embed(self, texts: Sequence[str], role: str) -> list[list[float]]:
+        file = self._file(role)
+        cached = [file.get(t) for t in texts]
         missing = list(dict.fromkeys(t for t, v in zip(texts, cached, strict=True) if v is None))
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
@@ -115,20 +141,20 @@ class DiskCachedEmbedder:
             t0 = time.perf_counter()
             for i in range(0, len(missing), 512):
                 chunk = missing[i:i + 512]
-                for t, v in zip(chunk, await self._inner.embed(chunk), strict=True):
-                    self.file.put(t, v)
-                self.file.save()
+                for t, v in zip(chunk, await self._compute(chunk, role), strict=True):
+                    file.put(t, v)
+                file.save()
             self.compute_s += time.perf_counter() - t0
         out = []
         for t in texts:
-            row = self.file.get(t)
+            row = file.get(t)
             assert row is not None
             out.append([float(x) for x in row])
         return out
 
-    async def embed_raw(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_raw(self, texts: Sequence[str], role: str = "query") -> list[list[float]]:
         """The model's vectors, never the cache (to time query embedding)."""
-        return await self._inner.embed(texts)
+        return await self._compute(list(texts), role)
 
     async def load(self) -> None:
         await self._inner.load()
@@ -136,4 +162,23 @@ class DiskCachedEmbedder:
     def stats(self) -> dict[str, Any]:
         return {"model": self.model, "dim": self.dim, "cache_file": self.file.path.name,
                 "cache_hits": self.hits, "computed": self.misses,
-                "compute_s": round(self.compute_s, 2)}
+                "compute_s": round(self.compute_s, 2),
+                "calibrated": not self.calibration.is_identity}
+
+
+def _local_embedder(model: str) -> Any:
+    """The product's local embedder for ``model`` (a ``local:`` name without the prefix)."""
+    from dream_memory_actor.embedding import LOCAL_MODELS
+
+    kind = LOCAL_MODELS.get(model)
+    if kind == "e5":
+        from dream_memory_actor.embedding.multilingual import E5Embedder
+
+        return E5Embedder(model)
+    if kind == "use":
+        from dream_memory_actor.embedding.multilingual import USEEmbedder
+
+        return USEEmbedder(model)
+    from dream_memory_actor.embedding.local import LocalEmbedder
+
+    return LocalEmbedder(model)

@@ -52,20 +52,30 @@ from .tuning import (
 )
 
 DEFAULT_PATH = "../shared/bench/locomo/locomo_dev7.json"
+MADIAL_PATH = "../shared/bench/madial"
+MADIAL_MODELS = "multilingual-e5-small,use-multilingual,all-MiniLM-L6-v2"
 VECTOR_ONLY = Weights(1.0, 0.0, 0.0)
 KEYWORD_ONLY = Weights(0.0, 1.0, 0.0)
 Rows = list[tuple[int, Mapping[str, float]]]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", choices=["locomo"], default="locomo")
-    p.add_argument("--path", default=DEFAULT_PATH, help="the LoCoMo JSON file")
+    p.add_argument("--dataset", choices=["locomo", "madial"], default="locomo")
+    p.add_argument("--path", default=None,
+                   help=f"the LoCoMo JSON file (default {DEFAULT_PATH}) or the MADial folder "
+                        f"(default {MADIAL_PATH})")
+    p.add_argument("--models", default=MADIAL_MODELS,
+                   help="MADial: local models to compare, comma-separated")
+    p.add_argument("--languages", default="en,zh", help="MADial: languages, comma-separated")
+    p.add_argument("--no-keyword-only", action="store_true",
+                   help="MADial: skip the run without an embedder")
     p.add_argument("--backend", choices=["memory", "postgres"], default="postgres")
     p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: the embedded server)")
     p.add_argument("--ingest", choices=["engine", "actors"], default="engine",
                    help="store through MemoryEngine, or through MemorySystem handles on Ray")
     p.add_argument("--placement", choices=["sharded", "dedicated"], default="sharded")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="local sentence-transformers model")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="local model (a local: name without the prefix)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="embedding cache")
     p.add_argument("--conversations", type=int, default=None, help="only the first N")
     p.add_argument("--dedup-threshold", type=float, default=0.85)
@@ -243,6 +253,14 @@ async def _time_query_embedding(embedder: DiskCachedEmbedder, texts: Sequence[st
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.dataset == "madial":
+        from . import retrieval_madial
+
+        args.path = args.path or MADIAL_PATH
+        result = await retrieval_madial.run(args)
+        result.update(command=command(), machine=machine())
+        return result
+    args.path = args.path or DEFAULT_PATH
     data = load_locomo(args.path)
     if args.conversations:
         data.conversations = data.conversations[:args.conversations]
@@ -251,7 +269,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     texts = [t.content for c in data.conversations for t in c.turns]
     questions = [q.question for q in data.questions]
     t0 = time.perf_counter()
-    qv = await embedder.embed(questions)
+    qv = await embedder.embed_query(questions)
     await embedder.embed(texts)  # fills the disk cache; the stores embed through it
     embed_s = time.perf_counter() - t0
     qvec = dict(zip(questions, qv, strict=True))
