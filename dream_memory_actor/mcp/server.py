@@ -4,7 +4,9 @@ Tools: ``read_snapshot``, ``search``, ``store``, ``list_pending``, ``confirm_pen
 ``reject_pending``. Every owner argument is checked (``validation``) and then
 authorized: over HTTP against the caller's bearer token (see :mod:`.auth`; no or an
 unknown token is answered with HTTP 401 before any tool runs), over stdio not at
-all (the local user owns the process). Our typed errors become MCP tool errors
+all (the local user owns the process). A server without a token map has no HTTP
+app unless the caller opts in for loopback (``http_app(..., allow_unauthenticated=True)``).
+Our typed errors become MCP tool errors
 (``is_error``) whose text is ``"<ErrorType>: <message>"``; anything unexpected is
 answered by the SDK with ``Error executing tool <name>``, never a traceback.
 """
@@ -12,6 +14,7 @@ answered by the SDK with ``Error executing tool <name>``, never a traceback.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -22,6 +25,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import validation as check
 from ..config import MemorySettings
@@ -179,9 +184,60 @@ def build_server(backend: MemoryBackend, token_map: TokenMap | None = None, *,
     return server
 
 
-def http_app(server: MCPServer, host: str = "127.0.0.1") -> Starlette:
-    """The streamable HTTP ASGI app (endpoint ``/mcp``); run it with uvicorn."""
-    return server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+class UnauthenticatedHTTP(ConfigurationError):
+    """An HTTP app of a server without a token map, not explicitly allowed on loopback:
+    it would serve every owner's memory to whoever can reach it."""
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _LoopbackOnly:
+    """ASGI middleware answering 403 to every peer that is not on this machine's loopback,
+    whatever address the app was bound to."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        if scope["type"] in ("http", "websocket") and not (client and is_loopback(client[0])):
+            await PlainTextResponse("loopback clients only", status_code=403)(
+                scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: MCPServer, host: str = "127.0.0.1", *,
+             allow_unauthenticated: bool = False) -> Starlette:
+    """The streamable HTTP ASGI app (endpoint ``/mcp``); run it with uvicorn.
+
+    ``server`` must have been built with a token map: a server without one grants
+    every owner to every caller, so its app is refused (``UnauthenticatedHTTP``)
+    unless ``allow_unauthenticated=True`` and ``host`` is a loopback address; that
+    app then answers 403 to any peer not on loopback.
+    """
+    authenticated = server.settings.auth is not None
+    if not authenticated:
+        if not allow_unauthenticated:
+            raise UnauthenticatedHTTP(
+                "this MCP server has no token map: over HTTP it would serve every owner "
+                "to anyone; build it with a TokenMap, or pass allow_unauthenticated=True "
+                "to serve on loopback only")
+        if not is_loopback(host):
+            raise UnauthenticatedHTTP(
+                f"an MCP server without a token map serves loopback only, not {host!r}")
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    if not authenticated:
+        app.add_middleware(_LoopbackOnly)
+    return app
 
 
 async def open_backend(settings: MemorySettings, ray_system: str | None = None,

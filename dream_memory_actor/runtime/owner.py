@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from ..errors import InvalidInput, NotFound
-from ..models import MemorySnapshot, StoreResult, new_id, utcnow
+from ..models import AuditAction, AuditEntry, MemorySnapshot, StoreResult, new_id, utcnow
 from ..storage.ops import L1Op
 from .errors import OwnerMoved, RuntimeTimeout
 from .placement import LiveSet
@@ -34,6 +34,10 @@ class L1Engine(Protocol):
 
     async def apply(self, owner: str, ops: Sequence[L1Op], *, op_id: str | None = None
                     ) -> MemorySnapshot: ...
+
+    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
+                     edited: str | None = None, op_id: str | None = None
+                     ) -> tuple[MemorySnapshot, AuditEntry] | None: ...
 
 
 class L2Path(Protocol):
@@ -150,16 +154,36 @@ class OwnerMemory:
     # -- writes: one at a time, written through before the answer -----------------------
 
     async def apply(self, ops: Sequence[L1Op], op_id: str | None) -> MemorySnapshot:
+        snap = await self._write(lambda: self._l1.apply(self.owner, ops, op_id=op_id))
+        return snap.live(utcnow())
+
+    async def decide(self, pending_id: str, action: AuditAction, by: str, edited: str | None,
+                     op_id: str | None) -> tuple[MemorySnapshot, AuditEntry] | None:
+        """A decision on a queued item with its audit entry (see ``storage.decisions``)."""
+        done: list[tuple[MemorySnapshot, AuditEntry]] = []
+
+        async def write() -> MemorySnapshot:
+            got = await self._l1.decide(self.owner, pending_id, action, by, edited=edited,
+                                        op_id=op_id)
+            if got is None:  # not queued: nothing written, the snapshot is unchanged
+                return await self._loaded()
+            done.append(got)
+            return got[0]
+
+        await self._write(write)
+        return done[0] if done else None
+
+    async def _write(self, write: Callable[[], Awaitable[MemorySnapshot]]) -> MemorySnapshot:
         async with self._lock:
             try:
-                snap = await self._l1.apply(self.owner, ops, op_id=op_id)
+                snap = await write()
             except (InvalidInput, NotFound):
                 raise  # refused before anything was written
             except BaseException:
                 self._snap = None  # the write may have landed: reload before the next read
                 raise
             self._set(snap)
-            return snap.live(utcnow())
+            return snap
 
     async def store(self, content: str, metadata: Mapping[str, Any] | None,
                     op_id: str | None) -> StoreResult:

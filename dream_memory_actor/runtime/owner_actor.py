@@ -27,7 +27,7 @@ import ray
 from ..engine import MemoryEngine
 from ..errors import ExtractionError
 from ..extraction import ExtractionReport, ExtractionService, HitlDecision, open_extractor
-from ..models import AuditEntry, ChatAppend, ChatMessage, MemorySnapshot, StoreResult
+from ..models import AuditAction, AuditEntry, ChatAppend, ChatMessage, MemorySnapshot, StoreResult
 from ..storage.ops import L1Op
 from .errors import OwnerMoved
 from .owner import OwnerMemory, OwnerTable
@@ -279,6 +279,14 @@ class _OwnerWriter:
         async with self._holder._use(owner) as mem:
             snap: MemorySnapshot = await mem.apply(ops, op_id)
             return snap
+
+    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
+                     edited: str | None = None, op_id: str | None = None
+                     ) -> tuple[MemorySnapshot, AuditEntry] | None:
+        async with self._holder._use(owner) as mem:
+            done: tuple[MemorySnapshot, AuditEntry] | None = await mem.decide(
+                pending_id, action, by, edited, op_id)
+            return done
 
     async def store(self, owner: str, content: str, *,
                     metadata: Mapping[str, Any] | None = None, op_id: str | None = None

@@ -19,8 +19,9 @@ from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
 from .. import validation as check
-from ..errors import InvalidQuery
+from ..errors import AuditNotWritable, InvalidQuery
 from ..models import (
+    AuditAction,
     AuditEntry,
     ChatAppend,
     ChatMessage,
@@ -98,6 +99,16 @@ class StructuredStore(_Lifecycle, ABC):
             raise InvalidQuery("apply needs at least one operation")
         return await self._apply(owner, self.validate_ops(ops), now or utcnow(), op_id)
 
+    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
+                     edited: str | None = None, now: datetime | None = None,
+                     op_id: str | None = None) -> tuple[MemorySnapshot, AuditEntry] | None:
+        """Confirm or reject a queued item with its audit entry, atomically; ``None`` if
+        it is not queued. See :func:`.decisions.decide`."""
+        from .decisions import decide
+
+        return await decide(self, owner, pending_id, action, by, edited=edited, now=now,
+                            op_id=op_id)
+
     def validate_ops(self, ops: Sequence[L1Op]) -> list[L1Op]:
         """The operations with their text normalized, or ``InvalidInput``."""
         out: list[L1Op] = []
@@ -124,7 +135,8 @@ class StructuredStore(_Lifecycle, ABC):
             elif isinstance(op, AddPending):
                 out.append(AddPending(self._validate_pending(op.item)))
             elif isinstance(op, AddAudit):
-                out.append(AddAudit(self._validate_audit(op.entry)))
+                raise AuditNotWritable(
+                    "audit entries are written by confirm and reject only, not by apply")
             else:
                 raise InvalidQuery(f"unknown operation {op!r}")
         return out
@@ -146,19 +158,10 @@ class StructuredStore(_Lifecycle, ABC):
             update={"content": check.content(item.content, self.max_content_bytes)}
         )
 
-    def _validate_audit(self, entry: AuditEntry) -> AuditEntry:
-        if not isinstance(entry, AuditEntry):
-            raise InvalidQuery(f"AddAudit needs an AuditEntry, got {entry!r}")
-        check.ids([entry.id, entry.pending_id])
-        written = (None if entry.written is None
-                   else check.content(entry.written, self.max_content_bytes, "written content"))
-        return entry.model_copy(update={"by": _source(entry.by), "written": written,
-                                        "item": self._validate_pending(entry.item)})
-
     # -- L3 chat window and the audit trail ------------------------------------------
     #
     # Every backend implements the four primitives below, and keeps the entries of
-    # ``AddAudit`` operations in ``_apply``.
+    # ``AddAudit`` operations in ``_apply`` (``decisions.decide`` adds them, nothing else).
 
     @abstractmethod
     async def _append_messages(
