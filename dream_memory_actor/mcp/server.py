@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -248,29 +249,60 @@ async def open_backend(settings: MemorySettings, ray_system: str | None = None,
     return await LocalBackend.open(settings)
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` and listening, or ``ConfigurationError``
+    (bad port, unknown host, address in use), before anything else is opened."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ConfigurationError(f"the MCP HTTP port must be 1-65535, got {port!r}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock
+
+
 async def serve_async(settings: MemorySettings, transport: Transport = "stdio",
                       host: str = "127.0.0.1", port: int = 8765,
                       token_map: TokenMap | None = None, *, ray_system: str | None = None,
                       ray_address: str | None = "auto") -> None:
-    """Serve until stopped (end of stdin, or SIGINT/SIGTERM over HTTP)."""
+    """Serve until stopped (end of stdin, or SIGINT/SIGTERM over HTTP).
+
+    Over HTTP the port is bound before the memory is opened: a port in use is a
+    ``ConfigurationError`` and no storage (no embedded PostgreSQL) was started.
+    """
     if transport == "http" and token_map is None:
         raise ConfigurationError(
             "the HTTP transport needs a token map (--tokens FILE or DREAM_MEMORY_MCP_TOKENS)")
     if transport not in ("stdio", "http"):
         raise ConfigurationError(f"unknown MCP transport {transport!r}: use stdio or http")
-    backend = await open_backend(settings, ray_system, ray_address)
+    sock = listen_socket(host, port) if transport == "http" else None
     try:
-        if transport == "stdio":
-            await build_server(backend).run_stdio_async()
-            return
-        import uvicorn
+        backend = await open_backend(settings, ray_system, ray_address)
+        try:
+            if sock is None:
+                await build_server(backend).run_stdio_async()
+                return
+            import uvicorn
 
-        server = build_server(backend, token_map, issuer_url=f"http://{host}:{port}")
-        config = uvicorn.Config(http_app(server, host), host=host, port=port,
-                                log_level="warning")
-        await uvicorn.Server(config).serve()
+            server = build_server(backend, token_map, issuer_url=f"http://{host}:{port}")
+            config = uvicorn.Config(http_app(server, host), host=host, port=port,
+                                    log_level="warning")
+            await uvicorn.Server(config).serve(sockets=[sock])
+        finally:
+            await backend.close()
     finally:
-        await backend.close()
+        if sock is not None:
+            sock.close()
 
 
 def serve(settings: MemorySettings, transport: Transport = "stdio", host: str = "127.0.0.1",
