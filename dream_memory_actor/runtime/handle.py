@@ -150,17 +150,22 @@ class OwnerHandle:
         return Call("owner", method, (self.owner, *args), then, f"{method} for {self.owner!r}",
                     owner=self.owner, extra_timeout_s=extra_timeout_s)
 
-    def _snapshot_args(self, min_version: int | None, timeout_s: float | None) -> float:
+    def _snapshot_args(self, min_version: int | None, timeout_s: float | None,
+                       min_epoch: str | None = None) -> float:
         if min_version is not None and (isinstance(min_version, bool)
                                         or not isinstance(min_version, int) or min_version < 0):
             raise InvalidQuery(f"min_version must be an integer >= 0, got {min_version!r}")
+        if min_epoch is not None and (min_version is None or not isinstance(min_epoch, str)
+                                      or len(min_epoch) > 64):
+            raise InvalidQuery(f"min_epoch must be a snapshot's epoch, with min_version, "
+                               f"got {min_epoch!r}")
         wait = self._view.read_timeout_s if timeout_s is None else timeout_s
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 < wait <= 3600:
             raise InvalidQuery(f"timeout_s must be a number of seconds in (0, 3600], got {wait!r}")
         return float(wait)
 
-    def _reads(self, conn: Connection, min_version: int | None, wait: float
-               ) -> Iterator[Call[MemorySnapshot | None]]:
+    def _reads(self, conn: Connection, min_version: int | None, wait: float,
+               min_epoch: str | None = None) -> Iterator[Call[MemorySnapshot | None]]:
         """The reads to try in order until one gives the snapshot; the last always does.
         Made one at a time: the first usually answers.
 
@@ -170,9 +175,11 @@ class OwnerHandle:
         """
         token, version = conn.known(self.owner)
         remember = functools.partial(conn.remember, self.owner)
-        yield Call("owner", "read", (), remember, f"read for {self.owner!r}", owner=self.owner,
-                   task_name=read_task_name(self.owner, min_version, token, version))
-        yield self._owner_call("snapshot", (min_version, wait), remember, wait)
+        if min_epoch is None:  # the fast read's question has no room for an epoch
+            yield Call("owner", "read", (), remember, f"read for {self.owner!r}",
+                       owner=self.owner,
+                       task_name=read_task_name(self.owner, min_version, token, version))
+        yield self._owner_call("snapshot", (min_version, wait, min_epoch), remember, wait)
 
     def _apply(self, ops: Sequence[L1Op], op_id: str | None, then: Callable[[Any], T]
                ) -> Call[T]:
@@ -216,25 +223,31 @@ class OwnerHandle:
 
     # -- L1 -------------------------------------------------------------------------------
 
-    def snapshot(self, min_version: int | None = None, *, timeout_s: float | None = None
-                 ) -> MemorySnapshot:
+    def snapshot(self, min_version: int | None = None, *, timeout_s: float | None = None,
+                 min_epoch: str | None = None) -> MemorySnapshot:
         """The owner's snapshot, served from its actor's memory.
 
         ``min_version``: wait (up to ``timeout_s``, default the system's read timeout)
         until the snapshot has at least this version, e.g. the version another agent's
-        write returned; ``RuntimeTimeout`` if it does not come.
+        write returned; ``RuntimeTimeout`` if it does not come. ``min_epoch`` (that
+        snapshot's ``epoch``) says which incarnation of the owner's state the version
+        counts in: a snapshot of a later epoch (the backend lost the state and it was
+        written again) is newer than any version of the old one.
         """
         conn = connection(self._view)
-        for read in self._reads(conn, min_version, self._snapshot_args(min_version, timeout_s)):
+        wait = self._snapshot_args(min_version, timeout_s, min_epoch)
+        for read in self._reads(conn, min_version, wait, min_epoch):
             snap = conn.call(read)
             if snap is not None:
                 return snap
         raise AssertionError("the full read always carries the snapshot")
 
     async def snapshot_async(self, min_version: int | None = None, *,
-                             timeout_s: float | None = None) -> MemorySnapshot:
+                             timeout_s: float | None = None, min_epoch: str | None = None
+                             ) -> MemorySnapshot:
         conn = connection(self._view)
-        for read in self._reads(conn, min_version, self._snapshot_args(min_version, timeout_s)):
+        wait = self._snapshot_args(min_version, timeout_s, min_epoch)
+        for read in self._reads(conn, min_version, wait, min_epoch):
             snap = await conn.call_async(read)
             if snap is not None:
                 return snap

@@ -96,8 +96,10 @@ class OwnerMemory:
         return -1 if self._snap is None else self._snap.version
 
     def _set(self, snap: MemorySnapshot) -> None:
-        # Versions only move forward: a reload racing a write keeps the newer one.
-        if self._snap is None or snap.version >= self._snap.version:
+        # Versions only move forward within an epoch; a new epoch (the backend lost the
+        # owner's state and made it again) replaces whatever was held, at any version.
+        held = self._snap
+        if held is None or snap.epoch != held.epoch or snap.version >= held.version:
             self._snap = snap
         self._bumped.set()
         self._bumped = asyncio.Event()
@@ -112,30 +114,33 @@ class OwnerMemory:
 
     # -- reads ------------------------------------------------------------------------
 
-    def peek(self, min_version: int | None = None) -> MemorySnapshot | None:
-        """The snapshot if it is in memory (and at ``min_version``), without waiting.
+    def peek(self, min_version: int | None = None, min_epoch: str | None = None
+             ) -> MemorySnapshot | None:
+        """The snapshot if it is in memory (and at ``min_version`` of ``min_epoch``, see
+        ``MemorySnapshot.reached``), without waiting.
 
         Not expired here: readers call ``live()`` on what they get.
         """
         snap = self._snap
         if self.closed or snap is None or (min_version is not None
-                                            and snap.version < min_version):
+                                            and not snap.reached(min_version, min_epoch)):
             return None
         return snap
 
-    async def snapshot(self, min_version: int | None = None, timeout_s: float = 10.0
-                       ) -> MemorySnapshot:
+    async def snapshot(self, min_version: int | None = None, timeout_s: float = 10.0,
+                       min_epoch: str | None = None) -> MemorySnapshot:
         """The live snapshot, from memory; with ``min_version``, wait until it is reached."""
         snap = await self._loaded()
-        if min_version is not None and snap.version < min_version:
-            snap = await self._wait_version(min_version, timeout_s)
+        if min_version is not None and not snap.reached(min_version, min_epoch):
+            snap = await self._wait_version(min_version, min_epoch, timeout_s)
         return snap.live(utcnow())
 
-    async def _wait_version(self, version: int, timeout_s: float) -> MemorySnapshot:
+    async def _wait_version(self, version: int, epoch: str | None, timeout_s: float
+                            ) -> MemorySnapshot:
         deadline = time.monotonic() + timeout_s
         while True:
             snap = await self._loaded()
-            if snap.version >= version:
+            if snap.reached(version, epoch):
                 return snap
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -102,16 +102,18 @@ class _Holder(abc.ABC):
         snap = None if mem is None else mem.peek(min_version)
         if mem is None or snap is None:
             return None
-        if token == mem.token and version == snap.version:
-            return [mem.token, snap.version, None]
-        return [mem.token, snap.version, snap]
+        lineage = _lineage(mem, snap)
+        if token == lineage and version == snap.version:
+            return [lineage, snap.version, None]
+        return [lineage, snap.version, snap]
 
-    async def snapshot(self, owner: str, min_version: int | None, timeout_s: float
-                       ) -> SnapshotReply:
-        """The full read: loads the owner if needed, waits for ``min_version``."""
+    async def snapshot(self, owner: str, min_version: int | None, timeout_s: float,
+                       min_epoch: str | None = None) -> SnapshotReply:
+        """The full read: loads the owner if needed, waits for ``min_version`` (of
+        ``min_epoch``, see ``MemorySnapshot.reached``)."""
         async with self._use(owner) as mem:
-            snap: MemorySnapshot = await mem.snapshot(min_version, timeout_s)
-            return [mem.token, snap.version, snap]
+            snap: MemorySnapshot = await mem.snapshot(min_version, timeout_s, min_epoch)
+            return [_lineage(mem, snap), snap.version, snap]
 
     async def apply(self, owner: str, ops: Sequence[L1Op], op_id: str | None
                     ) -> MemorySnapshot:
@@ -258,6 +260,13 @@ class _Holder(abc.ABC):
         out["background_failures"] = self._extraction_failures
         out["background_running"] = sum(len(t) for t in self._extracting.values())
         return out
+
+
+def _lineage(mem: OwnerMemory, snap: MemorySnapshot) -> str:
+    """What a reader's cached copy is valid for besides the version: this live instance
+    (a reload elsewhere gets a new token) and the backend's epoch of the owner's state
+    (a backend that restarted empty counts versions again from 1)."""
+    return f"{mem.token}.{snap.epoch}"
 
 
 class _OwnerWriter:

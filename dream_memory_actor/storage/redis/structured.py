@@ -209,6 +209,7 @@ class RedisStructuredStore(StructuredStore):
         k = self._keys
         doc = {
             "version": new.version,
+            "epoch": new.epoch,
             "updated_at": new.updated_at.isoformat() if new.updated_at else None,
             "rules": [r.model_dump(mode="json") for r in new.rules],
             "facts": [f.model_dump(mode="json") for f in new.facts],
@@ -369,6 +370,7 @@ def _snapshot(owner: str, reply: list[Any]) -> MemorySnapshot:
         status_expires_at=expires,
         pending=tuple(pending),
         version=int(doc.get("version", 0)),
+        epoch=str(doc.get("epoch", "")),
         updated_at=datetime.fromisoformat(updated) if updated else None,
     )
 
