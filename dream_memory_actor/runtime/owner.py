@@ -170,8 +170,8 @@ class OwnerMemory:
         async def write() -> MemorySnapshot:
             got = await self._l1.decide(self.owner, pending_id, action, by, edited=edited,
                                         op_id=op_id)
-            if got is None:  # not queued: nothing written, the snapshot is unchanged
-                return await self._loaded()
+            if got is None:  # not queued: nothing written (this runs under the lock)
+                return self._snap or await self._l1.snapshot(self.owner)
             done.append(got)
             return got[0]
 
