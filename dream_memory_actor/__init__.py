@@ -5,6 +5,7 @@ from __future__ import annotations
 from .config import MemorySettings
 from .engine import MemoryEngine
 from .errors import (
+    AuditNotWritable,
     BackendError,
     BackendUnavailable,
     ConfigurationError,
@@ -40,6 +41,7 @@ from .scoring import Weights
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditNotWritable",
     "BackendError",
     "BackendUnavailable",
     "ConfigurationError",

@@ -20,7 +20,7 @@ from .config import MemorySettings
 from .embedding import CachedEmbedder, open_embedder
 from .errors import SystemClosed
 from .metrics import get_metrics
-from .models import MemorySnapshot, SearchHit, StoreResult, VectorMemory
+from .models import AuditAction, AuditEntry, MemorySnapshot, SearchHit, StoreResult, VectorMemory
 from .scoring import Weights
 from .storage import open_stores
 from .storage.base import StructuredStore, VectorStore
@@ -98,6 +98,19 @@ class MemoryEngine:
             snap = await self.structured.apply(owner, ops, now=now, op_id=op_id)
         self.metrics.observe_pending(owner, len(snap.pending))
         return snap
+
+    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
+                     edited: str | None = None, op_id: str | None = None
+                     ) -> tuple[MemorySnapshot, AuditEntry] | None:
+        """A person's decision on a queued item with its audit entry (``apply`` cannot
+        write one); ``None`` if it is not queued. Confirm and reject call it."""
+        self._open()
+        with self.metrics.operation("apply", self.settings.backend):
+            done = await self.structured.decide(owner, pending_id, action, by, edited=edited,
+                                                op_id=op_id)
+        if done is not None:
+            self.metrics.observe_pending(owner, len(done[0].pending))
+        return done
 
     # -- L2 ------------------------------------------------------------------------
 

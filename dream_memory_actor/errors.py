@@ -10,7 +10,8 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── InvalidEmbedding                 NaN/inf, wrong dimension
     │   ├── InvalidStatusKey
     │   ├── InvalidMetadata
-    │   └── InvalidQuery
+    │   ├── InvalidQuery
+    │   └── AuditNotWritable                 the audit trail is written by decisions only
     ├── NotFound (also a LookupError)
     │   ├── UnknownStatusKey
     │   ├── MemoryNotFound
@@ -63,6 +64,11 @@ class InvalidMetadata(InvalidInput):
 
 class InvalidQuery(InvalidInput):
     """A search query or its options are not acceptable."""
+
+
+class AuditNotWritable(InvalidInput):
+    """An ``AddAudit`` operation from a caller: audit entries are written only by the
+    decisions themselves (confirm and reject), never through ``apply``."""
 
 
 class NotFound(DreamMemoryError, LookupError):

@@ -6,6 +6,7 @@ carries the three signal scores so a user can see why a memory ranked.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
@@ -27,6 +28,12 @@ def utcnow() -> datetime:
 def new_id() -> str:
     """A new random id (UUID4, hex with dashes)."""
     return str(uuid.uuid4())
+
+
+def new_epoch() -> str:
+    """A new snapshot epoch: the time in hex nanoseconds (so later epochs sort after
+    earlier ones) and a random suffix (so two made at once differ)."""
+    return f"{time.time_ns():016x}-{uuid.uuid4().hex[:8]}"
 
 
 class FrozenMap(Mapping[str, str]):
@@ -138,7 +145,22 @@ class MemorySnapshot(_Frozen):
     status_expires_at: Mapping[str, datetime] = Field(default_factory=dict, repr=False)
     pending: tuple[MemoryPendingItem, ...] = ()
     version: int = 0
+    #: Names the backend's incarnation of this owner's state: made when the state is first
+    #: written, so a backend that lost it (Redis restarted empty) counts versions again
+    #: under a new epoch. A version means something only with its epoch: caches compare
+    #: both (``reached``). Empty for an owner nothing was written for yet, and on
+    #: PostgreSQL, whose state is durable (its versions never restart).
+    epoch: str = ""
     updated_at: datetime | None = None
+
+    def reached(self, version: int, epoch: str | None = None) -> bool:
+        """Whether this snapshot is at least ``version`` of ``epoch`` (``None``: this
+        snapshot's epoch). Epochs are ordered by when they were made: a snapshot of a
+        later epoch is newer than any version of an earlier one, whose state the
+        backend lost."""
+        if epoch is None or epoch == self.epoch:
+            return self.version >= version
+        return self.epoch > epoch
 
     def live(self, now: datetime | None = None) -> MemorySnapshot:
         """This snapshot without status entries and pending items that expired by ``now``."""

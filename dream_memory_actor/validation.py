@@ -217,6 +217,16 @@ def min_version(value: object) -> int | None:
     return None if value is None else _int_at_least(value, 0, "min_version")
 
 
+def min_epoch(value: object, version: object) -> str | None:
+    """Check the epoch a ``min_version`` counts in (a snapshot's ``epoch``), or ``None``."""
+    if value is None:
+        return None
+    if version is None or not isinstance(value, str) or not 0 < len(value) <= 64:
+        raise InvalidQuery(f"min_epoch must be a snapshot's epoch, with min_version, "
+                           f"got {value!r}")
+    return value
+
+
 def window(value: object) -> int:
     """Check a chat window size: an int in 1..10000."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WINDOW:
@@ -300,7 +310,10 @@ def _op(op: object, max_bytes: int) -> L1Op:
     if isinstance(op, AddPending):
         return AddPending(pending_item(op.item, max_bytes))
     if isinstance(op, AddAudit):
-        return AddAudit(audit_entry(op.entry, max_bytes))
+        from .errors import AuditNotWritable
+
+        raise AuditNotWritable(
+            "audit entries are written by confirm and reject only, not by apply")
     raise InvalidQuery(f"unknown operation {op!r}")
 
 

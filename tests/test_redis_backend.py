@@ -145,6 +145,28 @@ async def test_close_twice(backend: str, request: pytest.FixtureRequest) -> None
         await s.vector.close()
 
 
+# -- an owner's state lost by the server ----------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", REDIS_FLAVOURS)
+async def test_state_made_again_has_a_new_epoch(backend: str,
+                                                request: pytest.FixtureRequest) -> None:
+    async with opened(backend, request) as s:
+        st = s.structured
+        assert (await st.load("alice")).epoch == ""  # nothing written yet
+        first = [await st.set_status("alice", "k", str(i)) for i in range(3)]
+        epoch = first[0].epoch
+        assert epoch and all(f.epoch == epoch for f in first)
+        assert (await st.load("alice")).epoch == epoch
+        drop_prefix(url_of(backend, request), prefix_of(s))  # as a restart without data
+        lost = await st.load("alice")
+        assert (lost.version, lost.epoch, dict(lost.status)) == (0, "", {})
+        again = await st.set_status("alice", "k", "new")
+        assert again.version == 1 and again.epoch not in ("", epoch)
+        assert again.reached(first[-1].version, epoch)  # newer than anything of the old state
+        assert not first[-1].reached(again.version, again.epoch)
+
+
 # -- caches across processes ------------------------------------------------------------------
 
 

@@ -10,11 +10,12 @@ windows and the audit trail from the structured store::
     report.counts["written"]                                 # 1
     await service.confirm("alice", pending_id, by="alice")   # a person's decision
 
-Confirming and rejecting are one atomic ``apply``: ``RemovePending``, the write
-(``AddRule``/``AddFact``/``SetStatus``) and ``AddAudit``, under the operation id
-``hitl:<pending id>``. Both are idempotent: a second call finds the item gone,
-reads its audit entry and returns it (``applied=False``) without writing. Of two
-concurrent calls, the operation id lets one apply; the other reads the winner.
+Confirming and rejecting are one atomic ``decide`` (see ``storage.decisions``):
+``RemovePending``, the write (``AddRule``/``AddFact``/``SetStatus``) and the audit
+entry, under the operation id ``hitl:<pending id>``; ``apply`` cannot write audit
+entries. Both are idempotent: a second call finds the item gone, reads its audit
+entry and returns it (``applied=False``) without writing. Of two concurrent calls,
+the removal of the item lets one apply; the other reads the winner.
 A ``memory`` item is written to L2 after that apply, with its own operation id,
 and a repeated confirm re-issues that store (a no-op once done), so a crash in
 between is repaired by retrying.
@@ -48,12 +49,7 @@ from ..models import (
     utcnow,
 )
 from ..storage.ops import (
-    AddAudit,
-    AddFact,
-    AddRule,
     L1Op,
-    RemovePending,
-    SetStatus,
 )
 from .candidates import ExtractionResult, Extractor, Usage, check_items
 from .gate import Thresholds, gate
@@ -80,6 +76,10 @@ class MemoryWriter(Protocol):
     async def store(self, owner: str, content: str, *,
                     metadata: Mapping[str, Any] | None = None, op_id: str | None = None
                     ) -> StoreResult: ...
+
+    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
+                     edited: str | None = None, op_id: str | None = None
+                     ) -> tuple[MemorySnapshot, AuditEntry] | None: ...
 
 
 class ExtractionReport(BaseModel):
@@ -227,29 +227,17 @@ class ExtractionService:
         check.decider(by)
         limit = self.settings.max_content_bytes
         text = None if edited is None else check.content(edited, limit, "edited content")
-        snap = await self.writer.snapshot(owner)
-        item = next((p for p in snap.pending if p.id == pending_id), None)
-        if item is None:
-            return await self._recorded(owner, pending_id, action)
-        written = None
-        ops: list[L1Op] = [RemovePending(pending_id)]
-        if action == "confirmed":
-            written = text or (item.value if item.kind == "status" else item.content) or ""
-            if item.kind == "rule":
-                ops.append(AddRule(written, source="confirmed"))
-            elif item.kind == "fact":
-                ops.append(AddFact(written, source="confirmed"))
-            elif item.kind == "status":
-                ops.append(SetStatus(item.key or "", written))
-        entry = AuditEntry(pending_id=pending_id, action=action, by=by, at=utcnow(), item=item,
-                           written=written)
-        ops.append(AddAudit(entry))
-        await self.writer.apply(owner, ops, op_id=f"hitl:{pending_id}")
+        try:
+            done = await self.writer.decide(owner, pending_id, action, by, edited=text,
+                                            op_id=f"hitl:{pending_id}")
+        except PendingItemNotFound:
+            done = None  # another decision removed it meanwhile: report that one
         decision = await self._recorded(owner, pending_id, action)
-        self._stats[action] += int(decision.entry.id == entry.id)
-        if decision.entry.id == entry.id:
+        mine = done is not None and decision.entry.id == done[1].id
+        self._stats[action] += int(mine)
+        if mine:
             get_metrics().hitl_decision(action)
-        return decision.model_copy(update={"applied": decision.entry.id == entry.id})
+        return decision.model_copy(update={"applied": mine})
 
     async def _recorded(self, owner: str, pending_id: str, action: AuditAction
                         ) -> HitlDecision:

@@ -12,7 +12,7 @@ over stdio there is no token: the local user who started the process owns it.
 from .auth import AccessDenied, Grant, TokenMap, hash_token
 from .backend import LocalBackend, MemoryBackend, RayBackend
 from .entry import main
-from .server import build_server, http_app, serve, serve_async
+from .server import UnauthenticatedHTTP, build_server, http_app, serve, serve_async
 
 __all__ = [
     "AccessDenied",
@@ -21,6 +21,7 @@ __all__ = [
     "MemoryBackend",
     "RayBackend",
     "TokenMap",
+    "UnauthenticatedHTTP",
     "build_server",
     "hash_token",
     "http_app",

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ..config import MemorySettings
 from ..errors import DreamMemoryError
+from ..shutdown import Terminated, exit_on_sigterm
 from .auth import ENV_VAR, TokenMap, hash_token
 from .server import serve
 
@@ -52,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(hash_token(token))
         return 0
+    exit_on_sigterm()  # SIGTERM unwinds like Ctrl-C: the memory is closed, storage stopped
     try:
         overrides = {"backend": args.backend} if args.backend else {}
         settings = (MemorySettings.from_yaml(args.config, **overrides) if args.config
@@ -74,4 +76,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 0  # asked to stop, and stopped cleanly
     return 0

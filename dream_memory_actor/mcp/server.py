@@ -4,7 +4,9 @@ Tools: ``read_snapshot``, ``search``, ``store``, ``list_pending``, ``confirm_pen
 ``reject_pending``. Every owner argument is checked (``validation``) and then
 authorized: over HTTP against the caller's bearer token (see :mod:`.auth`; no or an
 unknown token is answered with HTTP 401 before any tool runs), over stdio not at
-all (the local user owns the process). Our typed errors become MCP tool errors
+all (the local user owns the process). A server without a token map has no HTTP
+app unless the caller opts in for loopback (``http_app(..., allow_unauthenticated=True)``).
+Our typed errors become MCP tool errors
 (``is_error``) whose text is ``"<ErrorType>: <message>"``; anything unexpected is
 answered by the SDK with ``Error executing tool <name>``, never a traceback.
 """
@@ -12,6 +14,8 @@ answered by the SDK with ``Error executing tool <name>``, never a traceback.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import socket
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -22,6 +26,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import validation as check
 from ..config import MemorySettings
@@ -179,9 +185,60 @@ def build_server(backend: MemoryBackend, token_map: TokenMap | None = None, *,
     return server
 
 
-def http_app(server: MCPServer, host: str = "127.0.0.1") -> Starlette:
-    """The streamable HTTP ASGI app (endpoint ``/mcp``); run it with uvicorn."""
-    return server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+class UnauthenticatedHTTP(ConfigurationError):
+    """An HTTP app of a server without a token map, not explicitly allowed on loopback:
+    it would serve every owner's memory to whoever can reach it."""
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _LoopbackOnly:
+    """ASGI middleware answering 403 to every peer that is not on this machine's loopback,
+    whatever address the app was bound to."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        if scope["type"] in ("http", "websocket") and not (client and is_loopback(client[0])):
+            await PlainTextResponse("loopback clients only", status_code=403)(
+                scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: MCPServer, host: str = "127.0.0.1", *,
+             allow_unauthenticated: bool = False) -> Starlette:
+    """The streamable HTTP ASGI app (endpoint ``/mcp``); run it with uvicorn.
+
+    ``server`` must have been built with a token map: a server without one grants
+    every owner to every caller, so its app is refused (``UnauthenticatedHTTP``)
+    unless ``allow_unauthenticated=True`` and ``host`` is a loopback address; that
+    app then answers 403 to any peer not on loopback.
+    """
+    authenticated = server.settings.auth is not None
+    if not authenticated:
+        if not allow_unauthenticated:
+            raise UnauthenticatedHTTP(
+                "this MCP server has no token map: over HTTP it would serve every owner "
+                "to anyone; build it with a TokenMap, or pass allow_unauthenticated=True "
+                "to serve on loopback only")
+        if not is_loopback(host):
+            raise UnauthenticatedHTTP(
+                f"an MCP server without a token map serves loopback only, not {host!r}")
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    if not authenticated:
+        app.add_middleware(_LoopbackOnly)
+    return app
 
 
 async def open_backend(settings: MemorySettings, ray_system: str | None = None,
@@ -192,29 +249,60 @@ async def open_backend(settings: MemorySettings, ray_system: str | None = None,
     return await LocalBackend.open(settings)
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` and listening, or ``ConfigurationError``
+    (bad port, unknown host, address in use), before anything else is opened."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ConfigurationError(f"the MCP HTTP port must be 1-65535, got {port!r}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock
+
+
 async def serve_async(settings: MemorySettings, transport: Transport = "stdio",
                       host: str = "127.0.0.1", port: int = 8765,
                       token_map: TokenMap | None = None, *, ray_system: str | None = None,
                       ray_address: str | None = "auto") -> None:
-    """Serve until stopped (end of stdin, or SIGINT/SIGTERM over HTTP)."""
+    """Serve until stopped (end of stdin, or SIGINT/SIGTERM over HTTP).
+
+    Over HTTP the port is bound before the memory is opened: a port in use is a
+    ``ConfigurationError`` and no storage (no embedded PostgreSQL) was started.
+    """
     if transport == "http" and token_map is None:
         raise ConfigurationError(
             "the HTTP transport needs a token map (--tokens FILE or DREAM_MEMORY_MCP_TOKENS)")
     if transport not in ("stdio", "http"):
         raise ConfigurationError(f"unknown MCP transport {transport!r}: use stdio or http")
-    backend = await open_backend(settings, ray_system, ray_address)
+    sock = listen_socket(host, port) if transport == "http" else None
     try:
-        if transport == "stdio":
-            await build_server(backend).run_stdio_async()
-            return
-        import uvicorn
+        backend = await open_backend(settings, ray_system, ray_address)
+        try:
+            if sock is None:
+                await build_server(backend).run_stdio_async()
+                return
+            import uvicorn
 
-        server = build_server(backend, token_map, issuer_url=f"http://{host}:{port}")
-        config = uvicorn.Config(http_app(server, host), host=host, port=port,
-                                log_level="warning")
-        await uvicorn.Server(config).serve()
+            server = build_server(backend, token_map, issuer_url=f"http://{host}:{port}")
+            config = uvicorn.Config(http_app(server, host), host=host, port=port,
+                                    log_level="warning")
+            await uvicorn.Server(config).serve(sockets=[sock])
+        finally:
+            await backend.close()
     finally:
-        await backend.close()
+        if sock is not None:
+            sock.close()
 
 
 def serve(settings: MemorySettings, transport: Transport = "stdio", host: str = "127.0.0.1",

@@ -81,21 +81,25 @@ def _owner(owner: str, method: str, args: tuple[Any, ...], then: Callable[[Any],
 
 
 def reads(view: ClientView, owner: str, conn: Connection, min_version: int | None,
-          timeout_s: float | None) -> Iterator[Call[MemorySnapshot | None]]:
+          timeout_s: float | None, min_epoch: str | None = None
+          ) -> Iterator[Call[MemorySnapshot | None]]:
     """The reads to try in order until one gives the snapshot; the last always does.
     Made one at a time: the first usually answers.
 
     1. the fast read, from the actor's memory, as cheap as a Ray call without
        argument: an unchanged snapshot held here is confirmed, not re-sent;
-    2. the full read (loads the owner, waits for ``min_version``).
+    2. the full read (loads the owner, waits for ``min_version``, counted in
+       ``min_epoch`` when given).
     """
     check.min_version(min_version)
+    check.min_epoch(min_epoch, min_version)
     wait = check.timeout(view.read_timeout_s if timeout_s is None else timeout_s)
     token, version = conn.known(owner)
     remember = functools.partial(conn.remember, owner)
-    yield Call("owner", "read", (), remember, f"read for {owner!r}", owner=owner,
-               task_name=read_task_name(owner, min_version, token, version))
-    yield _owner(owner, "snapshot", (min_version, wait), remember, wait)
+    if min_epoch is None:  # the fast read's question has no room for an epoch
+        yield Call("owner", "read", (), remember, f"read for {owner!r}", owner=owner,
+                   task_name=read_task_name(owner, min_version, token, version))
+    yield _owner(owner, "snapshot", (min_version, wait, min_epoch), remember, wait)
 
 
 def apply(view: ClientView, owner: str, ops: Sequence[L1Op], op_id: str | None,

@@ -98,25 +98,31 @@ class OwnerHandle:
 
     # -- L1 -------------------------------------------------------------------------------
 
-    def snapshot(self, min_version: int | None = None, *, timeout_s: float | None = None
-                 ) -> MemorySnapshot:
+    def snapshot(self, min_version: int | None = None, *, timeout_s: float | None = None,
+                 min_epoch: str | None = None) -> MemorySnapshot:
         """The owner's snapshot, served from its actor's memory.
 
         ``min_version``: wait (up to ``timeout_s``, default the system's read timeout)
         until the snapshot has at least this version, e.g. the version another agent's
-        write returned; ``RuntimeTimeout`` if it does not come.
+        write returned; ``RuntimeTimeout`` if it does not come. ``min_epoch`` (that
+        snapshot's ``epoch``) says which incarnation of the owner's state the version
+        counts in: a snapshot of a later epoch (the backend lost the state and it was
+        written again) is newer than any version of the old one.
         """
         conn = connection(self._view)
-        for read in calls.reads(self._view, self.owner, conn, min_version, timeout_s):
+        for read in calls.reads(self._view, self.owner, conn, min_version, timeout_s,
+                                min_epoch):
             snap = conn.call(read)
             if snap is not None:
                 return snap
         raise AssertionError("the full read always carries the snapshot")
 
     async def snapshot_async(self, min_version: int | None = None, *,
-                             timeout_s: float | None = None) -> MemorySnapshot:
+                             timeout_s: float | None = None, min_epoch: str | None = None
+                             ) -> MemorySnapshot:
         conn = connection(self._view)
-        for read in calls.reads(self._view, self.owner, conn, min_version, timeout_s):
+        for read in calls.reads(self._view, self.owner, conn, min_version, timeout_s,
+                                min_epoch):
             snap = await conn.call_async(read)
             if snap is not None:
                 return snap

@@ -25,7 +25,14 @@ import ray
 from ..engine import MemoryEngine
 from ..errors import ExtractionError
 from ..extraction import ExtractionReport, ExtractionService, HitlDecision, open_extractor
-from ..models import AuditEntry, ChatAppend, ChatMessage, MemorySnapshot, StoreResult
+from ..models import (
+    AuditAction,
+    AuditEntry,
+    ChatAppend,
+    ChatMessage,
+    MemorySnapshot,
+    StoreResult,
+)
 from ..storage.ops import L1Op
 from .owner import OwnerMemory
 from .placement import parse_read_task_name
@@ -94,16 +101,18 @@ class OwnerHolder(abc.ABC):
         snap = None if mem is None else mem.peek(min_version)
         if mem is None or snap is None:
             return None
-        if token == mem.token and version == snap.version:
-            return [mem.token, snap.version, None]
-        return [mem.token, snap.version, snap]
+        lineage = _lineage(mem, snap)
+        if token == lineage and version == snap.version:
+            return [lineage, snap.version, None]
+        return [lineage, snap.version, snap]
 
-    async def snapshot(self, owner: str, min_version: int | None, timeout_s: float
-                       ) -> SnapshotReply:
-        """The full read: loads the owner if needed, waits for ``min_version``."""
+    async def snapshot(self, owner: str, min_version: int | None, timeout_s: float,
+                       min_epoch: str | None = None) -> SnapshotReply:
+        """The full read: loads the owner if needed, waits for ``min_version`` (of
+        ``min_epoch``, see ``MemorySnapshot.reached``)."""
         async with self._use(owner) as mem:
-            snap: MemorySnapshot = await mem.snapshot(min_version, timeout_s)
-            return [mem.token, snap.version, snap]
+            snap: MemorySnapshot = await mem.snapshot(min_version, timeout_s, min_epoch)
+            return [_lineage(mem, snap), snap.version, snap]
 
     async def apply(self, owner: str, ops: Sequence[L1Op], op_id: str | None
                     ) -> MemorySnapshot:
@@ -252,6 +261,13 @@ class OwnerHolder(abc.ABC):
         return out
 
 
+def _lineage(mem: OwnerMemory, snap: MemorySnapshot) -> str:
+    """What a reader's cached copy is valid for besides the version: this live instance
+    (a reload elsewhere gets a new token) and the backend's epoch of the owner's state
+    (a backend that restarted empty counts versions again from 1)."""
+    return f"{mem.token}.{snap.epoch}"
+
+
 class _OwnerWriter:
     """The extraction service's writer: every write goes through the owner's
     :class:`OwnerMemory` in this actor, serialized with the owner's other writes, so
@@ -271,6 +287,14 @@ class _OwnerWriter:
         async with self._holder._use(owner) as mem:
             snap: MemorySnapshot = await mem.apply(ops, op_id)
             return snap
+
+    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
+                     edited: str | None = None, op_id: str | None = None
+                     ) -> tuple[MemorySnapshot, AuditEntry] | None:
+        async with self._holder._use(owner) as mem:
+            done: tuple[MemorySnapshot, AuditEntry] | None = await mem.decide(
+                pending_id, action, by, edited, op_id)
+            return done
 
     async def store(self, owner: str, content: str, *,
                     metadata: Mapping[str, Any] | None = None, op_id: str | None = None

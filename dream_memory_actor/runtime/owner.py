@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from ..errors import InvalidInput, NotFound
-from ..models import MemorySnapshot, StoreResult, new_id, utcnow
+from ..models import AuditAction, AuditEntry, MemorySnapshot, StoreResult, new_id, utcnow
 from ..storage.ops import L1Op
 from .errors import OwnerMoved, RuntimeTimeout
 from .placement import LiveSet
@@ -34,6 +34,10 @@ class L1Engine(Protocol):
 
     async def apply(self, owner: str, ops: Sequence[L1Op], *, op_id: str | None = None
                     ) -> MemorySnapshot: ...
+
+    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
+                     edited: str | None = None, op_id: str | None = None
+                     ) -> tuple[MemorySnapshot, AuditEntry] | None: ...
 
 
 class L2Path(Protocol):
@@ -92,8 +96,10 @@ class OwnerMemory:
         return -1 if self._snap is None else self._snap.version
 
     def _set(self, snap: MemorySnapshot) -> None:
-        # Versions only move forward: a reload racing a write keeps the newer one.
-        if self._snap is None or snap.version >= self._snap.version:
+        # Versions only move forward within an epoch; a new epoch (the backend lost the
+        # owner's state and made it again) replaces whatever was held, at any version.
+        held = self._snap
+        if held is None or snap.epoch != held.epoch or snap.version >= held.version:
             self._snap = snap
         self._bumped.set()
         self._bumped = asyncio.Event()
@@ -108,30 +114,33 @@ class OwnerMemory:
 
     # -- reads ------------------------------------------------------------------------
 
-    def peek(self, min_version: int | None = None) -> MemorySnapshot | None:
-        """The snapshot if it is in memory (and at ``min_version``), without waiting.
+    def peek(self, min_version: int | None = None, min_epoch: str | None = None
+             ) -> MemorySnapshot | None:
+        """The snapshot if it is in memory (and at ``min_version`` of ``min_epoch``, see
+        ``MemorySnapshot.reached``), without waiting.
 
         Not expired here: readers call ``live()`` on what they get.
         """
         snap = self._snap
         if self.closed or snap is None or (min_version is not None
-                                            and snap.version < min_version):
+                                            and not snap.reached(min_version, min_epoch)):
             return None
         return snap
 
-    async def snapshot(self, min_version: int | None = None, timeout_s: float = 10.0
-                       ) -> MemorySnapshot:
+    async def snapshot(self, min_version: int | None = None, timeout_s: float = 10.0,
+                       min_epoch: str | None = None) -> MemorySnapshot:
         """The live snapshot, from memory; with ``min_version``, wait until it is reached."""
         snap = await self._loaded()
-        if min_version is not None and snap.version < min_version:
-            snap = await self._wait_version(min_version, timeout_s)
+        if min_version is not None and not snap.reached(min_version, min_epoch):
+            snap = await self._wait_version(min_version, min_epoch, timeout_s)
         return snap.live(utcnow())
 
-    async def _wait_version(self, version: int, timeout_s: float) -> MemorySnapshot:
+    async def _wait_version(self, version: int, epoch: str | None, timeout_s: float
+                            ) -> MemorySnapshot:
         deadline = time.monotonic() + timeout_s
         while True:
             snap = await self._loaded()
-            if snap.version >= version:
+            if snap.reached(version, epoch):
                 return snap
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -150,16 +159,36 @@ class OwnerMemory:
     # -- writes: one at a time, written through before the answer -----------------------
 
     async def apply(self, ops: Sequence[L1Op], op_id: str | None) -> MemorySnapshot:
+        snap = await self._write(lambda: self._l1.apply(self.owner, ops, op_id=op_id))
+        return snap.live(utcnow())
+
+    async def decide(self, pending_id: str, action: AuditAction, by: str, edited: str | None,
+                     op_id: str | None) -> tuple[MemorySnapshot, AuditEntry] | None:
+        """A decision on a queued item with its audit entry (see ``storage.decisions``)."""
+        done: list[tuple[MemorySnapshot, AuditEntry]] = []
+
+        async def write() -> MemorySnapshot:
+            got = await self._l1.decide(self.owner, pending_id, action, by, edited=edited,
+                                        op_id=op_id)
+            if got is None:  # not queued: nothing written (this runs under the lock)
+                return self._snap or await self._l1.snapshot(self.owner)
+            done.append(got)
+            return got[0]
+
+        await self._write(write)
+        return done[0] if done else None
+
+    async def _write(self, write: Callable[[], Awaitable[MemorySnapshot]]) -> MemorySnapshot:
         async with self._lock:
             try:
-                snap = await self._l1.apply(self.owner, ops, op_id=op_id)
+                snap = await write()
             except (InvalidInput, NotFound):
                 raise  # refused before anything was written
             except BaseException:
                 self._snap = None  # the write may have landed: reload before the next read
                 raise
             self._set(snap)
-            return snap.live(utcnow())
+            return snap
 
     async def store(self, content: str, metadata: Mapping[str, Any] | None,
                     op_id: str | None) -> StoreResult:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 from .. import validation as check
 from ..errors import InvalidQuery
 from ..models import (
+    AuditAction,
     AuditEntry,
     ChatAppend,
     ChatMessage,
@@ -89,10 +90,20 @@ class StructuredStore(_Lifecycle, ABC):
         return await self._apply(owner, check.ops(ops, self.max_content_bytes), now or utcnow(),
                                  op_id)
 
+    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
+                     edited: str | None = None, now: datetime | None = None,
+                     op_id: str | None = None) -> tuple[MemorySnapshot, AuditEntry] | None:
+        """Confirm or reject a queued item with its audit entry, atomically; ``None`` if
+        it is not queued. See :func:`.decisions.decide`."""
+        from .decisions import decide
+
+        return await decide(self, owner, pending_id, action, by, edited=edited, now=now,
+                            op_id=op_id)
+
     # -- L3 chat window and the audit trail ------------------------------------------
     #
     # Every backend implements the four primitives below, and keeps the entries of
-    # ``AddAudit`` operations in ``_apply``.
+    # ``AddAudit`` operations in ``_apply`` (``decisions.decide`` adds them, nothing else).
 
     @abstractmethod
     async def _append_messages(

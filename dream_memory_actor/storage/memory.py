@@ -50,9 +50,9 @@ class InMemoryStructuredStore(StructuredStore):
             if op_id is not None:
                 self._ops.add((owner, op_id))
             log = self._audit_log[owner]
-            for op in ops:
-                if isinstance(op, AddAudit) and all(
-                        e.pending_id != op.entry.pending_id for e in log):
+            for op in ops:  # a decision replaces an earlier entry of its pending id
+                if isinstance(op, AddAudit):
+                    log[:] = [e for e in log if e.pending_id != op.entry.pending_id]
                     log.append(op.entry)
             return new
 

@@ -21,6 +21,7 @@ from ..models import (
     MemoryPendingItem,
     MemoryRule,
     MemorySnapshot,
+    new_epoch,
     new_id,
 )
 from ..text import content_hash
@@ -171,5 +172,6 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime) -> Memor
         status_expires_at=expires,
         pending=tuple(pending),
         version=snap.version + 1,
+        epoch=snap.epoch or new_epoch(),  # the owner's state is created by its first write
         updated_at=now,
     )

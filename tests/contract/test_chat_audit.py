@@ -8,14 +8,16 @@ from datetime import timedelta
 import pytest
 
 from dream_memory_actor.errors import (
+    AuditNotWritable,
     InvalidContent,
+    InvalidInput,
     InvalidOwnerId,
     InvalidQuery,
     PendingItemNotFound,
 )
 from dream_memory_actor.models import AuditEntry, ChatMessage, MemoryPendingItem, utcnow
-from dream_memory_actor.storage.base import MAX_WINDOW
-from dream_memory_actor.storage.ops import AddAudit, AddFact, AddPending, RemovePending
+from dream_memory_actor.storage.base import MAX_WINDOW, StructuredStore
+from dream_memory_actor.storage.ops import AddAudit, AddPending, RemovePending
 from tests.conftest import Stores
 
 
@@ -34,6 +36,12 @@ def pending(content: str = "The user likes tea") -> MemoryPendingItem:
 def entry(item: MemoryPendingItem, action: str = "confirmed", by: str = "alice",
           **kw: object) -> AuditEntry:
     return AuditEntry(pending_id=item.id, action=action, by=by, item=item, **kw)
+
+
+async def queued(s: StructuredStore, owner: str, *contents: str) -> list[MemoryPendingItem]:
+    items = [pending(c) for c in contents]
+    await s.apply(owner, [AddPending(i) for i in items])
+    return items
 
 
 # -- chat window ------------------------------------------------------------------------
@@ -211,80 +219,97 @@ async def test_bad_owner_ids_rejected(stores: Stores) -> None:
 # -- audit trail ------------------------------------------------------------------------
 
 
-async def test_audit_is_written_with_the_apply(stores: Stores) -> None:
+async def test_decision_is_written_with_its_audit_entry(stores: Stores) -> None:
     s = stores.structured
-    item = pending()
-    await s.apply("alice", [AddPending(item)])
-    e = entry(item, written="The user likes green tea")
-    snap = await s.apply("alice", [RemovePending(item.id), AddFact("The user likes green tea"),
-                                   AddAudit(e)])
+    (item,) = await queued(s, "alice", "The user likes tea")
+    done = await s.decide("alice", item.id, "confirmed", "alice",
+                          edited="The user likes green tea")
+    assert done is not None
+    snap, e = done
     assert snap.version == 2 and snap.pending == ()
-    assert [f.content for f in snap.facts] == ["The user likes green tea"]
+    assert [(f.content, f.source) for f in snap.facts] == [("The user likes green tea",
+                                                            "confirmed")]
     assert await s.audit("alice") == [e]
     (loaded,) = await s.audit("alice", pending_id=item.id)
-    assert loaded == e and loaded.item == item and loaded.written == e.written
-    assert loaded.at == e.at and loaded.by == "alice" and loaded.action == "confirmed"
-    # an apply of audit entries alone moves the version, the snapshot is unchanged
-    other = pending("Uses tabs")
-    after = await s.apply("alice", [AddAudit(entry(other, "rejected"))])
-    assert after.version == 3 and after.facts == snap.facts and after.pending == ()
+    assert loaded == e and loaded.item == item and loaded.written == "The user likes green tea"
+    assert loaded.by == "alice" and loaded.action == "confirmed"
+    # a rejection writes nothing but the removal and its entry
+    (other,) = await queued(s, "alice", "Uses tabs")
+    after = await s.decide("alice", other.id, "rejected", "bob")
+    assert after is not None
+    assert after[0].version == 4 and after[0].facts == snap.facts and after[0].pending == ()
+    assert after[1].written is None
+    assert [a.action for a in await s.audit("alice")] == ["rejected", "confirmed"]
 
 
-async def test_failed_apply_writes_no_audit_entry(stores: Stores) -> None:
+async def test_apply_cannot_write_an_audit_entry(stores: Stores) -> None:
+    """A forged entry ("rejected by security-officer") is refused, whatever comes with it."""
     s = stores.structured
-    item = pending()
-    await s.apply("alice", [AddPending(item)])
+    (item,) = await queued(s, "alice", "The user likes tea")
     before = await s.load("alice")
-    lost = entry(pending("gone"), "rejected")
-    with pytest.raises(PendingItemNotFound):
-        await s.apply("alice", [AddAudit(lost), RemovePending("gone")])
-    with pytest.raises(PendingItemNotFound):
-        await s.apply("alice", [AddAudit(entry(item)), AddFact("never"), RemovePending(item.id),
-                                RemovePending(item.id)])
+    forged = entry(item, "rejected", by="security-officer")
+    for ops in ([AddAudit(forged)], [RemovePending(item.id), AddAudit(forged)],
+                [AddAudit("not an entry")]):  # type: ignore[arg-type]
+        with pytest.raises(AuditNotWritable):
+            await s.apply("alice", ops)
+    assert isinstance(AuditNotWritable("x"), InvalidInput)
     assert await s.audit("alice") == []
-    assert await s.audit("alice", pending_id=item.id) == []
     assert await s.load("alice") == before
-    # the failures did not claim the pending id: a later decision is recorded
-    ok = entry(item, "rejected")
-    await s.apply("alice", [RemovePending(item.id), AddAudit(ok)])
-    assert await s.audit("alice") == [ok]
+    # the owner's decision is the one recorded
+    done = await s.decide("alice", item.id, "confirmed", "alice")
+    assert done is not None and await s.audit("alice") == [done[1]]
 
 
-async def test_first_audit_entry_per_pending_id_wins(stores: Stores) -> None:
+async def test_decision_on_an_item_not_queued_writes_nothing(stores: Stores) -> None:
     s = stores.structured
-    item, other = pending(), pending("Use tabs")
-    first = entry(item, "rejected", by="alice")
-    await s.apply("alice", [AddAudit(first)])
-    await s.apply("alice", [AddAudit(entry(item, "confirmed", by="bob", written="x"))])
-    # within one apply too: the earlier operation wins
-    a, b = entry(other, "confirmed", by="carol"), entry(other, "rejected", by="dave")
-    await s.apply("alice", [AddAudit(a), AddAudit(b)])
-    assert await s.audit("alice") == [a, first]
-    assert await s.audit("alice", pending_id=item.id) == [first]
-    assert await s.audit("alice", pending_id=other.id) == [a]
+    (item,) = await queued(s, "alice", "The user likes tea")
+    before = await s.load("alice")
+    assert await s.decide("alice", "never-queued", "rejected", "alice") is None
+    assert await s.decide("bob", item.id, "rejected", "bob") is None  # another owner's
+    assert await s.audit("alice") == [] and await s.audit("bob") == []
+    assert await s.load("alice") == before
+    done = await s.decide("alice", item.id, "rejected", "alice")
+    assert done is not None
+    assert await s.decide("alice", item.id, "confirmed", "alice") is None  # decided already
+    assert await s.audit("alice") == [done[1]]
 
 
 async def test_concurrent_decisions_on_one_item_keep_one(stores: Stores) -> None:
     s = stores.structured
-    item = pending()
-    entries = [entry(item, by=f"user{i}") for i in range(8)]
-    await asyncio.gather(*(s.apply("alice", [AddAudit(e)]) for e in entries))
-    (kept,) = await s.audit("alice")
-    assert kept in entries
-    assert (await s.load("alice")).version == 8
+    (item,) = await queued(s, "alice", "The user likes tea")
+    results = await asyncio.gather(
+        *(s.decide("alice", item.id, "confirmed" if i % 2 else "rejected", f"user{i}")
+          for i in range(8)), return_exceptions=True)
+    won = [r for r in results if isinstance(r, tuple)]
+    assert len(won) == 1
+    assert all(r is None or isinstance(r, PendingItemNotFound) for r in results
+               if not isinstance(r, tuple))
+    assert await s.audit("alice") == [won[0][1]]
+    assert (await s.load("alice")).version == 2
+
+
+async def test_a_queued_again_id_gets_the_new_decision(stores: Stores) -> None:
+    s = stores.structured
+    (item,) = await queued(s, "alice", "The user likes tea")
+    first = await s.decide("alice", item.id, "rejected", "alice")
+    (other,) = await queued(s, "alice", "Use tabs")
+    await s.apply("alice", [AddPending(item.model_copy(update={"content": "Tea, not coffee"}))])
+    second = await s.decide("alice", item.id, "confirmed", "bob")
+    assert first is not None and second is not None
+    assert await s.audit("alice", pending_id=item.id) == [second[1]]
+    assert await s.audit("alice") == [second[1]]
+    assert [f.content for f in second[0].facts] == ["Tea, not coffee"]
+    assert [p.id for p in second[0].pending] == [other.id]
 
 
 async def test_audit_newest_first_with_limit_and_filter(stores: Stores) -> None:
     s = stores.structured
-    items = [pending(f"fact {i}") for i in range(5)]
+    items = await queued(s, "alice", *(f"fact {i}" for i in range(5)))
     recorded = []
     for i, it in enumerate(items):
-        e = entry(it, "confirmed" if i % 2 else "rejected", by=f"user{i}")
-        await s.apply("alice", [AddAudit(e)])
-        recorded.append(e)
-    two_more = [entry(pending("x"), by="eve"), entry(pending("y"), by="eve")]
-    await s.apply("alice", [AddAudit(e) for e in two_more])  # one apply: op order
-    recorded += two_more
+        done = await s.decide("alice", it.id, "confirmed" if i % 2 else "rejected", f"user{i}")
+        assert done is not None
+        recorded.append(done[1])
     newest_first = list(reversed(recorded))
     assert await s.audit("alice") == newest_first
     assert await s.audit("alice", limit=3) == newest_first[:3]
@@ -299,44 +324,45 @@ async def test_audit_newest_first_with_limit_and_filter(stores: Stores) -> None:
 
 async def test_audit_owners_are_isolated(stores: Stores) -> None:
     s = stores.structured
-    item = pending()
-    mine, theirs = entry(item, by="alice"), entry(item, "rejected", by="bob")
-    await s.apply("alice", [AddAudit(mine)])
-    await s.apply("bob", [AddAudit(theirs)])  # the same pending id, another owner
-    assert await s.audit("alice") == [mine]
-    assert await s.audit("bob") == [theirs]
+    (item,) = await queued(s, "alice", "The user likes tea")
+    (other,) = await queued(s, "bob", "The user likes tea")
+    assert await s.decide("bob", item.id, "rejected", "bob") is None  # not bob's
+    mine = await s.decide("alice", item.id, "confirmed", "alice")
+    theirs = await s.decide("bob", other.id, "rejected", "bob")
+    assert mine is not None and theirs is not None
+    assert await s.audit("alice") == [mine[1]]
+    assert await s.audit("bob") == [theirs[1]]
 
 
-async def test_retried_apply_with_audit_is_applied_once(stores: Stores) -> None:
+async def test_retried_decision_is_applied_once(stores: Stores) -> None:
     s = stores.structured
-    item, other = pending(), pending("Use tabs")
-    await s.apply("alice", [AddPending(item), AddPending(other)])
-    e = entry(item, written="The user likes tea")
-    first = await s.apply("alice", [RemovePending(item.id), AddFact("The user likes tea"),
-                                     AddAudit(e)], op_id="decide-1")
-    again = await s.apply("alice", [RemovePending(item.id), AddFact("The user likes tea"),
-                                     AddAudit(e)], op_id="decide-1")
-    assert again.version == first.version == 2
-    # a retry under the same id with other operations applies nothing either
-    await s.apply("alice", [RemovePending(other.id), AddAudit(entry(other))],
-                  op_id="decide-1")
-    assert await s.audit("alice") == [e]
+    item, other = await queued(s, "alice", "The user likes tea", "Use tabs")
+    first = await s.decide("alice", item.id, "confirmed", "alice", op_id="decide-1")
+    assert first is not None and first[0].version == 2
+    # a retry under the same id (here: on another item) applies nothing
+    again = await s.decide("alice", other.id, "rejected", "alice", op_id="decide-1")
+    assert again is not None and again[0].version == 2
+    assert await s.audit("alice") == [first[1]]
     snap = await s.load("alice")
     assert snap.version == 2 and [p.id for p in snap.pending] == [other.id]
 
 
 async def test_audit_arguments_are_checked_nothing_written(stores: Stores) -> None:
     s = stores.structured
-    item = pending()
+    (item,) = await queued(s, "alice", "The user likes tea")
     with pytest.raises(InvalidQuery):
         await s.audit("alice", limit=0)
     with pytest.raises(InvalidQuery):
         await s.audit("alice", pending_id="")
     with pytest.raises(InvalidQuery):
-        await s.apply("alice", [AddAudit("not an entry")])  # type: ignore[arg-type]
+        await s.decide("alice", item.id, "confirmed", "")
     with pytest.raises(InvalidQuery):
-        await s.apply("alice", [AddAudit(entry(item)), AddAudit(entry(item, by=""))])
+        await s.decide("alice", item.id, "approved", "alice")  # type: ignore[arg-type]
+    with pytest.raises(InvalidQuery):
+        await s.decide("alice", "", "rejected", "alice")
     with pytest.raises(InvalidContent):
-        await s.apply("alice", [AddAudit(entry(item, written="  "))])
+        await s.decide("alice", item.id, "confirmed", "alice", edited="  ")
+    with pytest.raises(InvalidOwnerId):
+        await s.decide("bad owner!", item.id, "confirmed", "alice")
     assert await s.audit("alice") == []
-    assert (await s.load("alice")).version == 0
+    assert (await s.load("alice")).version == 1

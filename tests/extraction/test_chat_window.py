@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from dream_memory_actor import MemoryEngine
-from dream_memory_actor.errors import InvalidContent, InvalidOwnerId, InvalidQuery
+from dream_memory_actor.errors import AuditNotWritable, InvalidContent, InvalidOwnerId, InvalidQuery
 from dream_memory_actor.models import AuditEntry, ChatMessage, MemoryPendingItem
 from dream_memory_actor.storage.base import StructuredStore
 from dream_memory_actor.storage.ops import AddAudit, AddPending, RemovePending
@@ -125,26 +125,27 @@ async def test_arguments_are_checked(store: StructuredStore) -> None:
 
 async def test_audit_entries_are_kept_atomically_once(store: StructuredStore) -> None:
     item = MemoryPendingItem(kind="fact", content="The user likes tea", confidence=0.6)
-    await store.apply("alice", [AddPending(item)])
-    first = AuditEntry(pending_id=item.id, action="rejected", by="alice", item=item)
-    await store.apply("alice", [RemovePending(item.id), AddAudit(first)])
-    later = AuditEntry(pending_id=item.id, action="confirmed", by="bob", item=item,
-                       written="x")
-    await store.apply("alice", [AddAudit(later)])  # the first decision stands
     other = MemoryPendingItem(kind="rule", content="Use tabs", confidence=0.7)
-    second = AuditEntry(pending_id=other.id, action="confirmed", by="alice", item=other,
-                        written="Use tabs")
-    await store.apply("alice", [AddAudit(second)])
-    assert await store.audit("alice") == [second, first]
-    assert await store.audit("alice", limit=1) == [second]
-    assert await store.audit("alice", pending_id=item.id) == [first]
+    await store.apply("alice", [AddPending(item), AddPending(other)])
+    first = await store.decide("alice", item.id, "rejected", "alice")
+    assert first is not None
+    # the item is gone: a later decision writes nothing, the first decision stands
+    assert await store.decide("alice", item.id, "confirmed", "bob") is None
+    with pytest.raises(AuditNotWritable):  # nor can apply write one
+        await store.apply("alice", [AddAudit(AuditEntry(
+            pending_id=item.id, action="confirmed", by="bob", item=item, written="x"))])
+    second = await store.decide("alice", other.id, "confirmed", "alice")
+    assert second is not None and second[1].written == "Use tabs"
+    assert await store.audit("alice") == [second[1], first[1]]
+    assert await store.audit("alice", limit=1) == [second[1]]
+    assert await store.audit("alice", pending_id=item.id) == [first[1]]
     assert await store.audit("bob") == []
     # a failing apply records no audit entry
     lost = AuditEntry(pending_id="gone", action="rejected", by="alice", item=other)
-    with pytest.raises(LookupError):
+    with pytest.raises(AuditNotWritable):
         await store.apply("alice", [RemovePending("gone"), AddAudit(lost)])
     assert await store.audit("alice", pending_id="gone") == []
-    with pytest.raises(InvalidQuery):
+    with pytest.raises(AuditNotWritable):
         await store.apply("alice", [AddAudit("not an entry")])  # type: ignore[arg-type]
 
 

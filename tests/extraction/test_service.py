@@ -14,13 +14,15 @@ import pytest
 
 from dream_memory_actor import MemoryEngine
 from dream_memory_actor.errors import (
+    AuditNotWritable,
     ExtractionError,
     InvalidOwnerId,
     InvalidQuery,
     PendingItemDecided,
     PendingItemNotFound,
 )
-from dream_memory_actor.models import ChatMessage, utcnow
+from dream_memory_actor.models import AuditEntry, ChatMessage, MemoryPendingItem, utcnow
+from dream_memory_actor.storage.ops import AddAudit, AddPending
 from tests.extraction.conftest import llm, service
 from tests.support.openai_server import ScriptedOpenAIServer
 
@@ -144,6 +146,24 @@ async def test_confirm_writes_once_and_is_audited(engine: MemoryEngine) -> None:
     assert utcnow() - entry.at < timedelta(seconds=30)
     with pytest.raises(PendingItemDecided, match="already confirmed by 'alice'"):
         await svc.reject("alice", item.id, by="bob")
+
+
+async def test_a_forged_audit_entry_is_refused_and_the_decision_recorded(
+        engine: MemoryEngine) -> None:
+    """An agent writes "rejected by security-officer" for an item it then queues."""
+    svc = service(engine)
+    item = MemoryPendingItem(kind="rule", content="Never deploy on Fridays", confidence=0.6)
+    forged = AuditEntry(pending_id=item.id, action="rejected", by="security-officer", item=item)
+    for ops in ([AddAudit(forged)], [AddPending(item), AddAudit(forged)]):
+        with pytest.raises(AuditNotWritable):
+            await engine.apply("alice", ops)
+    assert await svc.audit("alice") == [] and (await engine.snapshot("alice")).version == 0
+    await engine.apply("alice", [AddPending(item)])
+    decision = await svc.confirm("alice", item.id, by="alice")
+    assert decision.applied and decision.entry.by == "alice"
+    assert [r.content for r in (await engine.snapshot("alice")).rules] == [
+        "Never deploy on Fridays"]
+    assert await svc.audit("alice") == [decision.entry]
 
 
 async def test_confirm_with_edited_content(engine: MemoryEngine) -> None:

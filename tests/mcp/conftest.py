@@ -7,6 +7,7 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import uvicorn
@@ -41,15 +42,9 @@ class HttpServer:
             yield client
 
 
-@pytest.fixture
-async def http_server() -> AsyncIterator[HttpServer]:
-    backend = await LocalBackend.open(MemorySettings(backend="memory"))
-    tokens = TokenMap.parse({"tokens": {
-        hash_token(TOKEN_ALICE): ["alice"],
-        hash_token(TOKEN_ADMIN): {"owners": ["*"], "name": "admin"},
-    }})
-    port = free_port()
-    app = http_app(build_server(backend, tokens, issuer_url=f"http://127.0.0.1:{port}"))
+@asynccontextmanager
+async def serving(app: Any, port: int) -> AsyncIterator[None]:
+    """``app`` served by uvicorn on 127.0.0.1:``port`` in this loop."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
@@ -61,8 +56,23 @@ async def http_server() -> AsyncIterator[HttpServer]:
                 task.result()
             await asyncio.sleep(0.02)
         assert server.started, "the MCP HTTP server did not start"
-        yield HttpServer(f"http://127.0.0.1:{port}/mcp", backend)
+        yield
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 15)
+
+
+@pytest.fixture
+async def http_server() -> AsyncIterator[HttpServer]:
+    backend = await LocalBackend.open(MemorySettings(backend="memory"))
+    tokens = TokenMap.parse({"tokens": {
+        hash_token(TOKEN_ALICE): ["alice"],
+        hash_token(TOKEN_ADMIN): {"owners": ["*"], "name": "admin"},
+    }})
+    port = free_port()
+    app = http_app(build_server(backend, tokens, issuer_url=f"http://127.0.0.1:{port}"))
+    try:
+        async with serving(app, port):
+            yield HttpServer(f"http://127.0.0.1:{port}/mcp", backend)
+    finally:
         await backend.close()

@@ -7,11 +7,12 @@ from typing import Any
 import pytest
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.mcp.server import build_server
 from dream_memory_actor.models import MemoryPendingItem
 from dream_memory_actor.storage.ops import AddPending
 
-from .conftest import TOKEN_ADMIN, TOKEN_ALICE, HttpServer
+from .conftest import TOKEN_ADMIN, TOKEN_ALICE, HttpServer, free_port, serving
 
 TOOLS = {"read_snapshot", "search", "store", "list_pending", "confirm_pending",
          "reject_pending"}
@@ -143,3 +144,45 @@ def _hash(token: str) -> str:
     from dream_memory_actor.mcp import hash_token
 
     return hash_token(token)
+
+
+async def test_http_app_without_token_map_is_refused() -> None:
+    from dream_memory_actor.errors import ConfigurationError
+    from dream_memory_actor.mcp import LocalBackend, UnauthenticatedHTTP, http_app
+
+    backend = await LocalBackend.open(MemorySettings(backend="memory"))
+    try:
+        with pytest.raises(UnauthenticatedHTTP, match="no token map"):
+            http_app(build_server(backend))
+        for host in ("0.0.0.0", "10.1.2.3", "::", "example.com"):
+            with pytest.raises(UnauthenticatedHTTP, match="loopback only"):
+                http_app(build_server(backend), host, allow_unauthenticated=True)
+        assert issubclass(UnauthenticatedHTTP, ConfigurationError)
+    finally:
+        await backend.close()
+
+
+async def test_unauthenticated_http_app_serves_loopback_peers_only() -> None:
+    import httpx
+
+    from dream_memory_actor.mcp import LocalBackend, http_app
+
+    backend = await LocalBackend.open(MemorySettings(backend="memory"))
+    try:
+        await backend.engine.apply("alice", [AddPending(MemoryPendingItem(
+            kind="fact", content="The user is a Java developer", confidence=0.6))])
+        app = http_app(build_server(backend), "127.0.0.1", allow_unauthenticated=True)
+        port = free_port()
+        async with serving(app, port):
+            local = HttpServer(f"http://127.0.0.1:{port}/mcp", backend)
+            async with local.client(None) as c:  # no token: the local user
+                snap = ok(await c.call_tool("read_snapshot", {"owner": "alice"}))
+                assert len(snap["pending"]) == 1
+        # a peer from elsewhere (as if the app were bound to 0.0.0.0) is refused
+        remote = httpx.ASGITransport(app=app, client=("10.0.0.7", 40000))
+        async with httpx.AsyncClient(transport=remote, base_url="http://mem") as http:
+            resp = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1,
+                                                 "method": "tools/list"})
+        assert resp.status_code == 403
+    finally:
+        await backend.close()

@@ -3,11 +3,19 @@ the L3 chat window, the gate's writes through the actor, the pending queue, the 
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
-from dream_memory_actor.errors import InvalidContent, InvalidQuery, PendingItemDecided
-from dream_memory_actor.models import ChatMessage
+from dream_memory_actor.errors import (
+    AuditNotWritable,
+    InvalidContent,
+    InvalidQuery,
+    PendingItemDecided,
+)
+from dream_memory_actor.models import AuditEntry, ChatMessage, MemoryPendingItem
 from dream_memory_actor.runtime import MemorySystem
+from dream_memory_actor.storage.ops import AddAudit, AddPending
 
 
 def user(text: str) -> ChatMessage:
@@ -61,6 +69,21 @@ async def test_pending_confirm_reject_and_audit(system: MemorySystem) -> None:
     assert [(a.action, a.by) for a in audit] == [("rejected", "reviewer-1"),
                                                  ("confirmed", "bob")]
     assert len(await bob.audit_async(limit=1)) == 1
+
+
+async def test_a_handle_cannot_write_an_audit_entry(system: MemorySystem) -> None:
+    eve = system.owner(f"ex-eve-{uuid.uuid4().hex[:8]}")
+    item = MemoryPendingItem(kind="rule", content="Never deploy on Fridays", confidence=0.6)
+    forged = AuditEntry(pending_id=item.id, action="rejected", by="security-officer", item=item)
+    with pytest.raises(AuditNotWritable):
+        eve.apply([AddPending(item), AddAudit(forged)])
+    with pytest.raises(AuditNotWritable):
+        await eve.apply_async([AddAudit(forged)])
+    assert eve.audit() == [] and eve.snapshot().version == 0
+    eve.apply([AddPending(item)])
+    decision = eve.confirm(item.id, by="eve")
+    assert decision.applied and [(a.action, a.by) for a in eve.audit()] == [("confirmed", "eve")]
+    assert [r.content for r in eve.snapshot().rules] == ["Never deploy on Fridays"]
 
 
 def test_window_overflow_is_extracted(system: MemorySystem) -> None:

@@ -94,6 +94,30 @@ async def test_min_version_times_out(engine: MemoryEngine) -> None:
         await mem.snapshot(min_version=3, timeout_s=0.3)
 
 
+async def test_a_new_epoch_replaces_the_held_snapshot(engine: MemoryEngine) -> None:
+    """The backend lost the owner's state (as Redis restarting empty): versions restart."""
+    mem = OwnerMemory("alice", engine, engine)
+    for i in range(3):
+        old = await mem.apply([AddFact(f"old {i}")], None)
+    engine.structured._snapshots.clear()  # type: ignore[attr-defined]
+    new = await mem.apply([AddFact("new")], None)
+    assert new.version == 1 and new.epoch > old.epoch
+    held = await mem.snapshot()
+    assert [f.content for f in held.facts] == ["new"]
+    # version 3 of the old epoch: reached by the new state at once; of the new one: waited for
+    assert (await mem.snapshot(min_version=3, min_epoch=old.epoch, timeout_s=1)) == held
+    assert mem.peek(3, old.epoch) is not None and mem.peek(3, new.epoch) is None
+    with pytest.raises(RuntimeTimeout):
+        await mem.snapshot(min_version=3, min_epoch=new.epoch, timeout_s=0.3)
+
+
+async def test_a_decision_on_nothing_queued_writes_nothing(engine: MemoryEngine) -> None:
+    mem = OwnerMemory("alice", engine, engine)
+    assert await asyncio.wait_for(mem.decide("never-queued", "rejected", "bob", None, None),
+                                  5) is None
+    assert (await mem.snapshot()).version == 0
+
+
 async def test_drain_waits_for_calls_in_flight(engine: MemoryEngine) -> None:
     mem = OwnerMemory("alice", engine, engine)
     mem.enter()

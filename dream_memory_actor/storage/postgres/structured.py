@@ -164,7 +164,9 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
             await _delete_one(conn, f"{s}.pending", "id", owner, op.id,
                               PendingItemNotFound(f"owner {owner!r} has no pending item {op.id!r}"))
         elif isinstance(op, AddAudit):
-            e = op.entry
+            e = op.entry  # a decision replaces an earlier entry of its pending id
+            await conn.execute(f"DELETE FROM {s}.audit WHERE owner_id = $1 AND pending_id = $2",
+                               owner, e.pending_id)
             await conn.execute(
                 f"""INSERT INTO {s}.audit (id, owner_id, pending_id, action, actor, at, item,
                         written)

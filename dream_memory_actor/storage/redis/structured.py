@@ -26,10 +26,11 @@ with ``p:{o}:l1:op:<op_id>`` when the call has an operation id (kept for
 Every write rewrites the document (its version), so a concurrent writer in any
 process makes EXEC fail and the transaction runs again.
 
-``AddAudit`` entries are written in the same MULTI/EXEC. Which pending ids already
-have an entry is read under the same WATCH (audit entries are only written by
-``_apply``, which always rewrites the document), so the first entry per pending
-id stands, as on the other backends.
+``AddAudit`` entries (only a decision makes them) are written in the same
+MULTI/EXEC. Which pending ids already have an entry is read under the same WATCH
+(audit entries are only written by ``_apply``, which always rewrites the
+document), so a decision replaces an earlier entry of its pending id in the list
+too, as on the other backends.
 
 A chat window is a list: an append is RPUSH, LRANGE of what falls out, LTRIM and
 LRANGE of what is kept in one MULTI/EXEC; ending a conversation is LRANGE and DEL
@@ -194,13 +195,13 @@ class RedisStructuredStore(StructuredStore):
 
     def _write_audit(self, pipe: Any, owner: str, entries: Sequence[AuditEntry],
                      audited: set[str]) -> None:
-        """Queue the audit entries of pending ids without one (the first entry wins)."""
+        """Queue the audit entries; a decision replaces an earlier entry of its pending id,
+        which moves to the front of the newest-first list."""
         k = self._keys
-        done = set(audited)
         for e in entries:
-            if e.pending_id in done:
-                continue
-            done.add(e.pending_id)
+            if e.pending_id in audited:
+                pipe.lrem(k.l1_audit_ids(owner), 0, e.pending_id)
+            audited.add(e.pending_id)
             pipe.set(k.l1_audit(owner, e.pending_id), e.model_dump_json())
             pipe.lpush(k.l1_audit_ids(owner), e.pending_id)
 
@@ -209,6 +210,7 @@ class RedisStructuredStore(StructuredStore):
         k = self._keys
         doc = {
             "version": new.version,
+            "epoch": new.epoch,
             "updated_at": new.updated_at.isoformat() if new.updated_at else None,
             "rules": [r.model_dump(mode="json") for r in new.rules],
             "facts": [f.model_dump(mode="json") for f in new.facts],
@@ -369,6 +371,7 @@ def _snapshot(owner: str, reply: list[Any]) -> MemorySnapshot:
         status_expires_at=expires,
         pending=tuple(pending),
         version=int(doc.get("version", 0)),
+        epoch=str(doc.get("epoch", "")),
         updated_at=datetime.fromisoformat(updated) if updated else None,
     )
 

@@ -1,0 +1,37 @@
+"""A clean exit on SIGTERM, the signal systemd, Docker and Kubernetes send to stop a process.
+
+Python's default for SIGTERM ends the process at once: no ``finally`` block and no
+``atexit`` handler runs, so an embedded PostgreSQL started here would keep running
+with this process still listed as one of its users. :func:`exit_on_sigterm` makes
+SIGTERM raise :class:`Terminated` (a ``SystemExit``) in the main thread instead, so
+the process unwinds as it does on Ctrl-C. uvicorn captures SIGTERM while it serves
+and raises it again once it has stopped, which then reaches this handler.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+
+class Terminated(SystemExit):
+    """Raised in the main thread on SIGTERM; ``code`` is 128 + the signal number."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(128 + signum)
+
+
+def exit_on_sigterm() -> bool:
+    """Make SIGTERM raise :class:`Terminated`, unless its handler was already changed
+    (or this is not the main thread, where handlers cannot be set). True if installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    current = signal.getsignal(signal.SIGTERM)
+    if current is _terminate:
+        return True
+    if current is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _terminate)
+    return True
