@@ -33,8 +33,17 @@ from ..models import (
     VectorMemory,
     utcnow,
 )
-from ..scoring import SEED_WEIGHTS, Candidate, Weights, rank, to_hit
-from ..text import terms as query_terms
+from ..scoring import (
+    SEED_WEIGHTS,
+    Candidate,
+    TermStats,
+    Weights,
+    rank,
+    strongest_terms,
+    term_weights,
+    to_hit,
+)
+from ..text import query_terms
 from .ops import (
     AddAudit,
     AddFact,
@@ -319,6 +328,11 @@ class VectorStore(_Lifecycle, ABC):
         """
 
     @abstractmethod
+    async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
+        """How many memories ``owners`` hold, and how many of them have each of ``terms``
+        among their ``text.terms`` (kept by the backend with every write)."""
+
+    @abstractmethod
     async def _candidates(
         self,
         owners: Sequence[str],
@@ -327,9 +341,13 @@ class VectorStore(_Lifecycle, ABC):
         *,
         vector_k: int,
         keyword_k: int,
+        weights: Sequence[float],
+        stats: TermStats,
     ) -> list[Candidate]:
         """Up to ``vector_k`` nearest memories by cosine (when ``embedding``) plus up to
-        ``keyword_k`` memories containing the most ``terms``, each once, with its cosine."""
+        ``keyword_k`` memories in ``scoring.keyword_order`` (highest sum of the
+        ``weights`` of the ``terms`` they contain, then newest, then smallest id), each
+        once, with its cosine. ``stats`` are those the weights came from."""
 
     @abstractmethod
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
@@ -393,13 +411,28 @@ class VectorStore(_Lifecycle, ABC):
         n = check.limit(limit)
         vec = self._check_embedding(embedding)
         floor = check.unit_interval(min_score, "min_score")
-        q_terms = query_terms(text)
+        q_terms, t_weights, stats = await self.weighted_terms(who, text)
         cands = await self._candidates(
-            who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n)
+            who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n),
+            weights=t_weights, stats=stats,
         )
         hybrid = vec is not None
-        best = rank(cands, q_terms, now or utcnow(), weights, n, hybrid=hybrid, min_score=floor)
+        best = rank(cands, q_terms, now or utcnow(), weights, n, hybrid=hybrid, min_score=floor,
+                    term_weights=t_weights)
         return [to_hit(s, self._materialize(s.candidate.payload), hybrid) for s in best]
+
+    async def weighted_terms(self, owners: Sequence[str], query: str
+                             ) -> tuple[builtins.list[str], builtins.list[float], TermStats]:
+        """The terms a search of ``query`` over ``owners`` looks for, their weights and the
+        statistics behind them: ``text.query_terms``, weighted by ``scoring.term_weights``,
+        the ``scoring.MAX_QUERY_TERMS`` rarest kept. ``owners`` and ``query`` are
+        expected validated (as ``search`` does)."""
+        found = query_terms(query)
+        if not found:
+            return [], [], TermStats(0, {})
+        stats = await self._term_stats(owners, found)
+        kept, kept_weights = strongest_terms(found, term_weights(found, stats))
+        return kept, kept_weights, stats
 
     def _materialize(self, payload: Any) -> VectorMemory:
         """The memory a candidate's payload stands for (backends with raw rows override)."""
