@@ -425,13 +425,13 @@ class VectorStore(_Lifecycle, ABC):
                              ) -> tuple[builtins.list[str], builtins.list[float], TermStats]:
         """The terms a search of ``query`` over ``owners`` looks for, their weights and the
         statistics behind them: ``text.query_terms``, weighted by ``scoring.term_weights``,
-        the ``scoring.MAX_QUERY_TERMS`` rarest kept. ``owners`` and ``query`` are
-        expected validated (as ``search`` does)."""
+        at most ``scoring.MAX_QUERY_TERMS`` kept (``scoring.strongest_terms``).
+        ``owners`` and ``query`` are expected validated (as ``search`` does)."""
         found = query_terms(query)
         if not found:
             return [], [], TermStats(0, {})
         stats = await self._term_stats(owners, found)
-        kept, kept_weights = strongest_terms(found, term_weights(found, stats))
+        kept, kept_weights = strongest_terms(found, term_weights(found, stats), stats)
         return kept, kept_weights, stats
 
     def _materialize(self, payload: Any) -> VectorMemory:
