@@ -1,25 +1,28 @@
 """Hybrid scoring, as the seed states it: pure functions, no storage, no Ray.
 
     hybrid = w_vector * vector + w_keyword * keyword + w_time * time
-    time   = 1 / (1 + days / half_life_days)        (seed: 0.6, 0.3, 0.1, 30 days)
+    time   = 1 / (1 + days / half_life_days)        (defaults: 0.6, 0.3, 0.1, 30 days)
 
 ``vector`` is the cosine similarity of query and memory embeddings, mapped
 through the embedder's calibration (``Weights.calibration``, so the weights mean
 the same with any model; see ``embedding.calibration``) and clipped to [0, 1]
 (an opposite direction is no evidence of relevance, not negative evidence).
-``keyword`` is the share of the query's terms found in the memory.
+``keyword`` is the weighted share of the query's terms found in the memory, each
+term weighted by its rarity among the searched memories (BM25's idf,
+``term_weights``): a match on "Caroline" counts for more than one on "went".
 Without an embedder the vector signal is absent (``None``) and contributes 0,
 so a keyword-only score is comparable to the same hit's hybrid score.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -49,7 +52,7 @@ class Weights:
             raise ValueError("calibration must map a raw cosine to a float")
 
 
-SEED_WEIGHTS = Weights()
+DEFAULT_WEIGHTS = Weights()
 
 
 def time_score(updated_at: datetime, now: datetime, half_life_days: float = 30.0) -> float:
@@ -58,20 +61,128 @@ def time_score(updated_at: datetime, now: datetime, half_life_days: float = 30.0
     return 1.0 / (1.0 + days / half_life_days)
 
 
-def keyword_score(query_terms: Sequence[str], content: str) -> float:
-    """Share of the query's terms that occur in ``content`` (substring, case-folded).
+#: A search keeps at most this many of its query's terms, the rarest ones some memory
+#: has first (``strongest_terms``). Bounds the cost of keyword candidates and ranking
+#: for any query length.
+MAX_QUERY_TERMS = 32
+
+
+class TermStats(NamedTuple):
+    """What the weights of a query's terms are computed from.
+
+    ``docs``: memories held by the searched owners (with or without an embedding);
+    ``df``: for each query term, how many of them have it among their ``text.terms``
+    (absent: 0); ``table_docs``: memories in the whole store, when the backend knows it
+    cheaply (only for choosing a query plan, never for scores).
+    """
+
+    docs: int
+    df: Mapping[str, int]
+    table_docs: int | None = None
+
+
+def idf(df: int, docs: int) -> float:
+    """BM25's smoothed inverse document frequency, ``ln(1 + (N - df + 0.5) / (df + 0.5))``.
+
+    Always > 0, so a term every memory has still counts a little; ``N`` is taken as at
+    least ``df``.
+
+    >>> round(idf(0, 100), 2), round(idf(50, 100), 2), round(idf(100, 100), 3)
+    (5.3, 0.69, 0.005)
+    """
+    d = max(0, df)
+    n = max(docs, d)
+    return math.log(1.0 + (n - d + 0.5) / (d + 0.5))
+
+
+def term_weights(terms: Sequence[str], stats: TermStats) -> list[float]:
+    """The weight (``idf``) of each of ``terms``, in the same order."""
+    get = stats.df.get
+    return [idf(get(t, 0), stats.docs) for t in terms]
+
+
+def strongest_terms(terms: Sequence[str], weights: Sequence[float], stats: TermStats,
+                    limit: int = MAX_QUERY_TERMS) -> tuple[list[str], list[float]]:
+    """The ``limit`` terms a search keeps, with their weights, in query order.
+
+    First the terms some memory has (``df > 0``), rarest first, then the others (which
+    can only match inside a longer word); equal weights keep query order. The rarest
+    terms overall would be words no memory has, which find nothing.
+    """
+    if len(terms) <= limit:
+        return list(terms), list(weights)
+    get = stats.df.get
+    best = sorted(range(len(terms)),
+                  key=lambda i: (get(terms[i], 0) <= 0, -weights[i], i))[:limit]
+    best.sort()
+    return [terms[i] for i in best], [weights[i] for i in best]
+
+
+def matched_weight(query_terms: Sequence[str], weights: Sequence[float] | None,
+                   folded: str) -> float:
+    """Sum of the weights of the terms that occur in ``folded`` (each weight 1 if None)."""
+    if weights is None:
+        return float(sum([t in folded for t in query_terms]))
+    return sum([w for t, w in zip(query_terms, weights, strict=True) if t in folded])
+
+
+def keyword_score(query_terms: Sequence[str], content: str,
+                  weights: Sequence[float] | None = None) -> float:
+    """Weighted share of the query's terms that occur in ``content`` (substring, case-folded).
 
     A term is found the way ``ILIKE '%term%'`` finds it, so "deploy" matches
-    "deployment". No terms means no keyword evidence: 0.
+    "deployment". ``weights`` (aligned with the terms; ``None``: all equal) make a
+    rare term count for more. No terms means no keyword evidence: 0. Always in [0, 1].
     """
-    return keyword_score_folded(query_terms, fold(content))
+    return keyword_score_folded(query_terms, fold(content), weights)
 
 
-def keyword_score_folded(query_terms: Sequence[str], folded: str) -> float:
+def keyword_score_folded(query_terms: Sequence[str], folded: str,
+                         weights: Sequence[float] | None = None) -> float:
     """``keyword_score`` for text already passed through ``text.fold``."""
     if not query_terms:
         return 0.0
-    return sum(1 for t in query_terms if t in folded) / len(query_terms)
+    total = float(len(query_terms)) if weights is None else sum(weights)
+    if total <= 0.0:
+        return 0.0
+    return min(1.0, matched_weight(query_terms, weights, folded) / total)
+
+
+_T = TypeVar("_T")
+
+
+def keyword_order(items: Iterable[_T], query_terms: Sequence[str], weights: Sequence[float],
+                  limit: int, *, folded: Callable[[_T], str],
+                  updated_at: Callable[[_T], datetime], ident: Callable[[_T], str]
+                  ) -> list[_T]:
+    """The keyword candidates every backend proposes: the ``limit`` items matching at
+    least one term, by sum of the weights of matched terms, then newest, then smallest id.
+
+    One ordering for all backends, so the same data gives the same candidates
+    (PostgreSQL computes it in SQL, in this order).
+    """
+    if not query_terms or limit <= 0:
+        return []
+    rows = list(items)
+    # Each term is looked up with str.find over one joined text of all rows (the scan
+    # runs in C, a row that matches costs one step) rather than by a Python-level test
+    # per row and term. Terms are runs of word characters: none spans the separator.
+    texts = [folded(r) for r in rows]
+    starts = [0] * (len(rows) + 1)
+    for i, t in enumerate(texts):
+        starts[i + 1] = starts[i] + len(t) + 1
+    hay = "\x00".join(texts)
+    got: dict[int, float] = {}
+    for term, w in zip(query_terms, weights, strict=True):
+        pos = hay.find(term)
+        while pos >= 0:
+            i = bisect.bisect_right(starts, pos) - 1
+            got[i] = got.get(i, 0.0) + w
+            pos = hay.find(term, starts[i + 1])
+    ranked = heapq.nsmallest(
+        limit, ((-g, -updated_at(rows[i]).timestamp(), ident(rows[i]), i)
+                for i, g in got.items() if g > 0.0))
+    return [rows[r[3]] for r in ranked]
 
 
 def cosine(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
@@ -97,7 +208,7 @@ def vector_score(similarity: float | None,
 
 
 def hybrid_score(
-    vector: float | None, keyword: float, time: float, weights: Weights = SEED_WEIGHTS
+    vector: float | None, keyword: float, time: float, weights: Weights = DEFAULT_WEIGHTS
 ) -> float:
     """The weighted sum; an absent vector signal contributes 0."""
     v = 0.0 if vector is None else vector
@@ -145,17 +256,24 @@ def rank(
     *,
     hybrid: bool,
     min_score: float = 0.0,
+    term_weights: Sequence[float] | None = None,
 ) -> list[Scored]:
     """Score candidates exactly and return the best ``limit``, ties broken by recency then id.
 
     In keyword mode (no query embedding) a candidate that matches no term is
-    not a hit: recency alone is not relevance.
+    not a hit: recency alone is not relevance. ``term_weights`` (aligned with
+    ``query_terms``; ``None``: every term 1) weight the keyword share.
     """
     # The formulas above, inlined: this loop runs for every candidate of every search
     # (~80 each), and Scored objects are made only for the ``limit`` returned.
     rows: list[tuple[float, float, str, Candidate, float | None, float, float]] = []
     seen: set[str] = set()
     n_terms = len(query_terms)
+    pairs = list(zip(query_terms, [1.0] * n_terms if term_weights is None else term_weights,
+                     strict=True))
+    total = sum(w for _, w in pairs)
+    if total <= 0.0:
+        n_terms = 0
     wv, wk, wt, half_life = weights.vector, weights.keyword, weights.time, weights.half_life_days
     calibrated = weights.calibration
     for c in candidates:
@@ -165,7 +283,7 @@ def rank(
         seen.add(cid)
         if n_terms:
             folded = c.folded if c.folded is not None else fold(c.content)
-            kw = sum([t in folded for t in query_terms]) / n_terms
+            kw = min(1.0, sum([w for t, w in pairs if t in folded]) / total)
         else:
             kw = 0.0
         if not hybrid and kw == 0.0:

@@ -4,6 +4,11 @@ Terms are what the keyword signal counts. Latin (and other space-separated)
 scripts give lower-cased words; Chinese, Japanese and Korean runs give
 overlapping character bigrams, as Lucene's CJK analyzer does, so "部署" matches
 "系统部署完成" without a word segmenter. A lone CJK character is a term of its own.
+
+A query's terms (``query_terms``) are bounded, and leave out the Chinese bigrams made
+only of function characters (我们, 今天, 的时 ...): they carry no topic, as English
+stopwords do not, while a mixed bigram (的部) and a content bigram (部署) stay. How much
+each remaining term counts is the store's business (its rarity, ``scoring.term_weights``).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 # Han, Hiragana, Katakana, Hangul (syllables and jamo), CJK punctuation excluded.
 _CJK_RANGES = (
@@ -36,6 +41,23 @@ STOPWORDS = frozenset(
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 
+# Chinese pronouns, particles, auxiliaries, conjunctions, prepositions and deictic
+# time words: a query bigram made only of these (我们, 什么, 可以, 今天, 时候, 的时) is
+# left out, a bigram with one other character (的部, 部署, 天气) is kept. Characters that
+# also make content words with each other are not listed (点: 地点, 由: 自由, 同: 不同).
+CJK_FUNCTION_CHARS = frozenset(
+    "我你您他她它们咱自己"  # pronouns
+    "的地得了着过吗呢吧啊呀嘛哦么"  # particles
+    "是有在会能要想可以就都也还又再才很太更最没不别"  # copula, auxiliaries, adverbs
+    "这那哪什怎谁几个些每各某一"  # demonstratives, question words, measure
+    "和与跟及或而但并且因为所如果虽然把被让给对从向往到于"  # conjunctions, prepositions
+    "今明昨天时候现刚已经正"  # deictic time
+)
+
+#: A query contributes at most this many distinct terms (the first ones); the rest of
+#: a very long query is not scanned. Bounds the work of a search whatever its length.
+MAX_QUERY_TERMS_SCANNED = 256
+
 # Underscores stay inside words: "snake_case" is one term, as identifiers are.
 _WORD = re.compile(r"\w+(?:['’]\w+)*", re.UNICODE)
 
@@ -46,16 +68,34 @@ def is_cjk(ch: str) -> bool:
     return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
 
 
+_CJK_RUN = re.compile(
+    "([" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]+)")
+
+
 def _split_runs(word: str) -> Iterable[tuple[bool, str]]:
     """Split a word into maximal runs of CJK and non-CJK characters."""
     if word.isascii():  # most words: no CJK character, one run (checked in C)
         yield False, word
         return
-    start = 0
-    for i in range(1, len(word) + 1):
-        if i == len(word) or is_cjk(word[i]) != is_cjk(word[start]):
-            yield is_cjk(word[start]), word[start:i]
-            start = i
+    # with a capturing group, split alternates non-CJK (even) and CJK (odd) parts
+    for i, part in enumerate(_CJK_RUN.split(word)):
+        if part:
+            yield i % 2 == 1, part
+
+
+def _iter_terms(text: str, stopwords: frozenset[str]) -> Iterator[str]:
+    """Every term occurrence of ``text`` in order (repeats included), lazily."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    for match in _WORD.finditer(folded):
+        for cjk, run in _split_runs(match.group(0)):
+            if cjk:
+                if len(run) == 1:
+                    yield run
+                else:
+                    for i in range(len(run) - 1):
+                        yield run[i : i + 2]
+            elif run not in stopwords:
+                yield run
 
 
 def terms(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
@@ -66,16 +106,27 @@ def terms(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
     >>> terms("系统部署")
     ['系统', '统部', '部署']
     """
+    return list(dict.fromkeys(_iter_terms(text, stopwords)))
+
+
+def is_function_term(term: str) -> bool:
+    """True for a CJK term made only of :data:`CJK_FUNCTION_CHARS` (我们, 的, 今天)."""
+    return all(ch in CJK_FUNCTION_CHARS for ch in term)
+
+
+def query_terms(text: str, *, limit: int = MAX_QUERY_TERMS_SCANNED) -> list[str]:
+    """The terms a search looks for: ``terms`` without all-function CJK terms, the first
+    ``limit`` distinct ones (the rest of the text is not read).
+
+    >>> query_terms("我们今天的部署")
+    ['的部', '部署']
+    """
     seen: dict[str, None] = {}
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    for match in _WORD.finditer(folded):
-        for cjk, run in _split_runs(match.group(0)):
-            if cjk:
-                grams = [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
-                for g in grams:
-                    seen.setdefault(g, None)
-            elif run not in stopwords:
-                seen.setdefault(run, None)
+    for t in _iter_terms(text, STOPWORDS):
+        if t not in seen and not is_function_term(t):
+            seen[t] = None
+            if len(seen) >= limit:
+                break
     return list(seen)
 
 

@@ -200,6 +200,53 @@ async def test_a_write_elsewhere_invalidates_the_row_cache(
             await store.close()
 
 
+# -- document frequencies ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", REDIS_FLAVOURS)
+async def test_memories_written_before_the_counts_existed_are_counted(
+        backend: str, request: pytest.FixtureRequest) -> None:
+    """An owner whose frequency hash is missing (memories stored by an earlier version)
+    is counted from its rows by a search, and in full by its next write or delete."""
+    texts = ["Caroline went to the group", "Melanie went hiking", "Caroline painted",
+             "went shopping"]
+    async with opened(backend, request, dim=None) as s:
+        v: Any = s.vector
+        ids = [(await v.store("alice", t)).memory.id for t in texts]
+        want = [(h.memory.id, h.keyword_score) for h in await v.search("alice", "caroline went")]
+        client = v._r
+        key = v._keys.l2_df("alice")
+        counted = await client.hgetall(key)
+        assert counted[b"n"] == b"4" and counted[b"t:went"] == b"3"
+        await client.delete(key)  # as an earlier version left it
+        got = [(h.memory.id, h.keyword_score) for h in await v.search("alice", "caroline went")]
+        assert got == want
+        assert not await client.exists(key)  # a search writes nothing
+        await v.store("alice", "Caroline went sailing")
+        assert await client.hgetall(key) == {**counted, b"n": b"5", b"t:went": b"4",
+                                             b"t:caroline": b"3", b"t:sailing": b"1"}
+        await client.delete(key)
+        assert await v.delete("alice", ids[0])
+        after = await client.hgetall(key)
+        assert after[b"n"] == b"4" and after[b"t:caroline"] == b"2" and b"t:group" not in after
+
+
+async def test_frequency_hashes_stay_out_of_the_search_index(
+        request: pytest.FixtureRequest) -> None:
+    """Terms that are names of indexed fields ("owner", "vec", "folded") are prefixed, so
+    the frequency hash never becomes a document with a malformed vector."""
+    async with opened("redis-stack", request) as s:
+        v: Any = s.vector
+        await v.store("alice", "the owner folded the vec", embedding=vec(1))
+        info = await v._r.execute_command("FT.INFO", v._keys.index(DIM))
+        fields = (dict(info) if isinstance(info, dict)
+                  else {info[i]: info[i + 1] for i in range(0, len(info) - 1, 2)})
+        failures = fields.get(b"hash_indexing_failures", fields.get("hash_indexing_failures"))
+        assert int(failures) == 0
+        hits = await v.search("alice", "owner", embedding=vec(1))
+        assert [h.memory.content for h in hits] == ["the owner folded the vec"]
+
+
 # -- a restart under load ----------------------------------------------------------------
 
 

@@ -8,12 +8,19 @@ import pytest
 
 from dream_memory_actor.models import VectorMemory
 from dream_memory_actor.scoring import (
+    MAX_QUERY_TERMS,
     Candidate,
+    TermStats,
     Weights,
     cosine,
     hybrid_score,
+    idf,
+    keyword_order,
     keyword_score,
+    matched_weight,
     rank,
+    strongest_terms,
+    term_weights,
     time_score,
     vector_score,
 )
@@ -107,17 +114,20 @@ def test_rank_min_score_and_limit() -> None:
         s for s in rank(cands, [], NOW, Weights(), 10, hybrid=True) if s.score >= 0.6]
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("hybrid", [True, False])
 @pytest.mark.parametrize("n_terms", [0, 1, 3])
-def test_rank_equals_the_reference_formulas(hybrid: bool, n_terms: int) -> None:
+def test_rank_equals_the_reference_formulas(hybrid: bool, n_terms: int, weighted: bool) -> None:
     """The inlined scoring loop gives exactly the scores of the named formulas, and
     the order of sorting by (score desc, age asc, id), on mixed candidates: repeats,
-    unknown and out-of-range cosines, future timestamps, ties."""
+    unknown and out-of-range cosines, future timestamps, ties; with and without
+    term weights."""
     import random
 
     rnd = random.Random(n_terms * 2 + hybrid)
     words = ["tea", "kubernetes", "deploy", "paris", "dog", "café"]
     terms = words[:n_terms]
+    tw = [rnd.uniform(0.01, 6.0) for _ in terms] if weighted else None
     weights = Weights(0.5, 0.35, 0.15, half_life_days=12.5)
     cands = [
         _cand(" ".join(rnd.choice(words) for _ in range(4)),
@@ -125,11 +135,11 @@ def test_rank_equals_the_reference_formulas(hybrid: bool, n_terms: int) -> None:
               days=rnd.choice([-2, 0, 1, 1, 7, rnd.randint(0, 400)]), mid=f"m{i:03d}")
         for i in range(120)]
     cands += cands[::7]  # repeats are ranked once
-    out = rank(cands, terms, NOW, weights, 25, hybrid=hybrid, min_score=0.2)
+    out = rank(cands, terms, NOW, weights, 25, hybrid=hybrid, min_score=0.2, term_weights=tw)
 
     expected = []
     for c in {c.id: c for c in cands}.values():
-        kw = keyword_score(terms, c.content)
+        kw = keyword_score(terms, c.content, tw)
         if not hybrid and kw == 0.0:
             continue
         vec = vector_score(c.similarity) if hybrid else None
@@ -141,3 +151,73 @@ def test_rank_equals_the_reference_formulas(hybrid: bool, n_terms: int) -> None:
     expected.sort()
     assert [(s.candidate.id, s.score, s.vector, s.keyword, s.time) for s in out] == [
         (cid, -neg, vec, kw, ts) for neg, _, cid, vec, kw, ts in expected[:25]]
+
+
+# -- rarity weights ---------------------------------------------------------------------
+
+
+def test_idf_is_bm25s_smoothed_formula() -> None:
+    import math
+
+    for df, n in [(0, 0), (0, 10), (3, 10), (10, 10), (1, 1000)]:
+        assert idf(df, n) == pytest.approx(math.log(1 + (n - df + 0.5) / (df + 0.5)))
+    assert idf(10, 10) > 0  # a term every memory has still counts a little
+    assert idf(1, 100) > idf(10, 100) > idf(90, 100)
+    assert idf(5, 3) == idf(5, 5)  # N is at least df
+
+
+def test_term_weights_follow_document_frequency_and_absent_terms_are_rarest() -> None:
+    stats = TermStats(100, {"went": 60, "caroline": 3})
+    went, caroline, unseen = term_weights(["went", "caroline", "xyz"], stats)
+    assert unseen > caroline > 2 * went > 0
+    assert term_weights([], stats) == []
+
+
+def test_weighted_keyword_score_counts_rare_terms_more_and_stays_in_unit_range() -> None:
+    terms = ["went", "caroline"]
+    w = term_weights(terms, TermStats(100, {"went": 60, "caroline": 3}))
+    rare = keyword_score(terms, "Caroline called", w)
+    common = keyword_score(terms, "we went home", w)
+    assert rare > 0.5 > common > 0
+    assert rare + common == pytest.approx(1.0)
+    assert keyword_score(terms, "Caroline went home", w) == 1.0
+    assert keyword_score(terms, "nothing here", w) == 0.0
+    assert keyword_score([], "anything", []) == 0.0
+    assert keyword_score(terms, "went", [1.0, 1.0]) == keyword_score(terms, "went") == 0.5
+    assert matched_weight(terms, [2.0, 3.0], "caroline went") == 5.0
+    assert matched_weight(terms, None, "caroline") == 1.0
+
+
+def test_strongest_terms_keep_the_rarest_present_terms_in_query_order() -> None:
+    terms = ["a1", "b2", "c3", "d4", "e5"]
+    every = TermStats(10, dict.fromkeys(terms, 1))
+    assert strongest_terms(terms, [1.0, 5.0, 2.0, 5.0, 0.5], every, 3) == (
+        ["b2", "c3", "d4"], [5.0, 2.0, 5.0])
+    # ties: the earlier term
+    assert strongest_terms(terms, [1.0] * 5, every, 2) == (["a1", "b2"], [1.0, 1.0])
+    assert strongest_terms(terms[:2], [1.0, 2.0], every) == (["a1", "b2"], [1.0, 2.0])
+    many = [f"t{i}" for i in range(100)]
+    assert len(strongest_terms(many, [1.0] * 100, every)[0]) == MAX_QUERY_TERMS
+    # terms no memory has come last, however rare: they alone would find nothing
+    stats = TermStats(10, {"b2": 4, "e5": 9})
+    w = term_weights(terms, stats)
+    assert strongest_terms(terms, w, stats, 3) == (["a1", "b2", "e5"], [w[0], w[1], w[4]])
+
+
+def test_keyword_order_by_matched_weight_then_newest_then_smallest_id() -> None:
+    t0 = NOW - timedelta(days=1)
+    rows = [("m5", "helm", t0), ("m1", "helm argo", t0), ("m3", "argo", NOW),
+            ("m2", "argo", t0), ("m4", "tea", NOW), ("m0", "argo", t0)]
+
+    def order(limit: int, weights: list[float]) -> list[str]:
+        got = keyword_order(rows, ["helm", "argo"], weights, limit, folded=lambda r: r[1],
+                            updated_at=lambda r: r[2], ident=lambda r: r[0])
+        return [r[0] for r in got]
+
+    # argo rarer than helm: the argo memories before "helm"; at equal weight newest,
+    # then smallest id; "tea" matches nothing and is never a candidate
+    assert order(10, [1.0, 2.0]) == ["m1", "m3", "m0", "m2", "m5"]
+    assert order(10, [2.0, 1.0]) == ["m1", "m5", "m3", "m0", "m2"]
+    assert order(2, [1.0, 2.0]) == ["m1", "m3"]
+    assert keyword_order(rows, [], [], 10, folded=lambda r: r[1], updated_at=lambda r: r[2],
+                         ident=lambda r: r[0]) == []

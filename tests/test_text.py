@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from dream_memory_actor.text import content_hash, escape_like, fold, normalize_content, terms
+from dream_memory_actor.text import (
+    CJK_FUNCTION_CHARS,
+    MAX_QUERY_TERMS_SCANNED,
+    content_hash,
+    escape_like,
+    fold,
+    normalize_content,
+    query_terms,
+    terms,
+)
 
 
 def test_latin_terms_are_lowercased_words_without_stopwords() -> None:
@@ -44,3 +53,37 @@ def test_normalize_and_hash_ignore_case_and_spacing() -> None:
 
 def test_escape_like() -> None:
     assert escape_like("50%_off\\") == "50\\%\\_off\\\\"
+
+
+def test_query_terms_leave_out_bigrams_of_function_characters_only() -> None:
+    assert query_terms("我们今天的部署") == ["的部", "部署"]
+    assert query_terms("什么时候可以") == []
+    assert query_terms("部署") == ["部署"]
+    assert query_terms("的") == []
+    # content words with one function character stay; English is as terms() gives it
+    assert query_terms("天气 地址 我的猫") == ["天气", "地址", "的猫"]
+    assert query_terms("Did we discuss the K8s deployment?") == ["discuss", "k8s", "deployment"]
+    # a memory's own terms (what document frequencies count) keep every bigram
+    assert terms("我们今天") == ["我们", "们今", "今天"]
+
+
+def test_function_characters_are_not_content_characters() -> None:
+    assert not CJK_FUNCTION_CHARS & set("部署系统完成集群绿茶")
+    # words of a function character and a listed-out one stay
+    assert query_terms("地点 自由 不同") == ["地点", "自由", "不同"]
+
+
+def test_a_chinese_content_query_still_matches_its_memory() -> None:
+    from dream_memory_actor.scoring import keyword_score
+
+    q = query_terms("部署")
+    assert keyword_score(q, "系统部署完成") == 1.0
+
+
+def test_query_terms_are_bounded_and_the_first_ones() -> None:
+    words = " ".join(f"w{i}x" for i in range(5000))
+    got = query_terms(words)
+    assert got == [f"w{i}x" for i in range(MAX_QUERY_TERMS_SCANNED)]
+    zh = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(6000))
+    assert len(query_terms(zh)) == MAX_QUERY_TERMS_SCANNED
+    assert query_terms("a b c d", limit=2) == ["b", "c"]  # "a" is a stopword

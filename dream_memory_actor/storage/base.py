@@ -2,9 +2,10 @@
 
 ``StructuredStore`` (L1) has two abstract methods: ``load`` a snapshot and
 ``_apply`` a list of operations atomically; four primitives keep the L3 chat
-windows and the audit trail of HITL decisions. ``VectorStore`` (L2) has a handful
-of primitives; dedup semantics, validation and hybrid ranking live here, once,
-so every backend ranks the same data the same way.
+windows and the audit trail of HITL decisions. ``VectorStore`` (L2, defined in
+``storage.vector`` and re-exported here) has a handful of primitives; dedup
+semantics, validation and hybrid ranking live there, once, so every backend ranks
+the same data the same way.
 
 Public methods check their arguments (``validation``) before any I/O and raise
 ``InvalidInput`` subclasses; nothing is written when they do. The stores are the
@@ -13,14 +14,12 @@ authority on these rules: whoever calls them, nothing unchecked is stored.
 
 from __future__ import annotations
 
-import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from .. import validation as check
-from ..errors import InvalidQuery
 from ..models import (
     AuditAction,
     AuditEntry,
@@ -29,32 +28,19 @@ from ..models import (
     MemoryFact,
     MemoryRule,
     MemorySnapshot,
-    SearchHit,
-    StoreResult,
-    VectorMemory,
     utcnow,
 )
-from ..scoring import SEED_WEIGHTS, Candidate, Weights, rank, to_hit
-from ..text import terms as query_terms
-from .ops import AddFact, AddRule, DeleteStatus, L1Op, SetStatus
+from .lifecycle import DEFAULT_MAX_CONTENT_BYTES, _Lifecycle
+from .ops import (
+    AddFact,
+    AddRule,
+    DeleteStatus,
+    L1Op,
+    SetStatus,
+)
+from .vector import VectorStore
 
-DEFAULT_MAX_CONTENT_BYTES = 32 * 1024
-
-#: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
-Embed = Callable[[str], Awaitable["list[float] | None"]]
-
-
-class _Lifecycle:
-    """``setup`` prepares storage (migrations), ``close`` releases it; both safe to repeat."""
-
-    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
-
-    async def setup(self) -> None:
-        """Create or migrate what the backend needs. Safe to call more than once."""
-
-    async def close(self) -> None:
-        """Release connections. Safe to call more than once."""
-
+__all__ = ["DEFAULT_MAX_CONTENT_BYTES", "StructuredStore", "VectorStore"]
 
 class StructuredStore(_Lifecycle, ABC):
     """L1: rules, facts, status and the pending queue of each owner."""
@@ -203,149 +189,3 @@ def _find_by_text(items: Sequence[_Item], text: str) -> _Item:
 
     h = content_hash(text)
     return next(i for i in items if content_hash(i.content) == h)
-
-
-class VectorStore(_Lifecycle, ABC):
-    """L2: semantic memories with dedup-merge on store and hybrid search."""
-
-    #: Dimension of stored embeddings; ``None`` means keyword-only (no embedder).
-    dim: int | None = None
-
-    # -- primitives a backend implements ------------------------------------------
-
-    @abstractmethod
-    async def _store(
-        self,
-        owner: str,
-        content: str,
-        embedding: list[float] | None,
-        metadata: dict[str, Any],
-        *,
-        threshold: float,
-        now: datetime,
-        op_id: str | None,
-    ) -> StoreResult:
-        """Insert, or merge into the nearest memory of ``owner`` if cosine > ``threshold``
-        (or the same text, case and spaces aside). Atomic per owner. See ``dedup.merged``.
-
-        With an ``op_id`` already recorded for ``owner``, write nothing and return
-        the recorded result; otherwise record ``op_id`` and the result atomically.
-        """
-
-    @abstractmethod
-    async def _candidates(
-        self,
-        owners: Sequence[str],
-        terms: Sequence[str],
-        embedding: list[float] | None,
-        *,
-        vector_k: int,
-        keyword_k: int,
-    ) -> list[Candidate]:
-        """Up to ``vector_k`` nearest memories by cosine (when ``embedding``) plus up to
-        ``keyword_k`` memories containing the most ``terms``, each once, with its cosine."""
-
-    @abstractmethod
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
-        """One memory, or ``MemoryNotFound``."""
-
-    @abstractmethod
-    async def _delete(self, owner: str, memory_id: str) -> bool:
-        """Delete; ``False`` if there was no such memory."""
-
-    @abstractmethod
-    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
-        """Memories of ``owner``, newest first."""
-
-    @abstractmethod
-    async def count(self, owner: str) -> int:
-        """How many memories ``owner`` has."""
-
-    # -- the public, validated API ------------------------------------------------
-
-    async def store(
-        self,
-        owner: str,
-        content: str,
-        *,
-        embedding: Sequence[float] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        threshold: float = 0.85,
-        now: datetime | None = None,
-        op_id: str | None = None,
-        embed: Embed | None = None,
-    ) -> StoreResult:
-        """Store ``content`` for ``owner``, merging into a near-duplicate if there is one.
-
-        ``op_id`` makes the call idempotent: a retry with the same id is applied once.
-        Without ``embedding``, ``embed`` (if given) computes it from the checked text,
-        so nothing is embedded for a call that is refused.
-        """
-        check.owner_id(owner)
-        if op_id is not None:
-            check.op_id(op_id)
-        text = check.content(content, self.max_content_bytes)
-        meta = check.metadata(metadata)
-        if embedding is None and embed is not None:
-            embedding = await embed(text)
-        vec = self._check_embedding(embedding)
-        thr = check.unit_interval(threshold, "threshold")
-        return await self._store(owner, text, vec, meta, threshold=thr, now=now or utcnow(),
-                                 op_id=op_id)
-
-    async def search(
-        self,
-        owners: str | Sequence[str],
-        query: str,
-        *,
-        embedding: Sequence[float] | None = None,
-        limit: int = 10,
-        weights: Weights = SEED_WEIGHTS,
-        now: datetime | None = None,
-        vector_k: int = 100,
-        keyword_k: int = 100,
-        min_score: float = 0.0,
-        embed: Embed | None = None,
-    ) -> list[SearchHit]:
-        """Hybrid search over the memories of one or several owners, best first.
-
-        Without ``embedding``, ``embed`` (if given) computes it from the checked query.
-        """
-        who = check.owner_ids(owners)
-        text = check.content(query, self.max_content_bytes, what="query")
-        n = check.limit(limit)
-        floor = check.unit_interval(min_score, "min_score")
-        if embedding is None and embed is not None:
-            embedding = await embed(text)
-        vec = self._check_embedding(embedding)
-        q_terms = query_terms(text)
-        cands = await self._candidates(
-            who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n)
-        )
-        hybrid = vec is not None
-        best = rank(cands, q_terms, now or utcnow(), weights, n, hybrid=hybrid, min_score=floor)
-        return [to_hit(s, self._materialize(s.candidate.payload), hybrid) for s in best]
-
-    def _materialize(self, payload: Any) -> VectorMemory:
-        """The memory a candidate's payload stands for (backends with raw rows override)."""
-        if not isinstance(payload, VectorMemory):
-            raise TypeError(f"{type(self).__name__} must override _materialize")
-        return payload
-
-    async def delete(self, owner: str, memory_id: str) -> bool:
-        check.owner_id(owner)
-        check.ids([memory_id], "memory id")
-        return await self._delete(owner, memory_id)
-
-    async def list(self, owner: str, *, limit: int = 100, offset: int = 0) -> list[VectorMemory]:
-        check.owner_id(owner)
-        return await self._list(owner, check.limit(limit), check.offset(offset))
-
-    def _check_embedding(self, embedding: Sequence[float] | None
-                         ) -> builtins.list[float] | None:
-        if embedding is None:
-            return None
-        if self.dim is None:
-            raise InvalidQuery("this store has no embedding dimension (keyword-only); "
-                               "configure embedding_model to store embeddings")
-        return check.embedding(embedding, self.dim)

@@ -8,19 +8,19 @@ does on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import MemoryNotFound
 from ..models import AuditEntry, ChatMessage, MemorySnapshot, StoreResult, VectorMemory, utcnow
-from ..scoring import Candidate, cosine
+from ..scoring import Candidate, TermStats, cosine, keyword_order
 from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
-from .dedup import merged
+from .dedup import df_delta, merge_target, merged
 from .ops import AddAudit, L1Op, apply_ops
 
 
@@ -84,15 +84,24 @@ class InMemoryStructuredStore(StructuredStore):
         return entries[:limit]
 
 
+class _Row(NamedTuple):
+    memory: VectorMemory
+    vec: np.ndarray | None
+    folded: str
+
+
 class InMemoryVectorStore(VectorStore):
-    """L2 in a dictionary per owner, with exact (brute-force) cosine search."""
+    """L2 in a dictionary per owner, with exact (brute-force) cosine search.
+
+    Each owner's document frequencies (memories per term) are a ``Counter`` beside
+    its rows, moved by every write (``dedup.df_delta``).
+    """
 
     def __init__(self, dim: int | None = None, *, max_content_bytes: int = 32 * 1024) -> None:
         self.dim = dim
         self.max_content_bytes = max_content_bytes
-        self._rows: defaultdict[str, dict[str, tuple[VectorMemory, np.ndarray | None]]] = (
-            defaultdict(dict)
-        )
+        self._rows: defaultdict[str, dict[str, _Row]] = defaultdict(dict)
+        self._df: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._ops: dict[tuple[str, str], StoreResult] = {}
 
@@ -110,66 +119,92 @@ class InMemoryVectorStore(VectorStore):
     def _store_locked(self, owner: str, content: str, embedding: list[float] | None,
                       metadata: dict[str, Any], threshold: float, now: datetime) -> StoreResult:
         rows = self._rows[owner]
-        best: tuple[float, str] | None = None
+        nearest: tuple[str, float] | None = None
         if embedding is not None:
-            for mid, (_, vec) in rows.items():
-                if vec is not None:
-                    sim = cosine(embedding, vec)
-                    if best is None or sim > best[0]:
-                        best = (sim, mid)
-        target: str | None = None
-        similarity: float | None = None
-        if best is not None and best[0] > threshold:
-            similarity, target = best
-        else:
+            for mid, row in rows.items():
+                if row.vec is not None:
+                    sim = cosine(embedding, row.vec)
+                    if nearest is None or sim > nearest[1]:
+                        nearest = (mid, sim)
+
+        def same_text() -> str | None:
             h = content_hash(content)
-            target = next((m for m, (mem, _) in rows.items()
-                           if content_hash(mem.content) == h), None)
+            return next((m for m, row in rows.items() if content_hash(row.memory.content) == h),
+                        None)
+
+        target = merge_target(nearest, threshold, same_text)
         if target is not None:
-            old, vec = rows[target]
-            new = merged(old, content, metadata, now)
-            rows[target] = (new, vec)
-            return StoreResult(memory=new, merged=True, similarity=similarity)
+            old = rows[target[0]]
+            new = merged(old.memory, content, metadata, now)
+            rows[new.id] = _Row(new, old.vec, fold(new.content))
+            _bump(self._df[owner], df_delta(old.memory.content, new.content))
+            return StoreResult(memory=new, merged=True, similarity=target[1])
         mem = VectorMemory(owner=owner, content=content, metadata=metadata,
                            created_at=now, updated_at=now,
                            has_embedding=embedding is not None)
-        rows[mem.id] = (mem, None if embedding is None else np.asarray(embedding))
+        vec = None if embedding is None else np.asarray(embedding)
+        rows[mem.id] = _Row(mem, vec, fold(content))
+        _bump(self._df[owner], df_delta(None, content))
         return StoreResult(memory=mem, merged=False)
+
+    async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
+        docs = sum(len(self._rows.get(o, {})) for o in owners)
+        counters = [self._df[o] for o in owners if o in self._df]
+        return TermStats(docs, {t: sum(c[t] for c in counters) for t in terms})
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
-                          keyword_k: int) -> list[Candidate]:
+                          keyword_k: int, weights: Sequence[float],
+                          stats: TermStats) -> list[Candidate]:
         rows = [r for o in owners for r in self._rows.get(o, {}).values()]
-        sims = {m.id: (cosine(embedding, v) if embedding is not None and v is not None else None)
-                for m, v in rows}
+
+        def candidate(row: _Row) -> Candidate:
+            m = row.memory
+            sim = (cosine(embedding, row.vec)
+                   if embedding is not None and row.vec is not None else None)
+            return Candidate(m.id, m.content, m.updated_at, sim, m, row.folded)
+
         out: dict[str, Candidate] = {}
         if embedding is not None:
-            with_vec = [m for m, v in rows if v is not None]
-            with_vec.sort(key=lambda m: -(sims[m.id] or 0.0))
-            for m in with_vec[:vector_k]:
-                out[m.id] = Candidate.of(m, sims[m.id])
-        if terms:
-            counted = [(sum(t in fold(m.content) for t in terms), m) for m, _ in rows]
-            counted = [(n, m) for n, m in counted if n > 0]
-            counted.sort(key=lambda nm: (-nm[0], -nm[1].updated_at.timestamp()))
-            for _, m in counted[:keyword_k]:
-                out.setdefault(m.id, Candidate.of(m, sims[m.id]))
+            with_vec = [candidate(r) for r in rows if r.vec is not None]
+            with_vec.sort(key=lambda c: -(c.similarity or 0.0))
+            for c in with_vec[:vector_k]:
+                out[c.id] = c
+        for r in keyword_order(rows, terms, weights, keyword_k, folded=lambda r: r.folded,
+                               updated_at=lambda r: r.memory.updated_at,
+                               ident=lambda r: r.memory.id):
+            if r.memory.id not in out:
+                out[r.memory.id] = candidate(r)
         return list(out.values())
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         row = self._rows.get(owner, {}).get(memory_id)
         if row is None:
             raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
-        return row[0]
+        return row.memory
 
     async def _delete(self, owner: str, memory_id: str) -> bool:
         async with self._locks[owner]:
-            return self._rows.get(owner, {}).pop(memory_id, None) is not None
+            row = self._rows.get(owner, {}).pop(memory_id, None)
+            if row is None:
+                return False
+            _bump(self._df[owner], df_delta(row.memory.content, None))
+            return True
 
     async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
-        mems = sorted((m for m, _ in self._rows.get(owner, {}).values()),
+        mems = sorted((r.memory for r in self._rows.get(owner, {}).values()),
                       key=lambda m: (-m.updated_at.timestamp(), m.id))
         return mems[offset:offset + limit]
 
     async def count(self, owner: str) -> int:
         return len(self._rows.get(owner, {}))
+
+
+def _bump(df: Counter[str], delta: Mapping[str, int]) -> None:
+    """Apply a ``df_delta``, dropping the terms no memory has any more."""
+    for t, d in delta.items():
+        n = df[t] + d
+        if n > 0:
+            df[t] = n
+        else:
+            del df[t]

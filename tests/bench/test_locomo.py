@@ -33,7 +33,7 @@ from benchmarks.tuning import (
     weight_grid,
 )
 from dream_memory_actor import validation
-from dream_memory_actor.scoring import SEED_WEIGHTS, Candidate, Weights, rank
+from dream_memory_actor.scoring import DEFAULT_WEIGHTS, Candidate, Weights, rank
 
 UTC = timezone.utc
 
@@ -210,7 +210,7 @@ def _candidates(n: int, rng: random.Random) -> list[Candidate]:
     return out
 
 
-@pytest.mark.parametrize("w", [SEED_WEIGHTS, Weights(1, 0, 0), Weights(0, 1, 0),
+@pytest.mark.parametrize("w", [DEFAULT_WEIGHTS, Weights(1, 0, 0), Weights(0, 1, 0),
                                Weights(0.2, 0.2, 0.6, 7.0)])
 def test_fast_rank_equals_scoring_rank(w: Weights) -> None:
     rng = random.Random(5)
@@ -224,8 +224,8 @@ def test_fast_rank_equals_scoring_rank(w: Weights) -> None:
 
 def test_grid_and_leave_one_out() -> None:
     grid = weight_grid(0.5, (30.0,))
-    assert len(grid) == 6 and SEED_WEIGHTS not in grid
-    assert SEED_WEIGHTS in weight_grid(0.1, (7.0, 30.0))
+    assert len(grid) == 6 and DEFAULT_WEIGHTS not in grid
+    assert DEFAULT_WEIGHTS in weight_grid(0.1, (7.0, 30.0))
     # two groups: point 1 is best on group a, point 2 on group b
     obj = np.array([[0.5, 0.5, 0.5, 0.5], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
     assert best_index(obj, np.zeros_like(obj)) == 0  # a three-way tie goes to grid order

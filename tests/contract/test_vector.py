@@ -91,8 +91,11 @@ async def test_hybrid_scores_follow_the_documented_formula(stores: Stores) -> No
     now = utcnow()
     await v.store("alice", "went live on Kubernetes with helm", embedding=vec(1, 0),
                   now=now - timedelta(days=30))
+    # one memory per query term, so both terms weigh the same (equal document frequency)
+    await v.store("alice", "deployment checklist", embedding=vec(0, 1), now=now)
     hits = await v.search("alice", "kubernetes deployment", embedding=vec(1, 0), now=now)
     h = hits[0]
+    assert h.memory.content == "went live on Kubernetes with helm"
     assert h.mode == "hybrid"
     assert h.vector_score == pytest.approx(1.0, abs=1e-5)
     assert h.keyword_score == pytest.approx(0.5)  # "kubernetes" found, "deployment" not

@@ -10,7 +10,7 @@ read checks it in the same round trip that would fetch the rows.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...models import VectorMemory
-from ...text import content_hash, fold
+from ...text import content_hash, fold, terms
 from .common import text
 
 #: The fields of a memory hash that rows are built from, in this order.
@@ -87,6 +87,7 @@ class OwnerRows:
         self.rows: dict[str, Row] = {r.memory.id: r for r in rows}
         self._ids: list[str] = []
         self._unit: np.ndarray | None = None  # unit vectors, capacity >= len(_ids)
+        self._df: Counter[str] | None = None
 
     @classmethod
     def from_reply(cls, owner: str, reply: Sequence[Any]) -> OwnerRows:
@@ -103,6 +104,7 @@ class OwnerRows:
         mid = row.memory.id
         is_new = mid not in self.rows
         self.rows[mid] = row
+        self._df = None
         if not is_new or row.vec is None or self._unit is None:
             return
         if self._unit.shape[1] != row.vec.shape[0]:
@@ -119,6 +121,13 @@ class OwnerRows:
     def remove(self, memory_id: str) -> None:
         if self.rows.pop(memory_id, None) is not None:
             self._unit = None
+            self._df = None
+
+    def document_frequencies(self) -> Counter[str]:
+        """How many of these rows have each term (counted once, then kept with the rows)."""
+        if self._df is None:
+            self._df = Counter(t for r in self.rows.values() for t in terms(r.memory.content))
+        return self._df
 
     def _matrix(self) -> tuple[list[str], np.ndarray]:
         if self._unit is None:

@@ -6,14 +6,16 @@ Keys of owner ``o`` (prefix ``p``)::
                             vec (float64 bytes; absent without an embedding)
     p:{o}:l2:ids    zset    memory ids, scored by creation time
     p:{o}:l2:ver    string  a random token, replaced by every write of the owner
+    p:{o}:l2:df     hash    memories per term, moved by every write (see ``df``)
 
 The token lets each process cache an owner's rows (``rows.RowCache``): one
 round trip checks it and, only when it changed, returns the rows. A store is an
 optimistic transaction (WATCH the token, read the rows, decide insert or merge
-exactly as ``memory.py`` does, MULTI/EXEC); writers of one owner in this process
-also queue on a lock, so they do not make each other retry. A store with an
-``op_id`` records its result in ``p:{o}:l2:op:<op_id>`` in the same transaction
-(kept for ``OP_ID_RETENTION_S``); a retry returns that result and writes nothing.
+exactly as ``memory.py`` does, MULTI/EXEC with the document frequencies); writers
+of one owner in this process also queue on a lock, so they do not make each other
+retry. A store with an ``op_id`` records its result in ``p:{o}:l2:op:<op_id>`` in
+the same transaction (kept for ``OP_ID_RETENTION_S``); a retry returns that result
+and writes nothing.
 
 With the search module, vector candidates come from an HNSW index (see
 ``search_module``); without it, from exact cosine over the cached rows.
@@ -21,10 +23,9 @@ With the search module, vector candidates come from an HNSW index (see
 
 from __future__ import annotations
 
-import heapq
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,10 +33,11 @@ import numpy as np
 
 from ...errors import BackendError, MemoryNotFound
 from ...models import StoreResult, VectorMemory
-from ...scoring import Candidate, cosine
+from ...scoring import Candidate, TermStats, cosine, keyword_order
 from ...text import content_hash, fold
 from ..base import VectorStore
-from ..dedup import merged
+from ..dedup import df_delta, merge_target, merged
+from . import df
 from . import search_module as fts
 from .common import (
     MAX_TX_ATTEMPTS,
@@ -45,6 +47,7 @@ from .common import (
     close_client,
     commit_lost,
     lost_connection,
+    text,
     translate,
 )
 from .rows import (
@@ -57,18 +60,6 @@ from .rows import (
     make_row,
     row_from_fields,
     vec_bytes,
-)
-
-# KEYS: memory hash, id set, version token. ARGV: memory id, new token.
-_DELETE = (
-    """
-if redis.call('DEL', KEYS[1]) == 1 then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('SET', KEYS[3], ARGV[2])
-  return 1
-end
-return 0
-"""
 )
 
 
@@ -93,7 +84,6 @@ class RedisVectorStore(VectorStore):
         self._module: bool | None = None
         self._closed = False
         self._fetch = client.register_script(FETCH_ROWS)
-        self._delete_script = client.register_script(_DELETE)
 
     @property
     def search_module(self) -> bool | None:
@@ -157,15 +147,20 @@ class RedisVectorStore(VectorStore):
                             done = None if op_id is None else await pipe.get(
                                 k.l2_op(owner, op_id))
                             rows = await self._rows(pipe, owner)
+                            counted = bool(await pipe.hexists(k.l2_df(owner), df.DOCS))
                         except WatchError:
                             continue  # the connection dropped before any write: again
                         if done is not None:  # a retry of a recorded store
                             return StoreResult.model_validate_json(done)
                         result, row = self._decide(rows, owner, content, query, metadata,
                                                    threshold, now)
+                        old = rows.rows.get(row.memory.id)
+                        delta = df_delta(None if old is None else old.memory.content, content)
                         token = _token()
                         pipe.multi()
                         self._queue_write(pipe, row, is_new=not result.merged)
+                        self._queue_df(pipe, owner, delta, 0 if result.merged else 1,
+                                       None if counted else rows)
                         pipe.set(k.l2_version(owner), token)
                         if op_id is not None:
                             pipe.set(k.l2_op(owner, op_id), result.model_dump_json(),
@@ -187,26 +182,33 @@ class RedisVectorStore(VectorStore):
                 metadata: dict[str, Any], threshold: float,
                 now: datetime) -> tuple[StoreResult, Row]:
         """Insert or merge, exactly as the in-memory reference backend decides."""
-        target: str | None = None
-        similarity: float | None = None
+        nearest: tuple[str, float] | None = None
         if query is not None:
             best = rows.nearest(query)
             if best is not None:
                 vec = rows.rows[best].vec
                 assert vec is not None
-                sim = cosine(query, vec)
-                if sim > threshold:
-                    target, similarity = best, sim
-        if target is None:
-            target = rows.with_hash(content_hash(content))
+                nearest = (best, cosine(query, vec))
+        target = merge_target(nearest, threshold, lambda: rows.with_hash(content_hash(content)))
         if target is not None:
-            old = rows.rows[target]
+            old = rows.rows[target[0]]
             new = merged(old.memory, content, metadata, now)
-            return StoreResult(memory=new, merged=True, similarity=similarity), \
+            return StoreResult(memory=new, merged=True, similarity=target[1]), \
                 make_row(new, old.vec)
         mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
                            updated_at=now, has_embedding=query is not None)
         return StoreResult(memory=mem, merged=False), make_row(mem, query)
+
+    def _queue_df(self, pipe: Any, owner: str, delta: Mapping[str, int], docs_delta: int,
+                  uncounted: OwnerRows | None) -> None:
+        """Queue the write's change of the owner's document frequencies; ``uncounted``:
+        the owner's rows before the write, when its frequencies were never counted."""
+        key = self._keys.l2_df(owner)
+        if uncounted is None:
+            df.queue_delta(pipe, key, delta, docs_delta)
+        else:
+            counts = df.apply(uncounted.document_frequencies(), delta)
+            df.queue_rebuild(pipe, key, counts, len(uncounted.rows) + docs_delta)
 
     def _queue_write(self, pipe: Any, row: Row, *, is_new: bool) -> None:
         mem = row.memory
@@ -225,15 +227,37 @@ class RedisVectorStore(VectorStore):
         pipe.hset(k.l2_doc(mem.owner, mem.id), mapping=fields)
 
     async def _delete(self, owner: str, memory_id: str) -> bool:
+        from redis.exceptions import WatchError
+
         k = self._keys
         async with self._locks.hold(owner):
             with translate("delete"):
-                done = await self._delete_script(
-                    [k.l2_doc(owner, memory_id), k.l2_ids(owner), k.l2_version(owner)],
-                    [memory_id, _token()])
-            if done:
-                self._cache.drop(owner)
-            return bool(done)
+                for _ in range(MAX_TX_ATTEMPTS):
+                    async with self._r.pipeline(transaction=True) as pipe:
+                        try:
+                            await pipe.watch(k.l2_version(owner))
+                            content = text(await pipe.hget(k.l2_doc(owner, memory_id), "content"))
+                            counted = bool(await pipe.hexists(k.l2_df(owner), df.DOCS))
+                            rows = None if counted or content is None else await self._rows(
+                                pipe, owner)
+                        except WatchError:
+                            continue
+                        if content is None:
+                            return False
+                        pipe.multi()
+                        pipe.delete(k.l2_doc(owner, memory_id))
+                        pipe.zrem(k.l2_ids(owner), memory_id)
+                        pipe.set(k.l2_version(owner), _token())
+                        self._queue_df(pipe, owner, df_delta(content, None), -1, rows)
+                        try:
+                            await pipe.execute()
+                        except WatchError as exc:
+                            if lost_connection(exc):
+                                raise commit_lost(exc) from exc
+                            continue
+                    self._cache.drop(owner)
+                    return True
+        raise BackendError(f"owner {owner!r}: too many concurrent writers, delete gave up")
 
     # -- reads ------------------------------------------------------------------------
 
@@ -256,9 +280,28 @@ class RedisVectorStore(VectorStore):
         with translate("count"):
             return int(await self._r.zcard(self._keys.l2_ids(owner)))
 
+    async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
+        k = self._keys
+        docs, counts = 0, [0] * len(terms)
+        with translate("search"):
+            async with self._r.pipeline(transaction=False) as pipe:
+                for o in owners:
+                    df.queue_read(pipe, k.l2_df(o), terms)
+                replies = await pipe.execute()
+            for o, reply in zip(owners, replies, strict=True):
+                got = df.parse_read(reply)
+                if got is None:  # never counted: count the rows this process reads
+                    rows = await self._rows(self._r, o)
+                    c = rows.document_frequencies()
+                    got = (len(rows.rows), [c[t] for t in terms])
+                docs += got[0]
+                counts = [a + b for a, b in zip(counts, got[1], strict=True)]
+        return TermStats(docs, dict(zip(terms, counts, strict=True)))
+
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
-                          keyword_k: int) -> list[Candidate]:
+                          keyword_k: int, weights: Sequence[float],
+                          stats: TermStats) -> list[Candidate]:
         with translate("search"):
             module = await self._ensure_setup()
             knn = module and embedding is not None and self.dim is not None
@@ -278,17 +321,11 @@ class RedisVectorStore(VectorStore):
                 row = by_owner[owner].rows.get(mid)
                 if row is not None and row.vec is not None:
                     out.setdefault(mid, candidate(row))
-        if terms:
-            def matches() -> Iterator[tuple[int, float, Row]]:
-                # streamed: only the k kept outlive the scan (see _exact_nearest)
-                for rows in by_owner.values():
-                    for r in rows.rows.values():
-                        n = sum(t in r.folded for t in terms)
-                        if n:
-                            yield (-n, -r.memory.updated_at.timestamp(), r)
-
-            for _, _, row in heapq.nsmallest(keyword_k, matches(), key=lambda c: c[:2]):
-                out.setdefault(row.memory.id, candidate(row))
+        every = (r for rows in by_owner.values() for r in rows.rows.values())
+        for row in keyword_order(every, terms, weights, keyword_k, folded=lambda r: r.folded,
+                                 updated_at=lambda r: r.memory.updated_at,
+                                 ident=lambda r: r.memory.id):
+            out.setdefault(row.memory.id, candidate(row))
         return list(out.values())
 
     async def _fetch_for_search(self, owners: Sequence[str], embedding: list[float] | None,

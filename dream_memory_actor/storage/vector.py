@@ -1,0 +1,205 @@
+"""The vector (L2) storage interface: semantic memories, dedup-merge, hybrid search.
+
+A backend implements a handful of primitives; validation, the search flow (query
+terms, their rarity weights, candidates, exact ranking) and the dedup semantics
+live here, once, so every backend ranks the same data the same way. Public methods
+validate their arguments before any I/O and raise ``InvalidInput`` subclasses;
+nothing is written when they do.
+"""
+
+from __future__ import annotations
+
+import builtins
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .. import validation as check
+from ..errors import InvalidQuery
+from ..models import SearchHit, StoreResult, VectorMemory, utcnow
+from ..scoring import (
+    DEFAULT_WEIGHTS,
+    Candidate,
+    TermStats,
+    Weights,
+    rank,
+    strongest_terms,
+    term_weights,
+    to_hit,
+)
+from ..text import query_terms
+from .lifecycle import _Lifecycle
+
+#: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
+Embed = Callable[[str], Awaitable["list[float] | None"]]
+
+
+class VectorStore(_Lifecycle, ABC):
+    """L2: semantic memories with dedup-merge on store and hybrid search."""
+
+    #: Dimension of stored embeddings; ``None`` means keyword-only (no embedder).
+    dim: int | None = None
+
+    # -- primitives a backend implements ------------------------------------------
+
+    @abstractmethod
+    async def _store(
+        self,
+        owner: str,
+        content: str,
+        embedding: list[float] | None,
+        metadata: dict[str, Any],
+        *,
+        threshold: float,
+        now: datetime,
+        op_id: str | None,
+    ) -> StoreResult:
+        """Insert, or merge into the nearest memory of ``owner`` if cosine > ``threshold``
+        (or the same text, case and spaces aside). Atomic per owner. See ``dedup.merged``.
+
+        With an ``op_id`` already recorded for ``owner``, write nothing and return
+        the recorded result; otherwise record ``op_id`` and the result atomically.
+        """
+
+    @abstractmethod
+    async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
+        """How many memories ``owners`` hold, and how many of them have each of ``terms``
+        among their ``text.terms`` (kept by the backend with every write)."""
+
+    @abstractmethod
+    async def _candidates(
+        self,
+        owners: Sequence[str],
+        terms: Sequence[str],
+        embedding: list[float] | None,
+        *,
+        vector_k: int,
+        keyword_k: int,
+        weights: Sequence[float],
+        stats: TermStats,
+    ) -> list[Candidate]:
+        """Up to ``vector_k`` nearest memories by cosine (when ``embedding``) plus up to
+        ``keyword_k`` memories in ``scoring.keyword_order`` (highest sum of the
+        ``weights`` of the ``terms`` they contain, then newest, then smallest id), each
+        once, with its cosine. ``stats`` are those the weights came from."""
+
+    @abstractmethod
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        """One memory, or ``MemoryNotFound``."""
+
+    @abstractmethod
+    async def _delete(self, owner: str, memory_id: str) -> bool:
+        """Delete; ``False`` if there was no such memory."""
+
+    @abstractmethod
+    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
+        """Memories of ``owner``, newest first."""
+
+    @abstractmethod
+    async def count(self, owner: str) -> int:
+        """How many memories ``owner`` has."""
+
+    # -- the public, validated API ------------------------------------------------
+
+    async def store(
+        self,
+        owner: str,
+        content: str,
+        *,
+        embedding: Sequence[float] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        threshold: float = 0.85,
+        now: datetime | None = None,
+        op_id: str | None = None,
+        embed: Embed | None = None,
+    ) -> StoreResult:
+        """Store ``content`` for ``owner``, merging into a near-duplicate if there is one.
+
+        ``op_id`` makes the call idempotent: a retry with the same id is applied once.
+        Without ``embedding``, ``embed`` (if given) computes it from the checked text,
+        so nothing is embedded for a call that is refused.
+        """
+        check.owner_id(owner)
+        if op_id is not None:
+            check.op_id(op_id)
+        text = check.content(content, self.max_content_bytes)
+        meta = check.metadata(metadata)
+        if embedding is None and embed is not None:
+            embedding = await embed(text)
+        vec = self._check_embedding(embedding)
+        thr = check.unit_interval(threshold, "threshold")
+        return await self._store(owner, text, vec, meta, threshold=thr, now=now or utcnow(),
+                                 op_id=op_id)
+
+    async def search(
+        self,
+        owners: str | Sequence[str],
+        query: str,
+        *,
+        embedding: Sequence[float] | None = None,
+        limit: int = 10,
+        weights: Weights = DEFAULT_WEIGHTS,
+        now: datetime | None = None,
+        vector_k: int = 100,
+        keyword_k: int = 100,
+        min_score: float = 0.0,
+        embed: Embed | None = None,
+    ) -> list[SearchHit]:
+        """Hybrid search over the memories of one or several owners, best first.
+
+        Without ``embedding``, ``embed`` (if given) computes it from the checked query.
+        """
+        who = check.owner_ids(owners)
+        text = check.content(query, self.max_content_bytes, what="query")
+        n = check.limit(limit)
+        floor = check.unit_interval(min_score, "min_score")
+        if embedding is None and embed is not None:
+            embedding = await embed(text)
+        vec = self._check_embedding(embedding)
+        q_terms, t_weights, stats = await self.weighted_terms(who, text)
+        cands = await self._candidates(
+            who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n),
+            weights=t_weights, stats=stats,
+        )
+        hybrid = vec is not None
+        best = rank(cands, q_terms, now or utcnow(), weights, n, hybrid=hybrid, min_score=floor,
+                    term_weights=t_weights)
+        return [to_hit(s, self._materialize(s.candidate.payload), hybrid) for s in best]
+
+    async def weighted_terms(self, owners: Sequence[str], query: str
+                             ) -> tuple[builtins.list[str], builtins.list[float], TermStats]:
+        """The terms a search of ``query`` over ``owners`` looks for, their weights and the
+        statistics behind them: ``text.query_terms``, weighted by ``scoring.term_weights``,
+        at most ``scoring.MAX_QUERY_TERMS`` kept (``scoring.strongest_terms``).
+        ``owners`` and ``query`` are expected validated (as ``search`` does)."""
+        found = query_terms(query)
+        if not found:
+            return [], [], TermStats(0, {})
+        stats = await self._term_stats(owners, found)
+        kept, kept_weights = strongest_terms(found, term_weights(found, stats), stats)
+        return kept, kept_weights, stats
+
+    def _materialize(self, payload: Any) -> VectorMemory:
+        """The memory a candidate's payload stands for (backends with raw rows override)."""
+        if not isinstance(payload, VectorMemory):
+            raise TypeError(f"{type(self).__name__} must override _materialize")
+        return payload
+
+    async def delete(self, owner: str, memory_id: str) -> bool:
+        check.owner_id(owner)
+        check.ids([memory_id], "memory id")
+        return await self._delete(owner, memory_id)
+
+    async def list(self, owner: str, *, limit: int = 100, offset: int = 0) -> list[VectorMemory]:
+        check.owner_id(owner)
+        return await self._list(owner, check.limit(limit), check.offset(offset))
+
+    def _check_embedding(self, embedding: Sequence[float] | None
+                         ) -> builtins.list[float] | None:
+        if embedding is None:
+            return None
+        if self.dim is None:
+            raise InvalidQuery("this store has no embedding dimension (keyword-only); "
+                               "configure embedding_model to store embeddings")
+        return check.embedding(embedding, self.dim)

@@ -1,0 +1,119 @@
+"""Contract of the keyword signal: rarity weights, document frequencies, candidate order.
+
+Every backend keeps the same document frequencies for the same writes, so the same
+data gives the same keyword scores and the same keyword candidates everywhere.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from dream_memory_actor.models import utcnow
+from dream_memory_actor.scoring import idf
+from tests.conftest import Stores
+from tests.contract.test_vector import vec
+
+CORPUS = [
+    "Caroline went to the support group",
+    "Melanie went hiking with her kids",
+    "Caroline painted a sunrise",
+    "went shopping for shoes",
+]
+
+
+def axis(i: int) -> list[float]:
+    """The i-th unit vector: no two are near-duplicates."""
+    return vec(*([0.0] * i + [1.0]))
+
+
+async def _df(stores: Stores, owners: list[str], terms: list[str]) -> tuple[int, dict[str, int]]:
+    stats = await stores.vector._term_stats(owners, terms)
+    return stats.docs, {t: stats.df.get(t, 0) for t in terms}
+
+
+async def test_term_stats_follow_every_write(stores: Stores) -> None:
+    v = stores.vector
+    ids = [(await v.store("alice", text, embedding=axis(i))).memory.id
+           for i, text in enumerate(CORPUS)]
+    await v.store("bob", "Caroline went sailing", embedding=axis(0))
+    terms = ["went", "caroline", "group", "meeting", "zzz"]
+    assert await _df(stores, ["alice"], terms) == (
+        4, {"went": 3, "caroline": 2, "group": 1, "meeting": 0, "zzz": 0})
+    # summed over the searched owners
+    assert await _df(stores, ["alice", "bob"], ["went", "caroline"]) == (
+        5, {"went": 4, "caroline": 3})
+    # a merge that changes the content moves the counts: "group" out, "meeting" in
+    r = await v.store("alice", "Caroline went to a support meeting", embedding=axis(0))
+    assert r.merged and r.memory.id == ids[0]
+    assert await _df(stores, ["alice"], terms) == (
+        4, {"went": 3, "caroline": 2, "group": 0, "meeting": 1, "zzz": 0})
+    # a merge of the same text changes nothing
+    assert (await v.store("alice", "went  shopping for SHOES")).merged
+    assert await _df(stores, ["alice"], ["went", "shoes"]) == (4, {"went": 3, "shoes": 1})
+    # a term counts once per memory, however often it occurs (and only as a whole term)
+    await v.store("alice", "went went went; wentworth", embedding=axis(5))
+    assert await _df(stores, ["alice"], ["went", "wentworth"]) == (
+        5, {"went": 4, "wentworth": 1})
+    assert await v.delete("alice", ids[2])
+    assert not await v.delete("alice", ids[2])
+    assert await _df(stores, ["alice"], ["caroline", "sunrise", "went"]) == (
+        4, {"caroline": 1, "sunrise": 0, "went": 4})
+    assert await _df(stores, ["nobody"], ["went"]) == (0, {"went": 0})
+
+
+async def test_same_weighted_keyword_scores_on_every_backend(keyword_stores: Stores) -> None:
+    v = keyword_stores.vector
+    now = utcnow()
+    for i, text in enumerate(CORPUS):
+        await v.store("alice", text, now=now - timedelta(days=i))
+    hits = await v.search("alice", "when Caroline went", now=now)  # "when" is a stopword
+    went, caroline = idf(3, 4), idf(2, 4)
+    expected = {
+        CORPUS[0]: 1.0,
+        CORPUS[2]: caroline / (went + caroline),
+        CORPUS[1]: went / (went + caroline),
+        CORPUS[3]: went / (went + caroline),
+    }
+    assert [h.memory.content for h in hits] == [CORPUS[0], CORPUS[2], CORPUS[1], CORPUS[3]]
+    for h in hits:
+        assert h.keyword_score == pytest.approx(expected[h.memory.content], abs=1e-9)
+        assert 0.0 <= h.keyword_score <= 1.0
+    # the rare name outweighs the common verb: Caroline's painting before two "went"s
+    assert hits[1].keyword_score > 0.5 > hits[2].keyword_score
+
+
+async def test_keyword_cut_keeps_the_smallest_ids_among_equals(stores: Stores) -> None:
+    v = stores.vector
+    now = utcnow()
+    ids = [(await v.store("alice", f"standup note number {i}", now=now)).memory.id
+           for i in range(55)]
+    # 55 memories of equal weight and time: the cut at 10 keeps the 10 smallest ids
+    hits = await v.search("alice", "standup", now=now, limit=10, keyword_k=10)
+    assert [h.memory.id for h in hits] == sorted(ids)[:10]
+    # the rarer term decides first: the one memory with "7" in a term of its own ranks
+    # with its weight, the others after it, still by id
+    hits = await v.search("alice", "standup 54", now=now, limit=10, keyword_k=10)
+    assert hits[0].memory.id == ids[54]
+    assert [h.memory.id for h in hits[1:]] == sorted(i for i in ids if i != ids[54])[:9]
+
+
+async def test_a_query_without_terms_scores_zero(stores: Stores) -> None:
+    v = stores.vector
+    await v.store("alice", "what is it", embedding=vec(1))
+    assert await v.search("alice", "what is it") == []
+    hits = await v.search("alice", "what is it", embedding=vec(1))
+    assert [h.keyword_score for h in hits] == [0.0]
+
+
+async def test_very_long_queries_are_answered(stores: Stores) -> None:
+    v = stores.vector
+    await v.store("alice", "w3x met Caroline at the lake")
+    await v.store("alice", "系统部署完成")
+    words = " ".join(f"w{i}x" for i in range(5000)).encode()[: 32 * 1024].decode()
+    hits = await v.search("alice", words)
+    assert hits and hits[0].memory.content == "w3x met Caroline at the lake"
+    zh = "部署" + "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(6000))
+    hits = await v.search("alice", zh)
+    assert hits and hits[0].memory.content == "系统部署完成"
