@@ -23,6 +23,7 @@ The corpus is built twice when dedup merges turns: with the library's threshold
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from dream_memory_actor import validation as check
+from dream_memory_actor.embedding import IDENTITY, Calibration
 from dream_memory_actor.scoring import Weights
-from dream_memory_actor.text import terms as query_terms
 
 from .bm25 import BM25
 from .corpus import Corpus, bench_settings, ingest_actors, ingest_engine
@@ -106,9 +107,13 @@ def _dia(ids: Sequence[str], corpus: Corpus) -> list[set[str]]:
     return [corpus.dia_of.get(i, set()) for i in ids]
 
 
-async def evaluate(corpus: Corpus, data: Dataset, qvec: Mapping[str, list[float]]
-                   ) -> Evaluation:
+async def evaluate(corpus: Corpus, data: Dataset, qvec: Mapping[str, list[float]],
+                   calibration: Calibration = IDENTITY) -> Evaluation:
+    """Every row on one corpus; ``calibration``: the embedder's (its query curve maps
+    cosines to the vector signal, as ``MemoryEngine`` does)."""
     ev = Evaluation()
+    weights = (DEFAULT_WEIGHTS if calibration.is_identity
+               else dataclasses.replace(DEFAULT_WEIGHTS, calibration=calibration.query))
     store = corpus.vector
     s = corpus.settings
     vk, kk = s.vector_candidates, s.keyword_candidates
@@ -117,20 +122,21 @@ async def evaluate(corpus: Corpus, data: Dataset, qvec: Mapping[str, list[float]
             emb = qvec[q.question]
             t0 = time.perf_counter()
             hits = await store.search(conv.owner, q.question, embedding=emb, limit=DEPTH,
-                                      weights=DEFAULT_WEIGHTS, now=conv.now, vector_k=vk,
+                                      weights=weights, now=conv.now, vector_k=vk,
                                       keyword_k=kk)
             ev.latency["hybrid_default"].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             kw_hits = await store.search(conv.owner, q.question, limit=DEPTH,
-                                         weights=DEFAULT_WEIGHTS, now=conv.now, keyword_k=kk)
+                                         weights=weights, now=conv.now, keyword_k=kk)
             ev.latency["keyword_mode"].append(time.perf_counter() - t0)
-            terms = query_terms(check.content(q.question, s.max_content_bytes))
+            text = check.content(q.question, s.max_content_bytes)
+            terms, tw, stats = await store.weighted_terms([conv.owner], text)
             cands = await store._candidates([conv.owner], terms, emb, vector_k=max(vk, DEPTH),
-                                            keyword_k=max(kk, DEPTH))
-            sig = signals(cands, terms, conv.now)
+                                            keyword_k=max(kk, DEPTH), weights=tw, stats=stats)
+            sig = signals(cands, terms, conv.now, tw, weights.calibration)
             ev.signals.append(sig)
             default_ids = [h.memory.id for h in hits]
-            ev.agree += int(fast_rank(sig, DEFAULT_WEIGHTS, DEPTH) == default_ids)
+            ev.agree += int(fast_rank(sig, weights, DEPTH) == default_ids)
             ev.add("hybrid_default", q.category,
                    question_metrics(_dia(default_ids, corpus), q.evidence))
             for name, w in (("vector_only", VECTOR_ONLY), ("keyword_only_weights", KEYWORD_ONLY)):
@@ -288,7 +294,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         thr = thresholds.pop(0)
         corpus = await _build(args, data, embedder, thr)
         try:
-            ev = await evaluate(corpus, data, qvec)
+            ev = await evaluate(corpus, data, qvec, embedder.calibration)
             name = "dedup_off" if thr >= 1.0 else f"dedup_{thr:g}"
             corpora[name] = _report(ev, bm25, corpus, args, data)
             if not corpora.get("headline_corpus"):

@@ -13,7 +13,7 @@ questions; only those held-out rankings are reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,15 +45,18 @@ class Signals:
     id_order: np.ndarray  #: position of the id in sorted order (last tie-break)
 
 
-def signals(cands: Sequence[Candidate], query_terms: Sequence[str], now: datetime) -> Signals:
-    """The signals ``scoring.rank`` computes, for each distinct candidate (first kept)."""
+def signals(cands: Sequence[Candidate], query_terms: Sequence[str], now: datetime,
+            term_weights: Sequence[float] | None = None,
+            calibration: Callable[[float], float] | None = None) -> Signals:
+    """The signals ``scoring.rank`` computes, for each distinct candidate (first kept):
+    the keyword share weighted by ``term_weights``, the cosine through ``calibration``."""
     seen: dict[str, Candidate] = {}
     for c in cands:
         seen.setdefault(c.id, c)
     cs = list(seen.values())
-    vec = [vector_score(c.similarity) for c in cs]
-    kw = [keyword_score_folded(query_terms, c.folded if c.folded is not None else fold(c.content))
-          for c in cs]
+    vec = [vector_score(c.similarity, calibration) for c in cs]
+    kw = [keyword_score_folded(query_terms, c.folded if c.folded is not None else fold(c.content),
+                               term_weights) for c in cs]
     days = [max(0.0, (now - c.updated_at).total_seconds() / 86400.0) for c in cs]
     ids = tuple(c.id for c in cs)
     order = np.empty(len(ids), dtype=np.int64)
@@ -74,10 +77,11 @@ def fast_rank(s: Signals, w: Weights, k: int) -> list[str]:
 
 
 def agrees_with_rank(cands: Sequence[Candidate], query_terms: Sequence[str], now: datetime,
-                     w: Weights, k: int) -> bool:
+                     w: Weights, k: int, term_weights: Sequence[float] | None = None) -> bool:
     """Whether :func:`fast_rank` gives exactly ``scoring.rank``'s order here."""
-    ref = [x.candidate.id for x in rank(cands, query_terms, now, w, k, hybrid=True)]
-    return ref == fast_rank(signals(cands, query_terms, now), w, k)
+    ref = [x.candidate.id for x in rank(cands, query_terms, now, w, k, hybrid=True,
+                                        term_weights=term_weights)]
+    return ref == fast_rank(signals(cands, query_terms, now, term_weights, w.calibration), w, k)
 
 
 def weight_grid(step: float = 0.1, half_lives: Sequence[float] = (7.0, 30.0, 365.0)
