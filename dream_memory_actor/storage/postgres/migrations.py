@@ -124,6 +124,16 @@ CREATE TABLE {s}.audit (
 );
 CREATE INDEX audit_owner_recent ON {s}.audit (owner_id, seq DESC);
 """),
+    (3, "memory count per owner", """
+-- Kept in the transaction of every insert and delete of a memory; a search reads it
+-- to choose how to gather candidates (storage/postgres/plan.py).
+CREATE TABLE {s}.owner_memory_counts (
+    owner_id text PRIMARY KEY,
+    memories bigint NOT NULL CHECK (memories >= 0)
+);
+INSERT INTO {s}.owner_memory_counts (owner_id, memories)
+    SELECT owner_id, count(*) FROM {s}.memories GROUP BY owner_id;
+"""),
 ]
 
 _BOOTSTRAP = """
