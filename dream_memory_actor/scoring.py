@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -50,6 +50,20 @@ def time_score(updated_at: datetime, now: datetime, half_life_days: float = 30.0
     """``1 / (1 + days / half_life)``; a memory from the future counts as new."""
     days = max(0.0, (now - updated_at).total_seconds() / 86400.0)
     return 1.0 / (1.0 + days / half_life_days)
+
+
+class TermStats(NamedTuple):
+    """What the weights of a query's terms are computed from.
+
+    ``docs``: memories held by the searched owners (with or without an embedding);
+    ``df``: for each query term, how many of them have it among their ``text.terms``
+    (absent: 0); ``table_docs``: memories in the whole store, when the backend knows it
+    cheaply (only for choosing a query plan, never for scores).
+    """
+
+    docs: int
+    df: Mapping[str, int]
+    table_docs: int | None = None
 
 
 def keyword_score(query_terms: Sequence[str], content: str) -> float:

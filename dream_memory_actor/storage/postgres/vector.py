@@ -18,10 +18,11 @@ from typing import Any
 
 from ...errors import MemoryNotFound
 from ...models import StoreResult, VectorMemory
-from ...scoring import Candidate
+from ...scoring import Candidate, TermStats
 from ...text import content_hash, fold
 from ..base import VectorStore
 from ..dedup import merged
+from .counts import add_memories, add_terms, term_delta, term_stats
 from .migrations import dim_sql
 from .plan import (
     EXACT_BREAK_EVEN,
@@ -59,6 +60,12 @@ def _memory(row: Any) -> VectorMemory:
         updated_at=row["updated_at"], has_embedding=row["has_embedding"])
 
 
+def _plan(stats: TermStats, owners: Sequence[str], terms: Sequence[str], *,
+          embedding: bool, keyword_k: int) -> SearchPlan:
+    return search_plan(stats.docs, float(stats.table_docs or 0), owners=len(owners),
+                       embedding=embedding, terms=terms, keyword_k=keyword_k, df=stats.df)
+
+
 def _is_uuid(value: str) -> bool:
     try:
         uuid.UUID(value)
@@ -76,40 +83,19 @@ class PostgresVectorStore(PostgresStore, VectorStore):
 
     # -- counts the plan is chosen from ---------------------------------------------
 
-    def _counts_sql(self, owners: Sequence[str]) -> str:
-        """(owners' memories, table rows) on ``$1``, the owners as a ``text[]``. The
-        table's rows from the planner's statistics (0 before the first ANALYZE)."""
-        mine = "owner_id = ($1::text[])[1]" if len(owners) == 1 else "owner_id = ANY($1::text[])"
-        return f"""SELECT (SELECT coalesce(sum(memories), 0)::bigint
-                           FROM {self._s}.owner_memory_counts WHERE {mine}) AS owner_rows,
-                          (SELECT greatest(reltuples, 0)::float8 FROM pg_class
-                           WHERE oid = '{self._s}.memories'::regclass) AS table_rows"""
-
-    async def _counts(self, conn: Any, owners: Sequence[str]) -> tuple[int, float]:
-        row = await conn.fetchrow(self._counts_sql(owners), list(owners))
-        return int(row["owner_rows"]), float(row["table_rows"])
-
-    async def _add_memories(self, conn: Any, owner: str, n: int) -> None:
-        if n < 0:  # the owner has a row: its memories were counted when written
-            await conn.execute(f"""UPDATE {self._s}.owner_memory_counts
-                                   SET memories = memories + $2 WHERE owner_id = $1""", owner, n)
-            return
-        await conn.execute(
-            f"""INSERT INTO {self._s}.owner_memory_counts (owner_id, memories) VALUES ($1, $2)
-                ON CONFLICT (owner_id) DO UPDATE
-                SET memories = {self._s}.owner_memory_counts.memories + excluded.memories""",
-            owner, n)
+    async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
+        """The owners' memory count, the table's rows and the terms' document
+        frequencies, kept by the database with every write: one round trip."""
+        async with self.backend.connection() as conn:
+            return await term_stats(conn, self._s, owners, terms)
 
     async def search_plan(self, owners: Sequence[str], terms: Sequence[str] = (), *,
                           embedding: bool = True, keyword_k: int = 40) -> SearchPlan:
-        """The plan a search of ``owners`` for ``terms`` would use now (one small query).
-
-        For benchmarks and diagnostics: the search itself chooses the same way from
-        the same counts (:func:`~.plan.search_plan`)."""
-        async with self.backend.connection() as conn:
-            mine, table = await self._counts(conn, owners)
-        return search_plan(mine, table, owners=len(owners), embedding=embedding,
-                           terms=terms, keyword_k=keyword_k)
+        """The plan a search of ``owners`` for ``terms`` (``text.terms`` of the query)
+        would use now: the counts of :meth:`_term_stats` through :func:`~.plan.search_plan`,
+        exactly as the search chooses. For benchmarks and diagnostics."""
+        return _plan(await self._term_stats(owners, terms), owners, terms,
+                     embedding=embedding, keyword_k=keyword_k)
 
     def statement(self, owners: Sequence[str], terms: Sequence[str],
                   embedding: list[float] | None, plan: SearchPlan, *, vector_k: int,
@@ -157,7 +143,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         similarity: float | None = None
         if embedding is not None:
             d = self.dim or 0
-            order = "sim DESC" if prefer_exact(*await self._counts(conn, [owner])) else (
+            stats = await term_stats(conn, s, [owner], [])
+            order = "sim DESC" if prefer_exact(stats.docs, stats.table_docs or 0) else (
                 f"{dim_sql(d)} <=> $2::vector({d})")
             row = await conn.fetchrow(
                 f"""SELECT {MEMORY_COLUMNS}, 1 - ({dim_sql(d)} <=> $2::vector({d})) AS sim
@@ -181,6 +168,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             await conn.execute(
                 f"UPDATE {s}.memory_text SET search_text = $2, updated_at = $3 WHERE id = $1",
                 uuid.UUID(new.id), fold(new.content), new.updated_at)
+            if new.content != target["content"]:
+                await add_terms(conn, s, owner, term_delta([target["content"]], [new.content]))
             return StoreResult(memory=new, merged=True, similarity=similarity)
         mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
                            updated_at=now, has_embedding=embedding is not None)
@@ -193,7 +182,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         await conn.execute(
             f"""INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
                 VALUES ($1, $2, $3, $4)""", uuid.UUID(mem.id), owner, fold(content), now)
-        await self._add_memories(conn, owner, 1)
+        await add_memories(conn, s, owner, 1)
+        await add_terms(conn, s, owner, term_delta(added=[content]))
         return StoreResult(memory=mem, merged=False)
 
     async def bulk_insert(self, owner: str,
@@ -223,23 +213,31 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             await conn.copy_records_to_table(
                 "memory_text", schema_name=self._s, records=texts,
                 columns=["id", "owner_id", "search_text", "updated_at"])
-            await self._add_memories(conn, owner, len(mems))
+            await add_memories(conn, self._s, owner, len(mems))
+            await add_terms(conn, self._s, owner, term_delta(added=[m[2] for m in mems]))
         return len(mems)
 
     # -- search -----------------------------------------------------------------------
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
-                          embedding: list[float] | None, *, vector_k: int,
-                          keyword_k: int) -> list[Candidate]:
-        # Bounded statement size; ranking still scores every term.
-        terms = list(terms[:MAX_STATEMENT_TERMS])
+                          embedding: list[float] | None, *, vector_k: int, keyword_k: int,
+                          weights: Sequence[float] | None = None,
+                          stats: TermStats | None = None) -> list[Candidate]:
+        """Candidates of the plan the counts in ``stats`` choose (read first when not
+        given); keyword candidates ordered by the sum of ``weights`` (default 1 each)
+        of the terms they contain, then newest, then smallest id."""
+        if stats is None:
+            stats = await self._term_stats(owners, terms)
+        w = [1.0] * len(terms) if weights is None else [float(x) for x in weights]
+        if len(terms) > MAX_STATEMENT_TERMS:  # the highest weights; ties: the earlier term
+            keep = sorted(sorted(range(len(terms)), key=lambda i: (-w[i], i))
+                          [:MAX_STATEMENT_TERMS])
+            terms, w = [terms[i] for i in keep], [w[i] for i in keep]
+        plan = _plan(stats, owners, terms, embedding=embedding is not None,
+                     keyword_k=keyword_k)
+        sql, args = self.statement(owners, terms, embedding, plan, vector_k=vector_k,
+                                   keyword_k=keyword_k, weights=w)
         async with self.backend.connection() as conn:
-            mine, table = await self._counts(conn, owners)
-            plan = search_plan(mine, table, owners=len(owners),
-                               embedding=embedding is not None, terms=terms,
-                               keyword_k=keyword_k)
-            sql, args = self.statement(owners, terms, embedding, plan, vector_k=vector_k,
-                                       keyword_k=keyword_k)
             rows = await conn.fetch(sql, *args)
         return [Candidate(str(r["id"]), r["content"], r["updated_at"],
                           None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
@@ -271,7 +269,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                     RETURNING content""", owner, uuid.UUID(memory_id))
             if gone is None:
                 return False
-            await self._add_memories(conn, owner, -1)
+            await add_memories(conn, self._s, owner, -1)
+            await add_terms(conn, self._s, owner, term_delta(removed=[gone]))
         return True
 
     async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
