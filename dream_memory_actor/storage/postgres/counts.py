@@ -26,7 +26,7 @@ def term_delta(removed: Iterable[str] = (), added: Iterable[str] = ()) -> dict[s
     ``removed`` go and memories with the texts ``added`` come (zero changes left out).
 
     >>> term_delta(["deploy on kubernetes"], ["deploy on helm"])
-    {'kubernetes': -1, 'helm': 1}
+    {'helm': 1, 'kubernetes': -1}
     """
     delta: Counter[str] = Counter()
     for text in added:
