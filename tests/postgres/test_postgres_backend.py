@@ -522,3 +522,30 @@ async def test_very_long_queries_search_large_and_small_owners(
         assert len(hits) == 5 and {h.memory.owner for h in hits} == {owner}
         keyword = await vector.search(owner, query, limit=5)
         assert keyword[0].memory.content == " ".join(first)
+
+
+@pytest.mark.parametrize("mode", ["scan", "trigram", "window"])
+async def test_memories_sharing_a_timestamp_are_cut_by_id_on_every_path(
+        pg: tuple[MemorySettings, PostgresVectorStore], mode: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk import gives thousands of memories one timestamp; the recent window is
+    then the smallest ids among them, so what it answers is what ranking would keep."""
+    from dream_memory_actor.storage.postgres import statements
+
+    monkeypatch.setattr(statements, "RECENT_WINDOW", 20)
+    _, vector = pg
+    at = utcnow()
+    await vector.bulk_insert("tied", [(f"alpha beta tie {i}", None, at) for i in range(50)]
+                             + [(f"alpha {i}", None, at) for i in range(5)])
+    plan = SearchPlan(55, 55, None, "scan" if mode == "scan" else "trigram",
+                      recent_window=mode == "window")
+    sql, args = vector.statement(["tied"], ["alpha", "beta"], None, plan, vector_k=0,
+                                 keyword_k=10)
+    async with vector.backend.connection() as conn:
+        rows = await conn.fetch(sql, *args)
+        both = sorted(str(i) for i in await conn.fetchval(
+            f"SELECT array_agg(id) FROM {vector.backend.schema}.memories "
+            "WHERE owner_id = 'tied' AND content LIKE 'alpha beta %'"))
+    assert sorted(str(r["id"]) for r in rows) == both[:10]
+    if mode == "window":  # 20 smallest ids of 55, ~18 of them with both terms: enough
+        assert {r["src"] for r in rows} == {"recent"}

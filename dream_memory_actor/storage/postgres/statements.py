@@ -109,7 +109,8 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
     runs (a one-time filter; EXPLAIN says "never executed"). Same result either way.
     On the ``scan`` path the owners' rows are read anyway, so the ranking runs in one
     pass. ``plan.recent_window``: before all that, the owner's newest
-    ``RECENT_WINDOW`` rows, walked in recency order.
+    ``RECENT_WINDOW`` rows, walked in recency order (ties by id, so the window is
+    a prefix of the final order even where many memories share a timestamp).
     """
     mine = owners_filter(own)
     k = p(keyword_k)
@@ -144,7 +145,7 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
                    SELECT id, search_text, updated_at FROM (
                        SELECT id, search_text, updated_at FROM {s}.memory_text
                        WHERE {mine}
-                       ORDER BY updated_at DESC LIMIT {int(RECENT_WINDOW)}) newest
+                       ORDER BY updated_at DESC, id LIMIT {int(RECENT_WINDOW)}) newest
                    WHERE {every}
                    ORDER BY updated_at DESC, id LIMIT {k})
                SELECT id, search_text, 'recent' AS src FROM recent
