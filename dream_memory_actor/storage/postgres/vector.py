@@ -1,10 +1,12 @@
 """L2 on PostgreSQL + pgvector: dedup-merge on store, candidates for hybrid search.
 
-A search reads the owners' memory count (kept by the database in the transaction
-of every write) and the table's rows, chooses a plan from them (``plan.py``), and
-gathers its candidates in one statement (``statements.py``): the nearest memories
-(exact scan or HNSW index, owner-filtered) and the memories containing the most
-query terms (owner rows or trigram index), each with its exact cosine to the
+A search costs two round trips. The first (``_term_stats``) reads the owners'
+memory count, the table's rows and the query terms' document frequencies, all
+kept by the database in the transaction of every write (``counts.py``); a plan is
+chosen from them (``plan.py``). The second gathers the candidates in one statement
+(``statements.py``): the nearest memories (exact scan or HNSW index,
+owner-filtered) and the memories with the highest sum of the weights of the terms
+they contain (owner rows or trigram index), each with its exact cosine to the
 query. The base class ranks them, so the scores equal every other backend's.
 """
 
