@@ -262,6 +262,7 @@ def test_the_recent_window_is_tried_for_one_large_owner_whose_terms_can_fill_it(
                            terms=["alpha", "beta"], keyword_k=40, df=df).recent_window
 
     assert window(100_000) and not window(1_000)  # trigram path only: not on owner rows
+    assert not window(10_000) and window(50_000)  # a cheap trigram path: not worth it
     assert not window(100_000, owners=2)  # one owner's recency index, walked in order
     common, rare = {"alpha": 4_600, "beta": 4_700}, {"alpha": 4_600, "beta": 300}
     assert window(100_000, df=common) and not window(100_000, df=rare)
@@ -348,3 +349,39 @@ async def test_memories_sharing_a_timestamp_are_cut_by_id_on_every_path(
     assert sorted(str(r["id"]) for r in rows) == both[:10]
     if mode == "window":  # 20 smallest ids of 55, ~18 of them with both terms: enough
         assert {r["src"] for r in rows} == {"recent"}
+
+
+async def test_split_and_single_statement_searches_agree(
+        pg: tuple[MemorySettings, PostgresVectorStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large owner's two index searches run on two connections (``split``); the
+    candidates and hits are those of the one statement."""
+    from dataclasses import replace
+
+    from dream_memory_actor.storage.postgres import vector as vector_module
+
+    _, vector = pg
+    await _bulk(vector, "big", 500, 8)
+    query = [float(x) for x in np.random.default_rng(9).normal(size=DIM)]
+    now = utcnow()
+    assert search_plan(100_000, 100_000, owners=1, embedding=True, terms=["a"],
+                       keyword_k=40).split
+    assert not search_plan(10_000, 10_000, owners=1, embedding=True, terms=["a"],
+                           keyword_k=40).split
+    results, fetches = [], []
+    real = vector._fetch
+
+    async def counted(statement: Any) -> Any:
+        fetches.append(statement)
+        return await real(statement)
+
+    monkeypatch.setattr(vector, "_fetch", counted)
+    for split in (False, True):
+        def forced(*a: Any, split: bool = split, **kw: Any) -> SearchPlan:
+            return replace(search_plan(*a, **kw), vector="hnsw", keyword="trigram",
+                           split=split)
+
+        monkeypatch.setattr(vector_module, "search_plan", forced)
+        hits = await vector.search("big", "memory 12", embedding=query, limit=20, now=now)
+        results.append([(h.memory.id, h.score) for h in hits])
+    assert results[0] == results[1] and len(results[0]) == 20
+    assert len(fetches) == 3  # one statement, then two

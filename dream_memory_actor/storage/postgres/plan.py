@@ -51,6 +51,15 @@ RECENT_WINDOW = 5000
 #: one more substring test and gains nothing in which rows are candidates.
 MAX_STATEMENT_TERMS = 256
 
+#: From this many memories of the owners on, a search whose branches are both index
+#: searches runs them on two connections (``SearchPlan.split``) and tries the recent
+#: window. Measured with ``bench search-latency --owners 1``: at 100k memories
+#: splitting matches the previous learned choice (p95 24-25 ms against 24 ms; one
+#: statement 31-80 ms under load) and the window pays (without it p95 84-122 ms
+#: against 66-80 ms, same load); at 10k both cost (split p95 11-12 ms against 7-8 ms;
+#: window 14-16 ms against 9.6 ms): the trigram path is cheap there.
+LARGE_OWNER_ROWS = 50_000
+
 VectorPath = Literal["exact", "hnsw"]
 KeywordPath = Literal["scan", "trigram"]
 
@@ -99,7 +108,12 @@ class SearchPlan:
     ``vector``: ``"exact"`` (scan the owners' vectors) or ``"hnsw"`` (the index), ``None``
     without a query embedding. ``keyword``: ``"scan"`` (the owners' rows) or
     ``"trigram"`` (the index), ``None`` without terms. ``recent_window``: look among
-    the owner's newest :data:`RECENT_WINDOW` rows first (one owner, trigram path).
+    the owner's newest :data:`RECENT_WINDOW` rows first (one owner of at least
+    :data:`LARGE_OWNER_ROWS` memories, trigram path).
+    ``split``: run the two branches concurrently on two pooled connections, so the
+    search costs the slower branch, not the sum: when both are index searches (HNSW
+    and trigram) of at least :data:`LARGE_OWNER_ROWS` memories. Smaller owners keep
+    one statement, one round trip.
     """
 
     owner_rows: int
@@ -107,6 +121,7 @@ class SearchPlan:
     vector: VectorPath | None
     keyword: KeywordPath | None
     recent_window: bool = False
+    split: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The plan in words, as benchmarks record it."""
@@ -114,7 +129,7 @@ class SearchPlan:
                 "vector": {"exact": "exact scan", "hnsw": "HNSW index", None: None}[self.vector],
                 "keyword": {"scan": "owner rows", "trigram": "trigram index",
                             None: None}[self.keyword],
-                "recent_window": self.recent_window}
+                "recent_window": self.recent_window, "split": self.split}
 
 
 def search_plan(owner_rows: int, table_rows: float, *, owners: int, embedding: bool,
@@ -139,7 +154,8 @@ def search_plan(owner_rows: int, table_rows: float, *, owners: int, embedding: b
     if terms:
         keyword = "scan" if prefer_keyword_scan(owner_rows, table) else "trigram"
         # One owner only: its recency index is walked in order only under an equality.
-        window = keyword == "trigram" and owners == 1 and (
+        window = keyword == "trigram" and owners == 1 and owner_rows >= LARGE_OWNER_ROWS and (
             df is None or window_may_answer(owner_rows, [df.get(t, 0) for t in terms],
                                             keyword_k))
-    return SearchPlan(owner_rows, table, vector, keyword, window)
+    split = vector == "hnsw" and keyword == "trigram" and owner_rows >= LARGE_OWNER_ROWS
+    return SearchPlan(owner_rows, table, vector, keyword, window, split)

@@ -109,8 +109,9 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
     runs (a one-time filter; EXPLAIN says "never executed"). Same result either way.
     On the ``scan`` path the owners' rows are read anyway, so the ranking runs in one
     pass. ``plan.recent_window``: before all that, the owner's newest
-    ``RECENT_WINDOW`` rows, walked in recency order (ties by id, so the window is
-    a prefix of the final order even where many memories share a timestamp).
+    ``RECENT_WINDOW`` rows, walked in recency order (with every row sharing the
+    last one's timestamp, so the window is a prefix of the final order even where a
+    bulk import gave thousands of memories one timestamp).
     """
     mine = owners_filter(own)
     k = p(keyword_k)
@@ -141,12 +142,14 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
     if not plan.recent_window or own.endswith("[]"):
         return usual
     every = " AND ".join(f"strpos(search_text, {p(t)}) > 0" for t in terms)
+    # From the timestamp of the WINDOW-th newest row on, its ties included: a prefix of
+    # the final order without sorting thousands of tied rows by id.
     return f"""WITH recent AS MATERIALIZED (
-                   SELECT id, search_text, updated_at FROM (
-                       SELECT id, search_text, updated_at FROM {s}.memory_text
-                       WHERE {mine}
-                       ORDER BY updated_at DESC, id LIMIT {int(RECENT_WINDOW)}) newest
-                   WHERE {every}
+                   SELECT id, search_text FROM {s}.memory_text
+                   WHERE {mine} AND {every} AND updated_at >= coalesce((
+                       SELECT updated_at FROM {s}.memory_text WHERE {mine}
+                       ORDER BY updated_at DESC OFFSET {int(RECENT_WINDOW) - 1} LIMIT 1),
+                       '-infinity'::timestamptz)
                    ORDER BY updated_at DESC, id LIMIT {k})
                SELECT id, search_text, 'recent' AS src FROM recent
                WHERE (SELECT count(*) FROM recent) >= {k}

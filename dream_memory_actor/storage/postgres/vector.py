@@ -12,9 +12,11 @@ query. The base class ranks them, so the scores equal every other backend's.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -237,13 +239,23 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             terms, w = [terms[i] for i in keep], [w[i] for i in keep]
         plan = _plan(stats, owners, terms, embedding=embedding is not None,
                      keyword_k=keyword_k)
-        sql, args = self.statement(owners, terms, embedding, plan, vector_k=vector_k,
-                                   keyword_k=keyword_k, weights=w)
-        async with self.backend.connection() as conn:
-            rows = await conn.fetch(sql, *args)
+        if plan.split:  # two connections: the search costs the slower branch
+            parts = await asyncio.gather(*(
+                self._fetch(self.statement(owners, terms, embedding, p, vector_k=vector_k,
+                                           keyword_k=keyword_k, weights=w))
+                for p in (replace(plan, keyword=None), replace(plan, vector=None))))
+            rows = [r for part in parts for r in part]
+        else:
+            rows = await self._fetch(self.statement(owners, terms, embedding, plan,
+                                                    vector_k=vector_k, keyword_k=keyword_k,
+                                                    weights=w))
         return [Candidate(str(r["id"]), r["content"], r["updated_at"],
                           None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
                 for r in rows]
+
+    async def _fetch(self, statement: tuple[str, list[Any]]) -> list[Any]:
+        async with self.backend.connection() as conn:
+            return list(await conn.fetch(statement[0], *statement[1]))
 
     def _materialize(self, payload: Any) -> VectorMemory:
         return _memory(payload)
