@@ -128,7 +128,7 @@ class DiskCachedEmbedder:
 
     async def _compute(self, texts: list[str], role: str) -> list[list[float]]:
         if role == "query" and self._query_role:
-            return list(await self._inner.embed_query(texts))  # type: ignore[attr-defined]
+            return list(await self._inner.embed_query(texts))
         return list(await self._inner.embed(texts))
 
     async def _embed(self, texts: Sequence[str], role: str) -> list[list[float]]:

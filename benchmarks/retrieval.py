@@ -263,9 +263,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         from . import retrieval_madial
 
         args.path = args.path or MADIAL_PATH
-        result = await retrieval_madial.run(args)
-        result.update(command=command(), machine=machine())
-        return result
+        found = await retrieval_madial.run(args)
+        found.update(command=command(), machine=machine())
+        return found
     args.path = args.path or DEFAULT_PATH
     data = load_locomo(args.path)
     if args.conversations:

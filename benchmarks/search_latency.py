@@ -151,20 +151,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "retrieval` for embedding cost with a real model")
 
         if args.backend == "postgres":
-            # The plan the searches chose (per owner: exact scan or index, see vector.py)
-            scans = await vector.scans([owners[0]])
-            [(sql, qargs)] = vector.candidate_queries([owners[0]], [], queries[0][1],
-                                                      settings.vector_candidates, 100,
-                                                      exact=scans["exact"])
+            # The plan the searches chose (see storage/postgres/plan.py)
+            chosen = await vector.search_plan([owners[0]], embedding=True)
+            sql, qargs = vector.statement([owners[0]], [], queries[0][1], chosen,
+                                          vector_k=settings.vector_candidates, keyword_k=100)
             async with vector.backend.connection() as conn:
                 plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *qargs))
             result["explain_uses_vector_index"] = f"memories_hnsw_{args.dim}" in plan
-            mine, table = await vector._size(None, [owners[0]])
-            result["chosen_scans"] = {
-                # counted only as far as the choices need (see PostgresVectorStore._size)
-                "owner_rows_counted": mine, "table_rows": table,
-                "vector": "exact scan" if scans["exact"] else "HNSW index",
-                "keyword": "owner rows" if scans["keyword_scan"] else "trigram index"}
+            terms = queries[0][0].split()
+            result["chosen_scans"] = (await vector.search_plan(
+                [owners[0]], terms, embedding=True,
+                keyword_k=settings.keyword_candidates)).describe()
     finally:
         if args.backend == "postgres" and not args.keep:
             async with vector.backend.connection() as conn:

@@ -193,13 +193,14 @@ async def test_postgres_window_survives_a_reopen(pg_dsn: str) -> None:
             else:
                 assert texts(await structured.load_window("alice", "c1")) == ["a", "b"]
                 from dream_memory_actor.storage.postgres import PostgresStructuredStore
+                from dream_memory_actor.storage.postgres.migrations import MIGRATIONS
 
                 assert isinstance(structured, PostgresStructuredStore)
                 async with structured.backend.connection() as conn:
                     versions = await conn.fetch(
                         f"SELECT version FROM {settings.postgres_schema}.schema_migrations "
                         "ORDER BY version")
-                assert [r["version"] for r in versions] == [1, 2]
+                assert [r["version"] for r in versions] == [v for v, _, _ in MIGRATIONS]
         finally:
             await structured.close()
             await vector.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -16,24 +16,17 @@ from dream_memory_actor.models import utcnow
 from dream_memory_actor.storage import open_stores
 from dream_memory_actor.storage.postgres import PostgresVectorStore
 from dream_memory_actor.storage.postgres.migrations import MIGRATIONS
-from dream_memory_actor.storage.postgres.vector import (
+from dream_memory_actor.storage.postgres.plan import (
     KEYWORD_SCAN_MAX,
+    RECENT_WINDOW,
+    SearchPlan,
     prefer_exact,
     prefer_keyword_scan,
+    search_plan,
+    window_may_answer,
 )
 from tests.conftest import DIM, fresh_schema
-
-
-@pytest.fixture
-async def pg(pg_dsn: str) -> AsyncIterator[tuple[MemorySettings, PostgresVectorStore]]:
-    settings = MemorySettings(backend="postgres", postgres_dsn=pg_dsn,
-                              postgres_schema=fresh_schema())
-    structured, vector = await open_stores(settings, DIM)
-    await vector.setup()
-    assert isinstance(vector, PostgresVectorStore)
-    yield settings, vector
-    await structured.close()
-    await vector.close()
+from tests.postgres.conftest import bulk as _bulk
 
 
 async def test_migrations_are_recorded_once(pg: tuple[MemorySettings, PostgresVectorStore]
@@ -92,23 +85,15 @@ async def test_unreachable_server_is_backend_unavailable() -> None:
     await vector.close()
 
 
-async def _bulk(vector: PostgresVectorStore, owner: str, n: int, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    now = utcnow()
-    await vector.bulk_insert(owner, [(f"memory {i} of {owner}", list(rng.normal(size=DIM)), now)
-                                     for i in range(n)])
-    async with vector.backend.connection() as conn:
-        await conn.execute(f"ANALYZE {vector.backend.schema}.memories")
-        await conn.execute(f"ANALYZE {vector.backend.schema}.memory_text")
-
-
 async def test_vector_candidates_use_the_hnsw_index(pg: tuple[MemorySettings,
                                                                PostgresVectorStore]) -> None:
     _, vector = pg
     await _bulk(vector, "big", 4000, 1)
     await _bulk(vector, "small", 30, 2)
     query = [float(x) for x in np.random.default_rng(3).normal(size=DIM)]
-    [(sql, args)] = vector.candidate_queries(["big"], [], query, 100, 100)
+    chosen = await vector.search_plan(["big"])
+    assert chosen.vector == "hnsw"
+    sql, args = vector.statement(["big"], [], query, chosen, vector_k=100, keyword_k=100)
     async with vector.backend.connection() as conn:
         plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *args))
     assert f"memories_hnsw_{DIM}" in plan, plan
@@ -121,7 +106,9 @@ async def test_keyword_candidates_use_the_trigram_index(pg: tuple[MemorySettings
                                                                    PostgresVectorStore]) -> None:
     _, vector = pg
     await _bulk(vector, "big", 4000, 4)
-    [(sql, args)] = vector.candidate_queries(["big"], ["kubernetes"], None, 100, 100)
+    sql, args = vector.statement(["big"], ["kubernetes"], None,
+                                 SearchPlan(4000, 4000, None, "trigram"),
+                                 vector_k=100, keyword_k=100)
     # On a table this small the planner rightly prefers the owner index; the question
     # here is whether the generated LIKE predicate (escaped, bound) *can* use the
     # trigram index, so hide the alternatives inside a rolled-back transaction.
@@ -146,11 +133,12 @@ async def test_keyword_candidates_rank_by_terms_matched_then_newest(
     memories containing every term fill the list (k=40: 60 do) or not (k=100), from
     the trigram index, from reading the owner's rows, or first from its newest rows
     (a window holding all 300, or only 50: too few, so the usual statement answers)."""
-    from dream_memory_actor.storage.postgres import vector as vector_module
+    from dream_memory_actor.storage.postgres import statements
 
     if mode == "small-window":
-        monkeypatch.setattr(vector_module, "RECENT_WINDOW", 50)
-    scan = mode == "owner-scan"
+        monkeypatch.setattr(statements, "RECENT_WINDOW", 50)
+    plan = SearchPlan(300, 300, None, "scan" if mode == "owner-scan" else "trigram",
+                      recent_window="window" in mode)
     _, vector = pg
     rng = np.random.default_rng(8)
     texts = ([f"alpha beta note {i}" for i in range(60)] + [f"alpha note {i}" for i in range(120)]
@@ -159,8 +147,9 @@ async def test_keyword_candidates_rank_by_terms_matched_then_newest(
     ats = [start - timedelta(seconds=int(s)) for s in rng.permutation(len(texts))]
     await vector.bulk_insert("kw", [(t, None, at) for t, at in zip(texts, ats, strict=True)])
     terms = ["alpha", "beta"]
-    rows = await vector._fetch(vector.candidate_queries(
-        ["kw"], terms, None, 0, k, keyword_scan=scan, recent_window="window" in mode))
+    sql, args = vector.statement(["kw"], terms, None, plan, vector_k=0, keyword_k=k)
+    async with vector.backend.connection() as conn:
+        rows = await conn.fetch(sql, *args)
     cands = [r["content"] for r in rows]
     # the window answers only when its rows hold k memories with every term
     assert {r["src"] for r in rows} == {"recent" if mode == "window" and k == 40 else "index"}
@@ -170,7 +159,8 @@ async def test_keyword_candidates_rank_by_terms_matched_then_newest(
     assert len(cands) == k and set(cands) == {x for _, _, x in reference}
     if mode != "trigram":
         return
-    [(sql, args)] = vector.candidate_queries(["kw"], terms, None, 0, k)
+    sql, args = vector.statement(["kw"], terms, None, SearchPlan(300, 300, None, "trigram"),
+                                 vector_k=0, keyword_k=k)
     async with vector.backend.connection() as conn:
         plan = json.loads(await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args))
 
@@ -195,8 +185,10 @@ async def test_keyword_candidates_break_ties_by_id(
     at = utcnow()
     await vector.bulk_insert("ties", [(f"alpha tie {i}", None, at) for i in range(50)]
                              + [(f"alpha beta {i}", None, at) for i in range(5)])
-    rows = await vector._fetch(vector.candidate_queries(["ties"], ["alpha", "beta"], None, 0, 20,
-                                                        keyword_scan=True))
+    sql, args = vector.statement(["ties"], ["alpha", "beta"], None,
+                                 SearchPlan(55, 55, None, "scan"), vector_k=0, keyword_k=20)
+    async with vector.backend.connection() as conn:
+        rows = await conn.fetch(sql, *args)
     both = [r for r in rows if "beta" in r["content"]]
     rest = sorted(str(r["id"]) for r in rows if "beta" not in r["content"])
     async with vector.backend.connection() as conn:
@@ -228,25 +220,28 @@ async def test_search_chooses_exact_or_index_by_owner_share(
     await _bulk(vector, "big", 4000, 11)
     await _bulk(vector, "small", 60, 12)
     query = [float(x) for x in np.random.default_rng(13).normal(size=DIM)]
-    vector._sizes.clear()  # bulk_insert grew the estimates; count them afresh
-    big, small = await vector._size(None, ["big"]), await vector._size(None, ["small"])
-    assert big[0] == 4000 and small[0] == 60 and abs(big[1] - 4060) <= 1 and big[1] == small[1]
-    chosen: dict[str, tuple[bool, bool]] = {}
-    real = vector.candidate_queries
+    big, small = (await vector.search_plan(["big"], ["memory"]),
+                  await vector.search_plan(["small"], ["memory"]))
+    assert big.owner_rows == 4000 and small.owner_rows == 60
+    assert abs(big.table_rows - 4060) <= 1 and big.table_rows == small.table_rows
+    chosen: dict[str, SearchPlan] = {}
+    real = vector.statement
 
-    def spy(owners: Any, terms: Any, embedding: Any, vk: int, kk: int, **kw: Any) -> Any:
-        chosen[owners[0]] = (kw["exact"], kw["keyword_scan"])
-        return real(owners, terms, embedding, vk, kk, **kw)
+    def spy(owners: Any, terms: Any, embedding: Any, plan: SearchPlan, **kw: Any) -> Any:
+        chosen[owners[0]] = plan
+        return real(owners, terms, embedding, plan, **kw)
 
-    monkeypatch.setattr(vector, "candidate_queries", spy)
+    monkeypatch.setattr(vector, "statement", spy)
     for owner in ("big", "small"):
         hits = await vector.search(owner, "memory", embedding=query, limit=10)
         assert len(hits) == 10 and {h.memory.owner for h in hits} == {owner}
     # 60**2 <= 1000 * 4060 < 4000**2; both at most KEYWORD_SCAN_MAX rows
-    assert chosen == {"big": (False, True), "small": (True, True)}
+    assert {o: (p.vector, p.keyword) for o, p in chosen.items()} == {
+        "big": ("hnsw", "scan"), "small": ("exact", "scan")}
+    assert chosen["big"] == big and chosen["small"] == small
     assert KEYWORD_SCAN_MAX >= 4000
     # The exact statement: no HNSW in its plan, and exactly the nearest by cosine.
-    [(sql, args)] = real(["small"], [], query, 10, 10, exact=True)
+    sql, args = real(["small"], [], query, small, vector_k=10, keyword_k=10)
     async with vector.backend.connection() as conn:
         plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *args))
         rows = await conn.fetch(sql, *args)
@@ -256,23 +251,27 @@ async def test_search_chooses_exact_or_index_by_owner_share(
     assert "hnsw" not in plan, plan
     best = sorted(every, key=lambda r: -r["sim"])[:10]
     assert [r["id"] for r in sorted(rows, key=lambda r: -r["sim"])] == [r["id"] for r in best]
-    # A store grows the cached estimate instead of counting again
-    await vector.store("small", "one more", embedding=query)
-    assert (await vector._size(None, ["small"]))[0] == 61.0
+    # A store counts in the same transaction; the next search reads the new count
+    await vector.store("small", "one more", embedding=[-x for x in query])
+    assert (await vector.search_plan(["small"])).owner_rows == 61
 
 
-def test_an_owner_whose_recent_window_keeps_falling_short_stops_trying_it(
-        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
-    _, vector = pg
-    assert vector._window("o")  # trusted at first
-    for _ in range(4):
-        vector._window_learn("o", False)
-    assert not vector._window("o")  # 1.0 * 0.8**4 < 0.5
-    tries = [vector._window("o") for _ in range(20)]
-    assert sum(tries) >= 1 and not all(tries)  # regains trust slowly, then tries again
-    vector._window_learn("o", True)
-    vector._window_learn("p", True)
-    assert vector._window("p")
+def test_the_recent_window_is_tried_for_one_large_owner_whose_terms_can_fill_it() -> None:
+    def window(rows: int, owners: int = 1, df: dict[str, int] | None = None) -> bool:
+        return search_plan(rows, rows * owners, owners=owners, embedding=True,
+                           terms=["alpha", "beta"], keyword_k=40, df=df).recent_window
+
+    assert window(100_000) and not window(1_000)  # trigram path only: not on owner rows
+    assert not window(10_000) and window(50_000)  # a cheap trigram path: not worth it
+    assert not window(100_000, owners=2)  # one owner's recency index, walked in order
+    common, rare = {"alpha": 4_600, "beta": 4_700}, {"alpha": 4_600, "beta": 300}
+    assert window(100_000, df=common) and not window(100_000, df=rare)
+    # the rarest term decides: 5000 newest rows hold ~ 5000 * df / rows of its rows
+    assert window_may_answer(100_000, [800], 40) and not window_may_answer(100_000, [799], 40)
+    assert RECENT_WINDOW * 800 / 100_000 == 40
+    assert not window_may_answer(0, [5], 40) and not window_may_answer(10, [], 40)
+    assert search_plan(10, 10, owners=1, embedding=False, terms=[], keyword_k=40) == SearchPlan(
+        10, 10, None, None, False)
 
 
 async def test_hnsw_search_agrees_with_exact_search(pg: tuple[MemorySettings,
@@ -325,32 +324,64 @@ async def test_hnsw_settings_survive_the_pools_reset(pg: tuple[MemorySettings,
             assert await conn.fetchval("SHOW hnsw.ef_search") == "100"
 
 
-async def test_split_and_single_connection_searches_agree(
-        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
+@pytest.mark.parametrize("mode", ["scan", "trigram", "window"])
+async def test_memories_sharing_a_timestamp_are_cut_by_id_on_every_path(
+        pg: tuple[MemorySettings, PostgresVectorStore], mode: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk import gives thousands of memories one timestamp; the recent window is
+    then the smallest ids among them, so what it answers is what ranking would keep."""
+    from dream_memory_actor.storage.postgres import statements
+
+    monkeypatch.setattr(statements, "RECENT_WINDOW", 20)
+    _, vector = pg
+    at = utcnow()
+    await vector.bulk_insert("tied", [(f"alpha beta tie {i}", None, at) for i in range(50)]
+                             + [(f"alpha {i}", None, at) for i in range(5)])
+    plan = SearchPlan(55, 55, None, "scan" if mode == "scan" else "trigram",
+                      recent_window=mode == "window")
+    sql, args = vector.statement(["tied"], ["alpha", "beta"], None, plan, vector_k=0,
+                                 keyword_k=10)
+    async with vector.backend.connection() as conn:
+        rows = await conn.fetch(sql, *args)
+        both = sorted(str(i) for i in await conn.fetchval(
+            f"SELECT array_agg(id) FROM {vector.backend.schema}.memories "
+            "WHERE owner_id = 'tied' AND content LIKE 'alpha beta %'"))
+    assert sorted(str(r["id"]) for r in rows) == both[:10]
+    if mode == "window":  # 20 smallest ids of 55, ~18 of them with both terms: enough
+        assert {r["src"] for r in rows} == {"recent"}
+
+
+async def test_split_and_single_statement_searches_agree(
+        pg: tuple[MemorySettings, PostgresVectorStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large owner's two index searches run on two connections (``split``); the
+    candidates and hits are those of the one statement."""
+    from dataclasses import replace
+
+    from dream_memory_actor.storage.postgres import vector as vector_module
+
     _, vector = pg
     await _bulk(vector, "big", 500, 8)
     query = [float(x) for x in np.random.default_rng(9).normal(size=DIM)]
     now = utcnow()
-    single = await vector.search("big", "memory 12", embedding=query, limit=20, now=now)
-    vector._timings[("big",)] = (1.0, 0.1)  # as if splitting had been faster
-    split = await vector.search("big", "memory 12", embedding=query, limit=20, now=now)
-    assert [(h.memory.id, h.score) for h in split] == [(h.memory.id, h.score) for h in single]
+    assert search_plan(100_000, 100_000, owners=1, embedding=True, terms=["a"],
+                       keyword_k=40).split
+    assert not search_plan(10_000, 10_000, owners=1, embedding=True, terms=["a"],
+                           keyword_k=40).split
+    results, fetches = [], []
+    real = vector._fetch
 
+    async def counted(statement: Any) -> Any:
+        fetches.append(statement)
+        return await real(statement)
 
-def test_the_faster_way_of_running_the_branches_wins(
-        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
-    from dream_memory_actor.storage.postgres.vector import SPLIT_AFTER_S
+    monkeypatch.setattr(vector, "_fetch", counted)
+    for split in (False, True):
+        def forced(*a: Any, split: bool = split, **kw: Any) -> SearchPlan:
+            return replace(search_plan(*a, **kw), vector="hnsw", keyword="trigram",
+                           split=split)
 
-    _, vector = pg
-    key = ("o",)
-    assert not vector._choose_split(key)  # first: one connection
-    vector._learn(key, False, SPLIT_AFTER_S / 2)
-    assert not vector._choose_split(key)  # fast enough: never tries splitting
-    vector._learn(("big",), False, SPLIT_AFTER_S * 4)
-    assert vector._choose_split(("big",))  # slow: tries the split way
-    vector._learn(("big",), True, SPLIT_AFTER_S * 6)
-    assert not vector._choose_split(("big",))  # split was slower: back to one connection
-    vector._learn(("big",), True, SPLIT_AFTER_S)
-    vector._learn(("big",), True, SPLIT_AFTER_S)
-    vector._learn(("big",), True, SPLIT_AFTER_S)
-    assert vector._choose_split(("big",))  # split became faster on average
+        monkeypatch.setattr(vector_module, "search_plan", forced)
+        hits = await vector.search("big", "memory 12", embedding=query, limit=20, now=now)
+        results.append([(h.memory.id, h.score) for h in hits])
+    assert results[0] == results[1] and len(results[0]) == 20
+    assert len(fetches) == 3  # one statement, then two

@@ -124,7 +124,32 @@ CREATE TABLE {s}.audit (
 );
 CREATE INDEX audit_owner_recent ON {s}.audit (owner_id, seq DESC);
 """),
+    (3, "memory count per owner", """
+-- Kept in the transaction of every insert and delete of a memory; a search reads it
+-- to choose how to gather candidates (storage/postgres/plan.py).
+CREATE TABLE {s}.owner_memory_counts (
+    owner_id text PRIMARY KEY,
+    memories bigint NOT NULL CHECK (memories >= 0)
+);
+INSERT INTO {s}.owner_memory_counts (owner_id, memories)
+    SELECT owner_id, count(*) FROM {s}.memories GROUP BY owner_id;
+"""),
+    (4, "term document frequency per owner", """
+-- For each owner and term, how many of its memories have the term among their
+-- text.terms; kept in the transaction of every write, filled from the existing rows
+-- by counts.backfill_term_df. A term no memory has any more has no row.
+CREATE TABLE {s}.term_df (
+    owner_id text NOT NULL,
+    term     text NOT NULL,
+    df       bigint NOT NULL,
+    PRIMARY KEY (owner_id, term)
+);
+"""),
 ]
+
+#: Steps in Python run right after a migration's SQL, in its transaction: what SQL
+#: cannot compute (the terms of a text are ``text.terms``).
+BACKFILLS: dict[int, str] = {4: "backfill_term_df"}
 
 _BOOTSTRAP = """
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -170,6 +195,10 @@ async def migrate(conn: Any, schema: str, dim: int | None) -> list[int]:
             if version in done:
                 continue
             await conn.execute(sql.format(s=schema))
+            if version in BACKFILLS:
+                from . import counts
+
+                await getattr(counts, BACKFILLS[version])(conn, schema)
             await conn.execute(
                 f"INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)",
                 version, name)

@@ -40,7 +40,7 @@ class PostgresStore:
 
     def __init__(self, backend: PostgresBackend) -> None:
         self.backend = backend
-        self.max_content_bytes = backend.max_content_bytes
+        self.max_content_bytes: int = backend.max_content_bytes
         self._s = backend.schema
         backend.acquire_user()
         self._closed = False

@@ -1,0 +1,107 @@
+"""Counts the database keeps beside the memories, in the transaction of each write.
+
+``owner_memory_counts``: each owner's memories (the search plan's owner rows and
+the ``docs`` of term weights). ``term_df``: for each owner and term, how many of its
+memories have that term among their ``text.terms`` (the ``df`` of term weights).
+Insert adds, delete subtracts, a merge that changes the text subtracts the old
+terms and adds the new; a bulk insert adds its rows' terms in one statement.
+Writes of one owner hold its advisory lock, so they apply in turn.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ...scoring import TermStats
+from ...text import terms
+
+#: Memories read per round trip when a migration counts the terms of existing rows.
+BACKFILL_BATCH = 5000
+
+
+def term_delta(removed: Iterable[str] = (), added: Iterable[str] = ()) -> dict[str, int]:
+    """Per term, how the document frequency changes when memories with the texts
+    ``removed`` go and memories with the texts ``added`` come (zero changes left out).
+
+    >>> term_delta(["deploy on kubernetes"], ["deploy on helm"])
+    {'helm': 1, 'kubernetes': -1}
+    """
+    delta: Counter[str] = Counter()
+    for text in added:
+        delta.update(terms(text))
+    for text in removed:
+        delta.subtract(terms(text))
+    return {t: n for t, n in delta.items() if n}
+
+
+async def add_memories(conn: Any, s: str, owner: str, n: int) -> None:
+    """Add ``n`` (negative: remove) to the owner's memory count."""
+    if n < 0:  # the owner has a row: its memories were counted when written
+        await conn.execute(f"""UPDATE {s}.owner_memory_counts SET memories = memories + $2
+                               WHERE owner_id = $1""", owner, n)
+    elif n > 0:
+        await conn.execute(
+            f"""INSERT INTO {s}.owner_memory_counts (owner_id, memories) VALUES ($1, $2)
+                ON CONFLICT (owner_id) DO UPDATE
+                SET memories = {s}.owner_memory_counts.memories + excluded.memories""",
+            owner, n)
+
+
+async def add_terms(conn: Any, s: str, owner: str, delta: Mapping[str, int]) -> None:
+    """Apply ``delta`` (see :func:`term_delta`) to the owner's document frequencies;
+    a term no memory has any more loses its row. Terms in sorted order, so two
+    transactions lock the rows they share in the same order."""
+    if not delta:
+        return
+    names = sorted(delta)
+    await conn.execute(
+        f"""INSERT INTO {s}.term_df (owner_id, term, df)
+            SELECT $1, t, n FROM unnest($2::text[], $3::bigint[]) AS u(t, n)
+            ON CONFLICT (owner_id, term) DO UPDATE SET df = {s}.term_df.df + excluded.df""",
+        owner, names, [delta[t] for t in names])
+    gone = [t for t in names if delta[t] < 0]
+    if gone:
+        await conn.execute(f"""DELETE FROM {s}.term_df
+                               WHERE owner_id = $1 AND term = ANY($2::text[]) AND df <= 0""",
+                           owner, gone)
+
+
+def stats_sql(s: str, owners: Sequence[str]) -> str:
+    """One statement for :func:`term_stats`: ``$1`` the owners (``text[]``), ``$2`` the terms.
+
+    The table's memories come from the planner's statistics (0 before the first
+    ANALYZE): exact enough to choose a plan, and free."""
+    mine = "owner_id = ($1::text[])[1]" if len(owners) == 1 else "owner_id = ANY($1::text[])"
+    return f"""WITH d AS MATERIALIZED (
+                   SELECT term, sum(df)::bigint AS n FROM {s}.term_df
+                   WHERE {mine} AND term = ANY($2::text[]) GROUP BY term)
+               SELECT (SELECT coalesce(sum(memories), 0)::bigint
+                       FROM {s}.owner_memory_counts WHERE {mine}) AS docs,
+                      (SELECT greatest(reltuples, 0)::float8 FROM pg_class
+                       WHERE oid = '{s}.memories'::regclass) AS table_docs,
+                      (SELECT array_agg(term ORDER BY term) FROM d) AS terms,
+                      (SELECT array_agg(n ORDER BY term) FROM d) AS df"""
+
+
+async def term_stats(conn: Any, s: str, owners: Sequence[str], query: Sequence[str]
+                     ) -> TermStats:
+    """The owners' memory count, the table's, and the document frequency of each of
+    ``query`` among the owners' memories: one round trip."""
+    row = await conn.fetchrow(stats_sql(s, owners), list(owners), list(dict.fromkeys(query)))
+    df = dict(zip(row["terms"] or [], row["df"] or [], strict=True))
+    return TermStats(int(row["docs"]), df, int(row["table_docs"]))
+
+
+async def backfill_term_df(conn: Any, s: str) -> None:
+    """Count the terms of the memories a schema already holds (a migration step)."""
+    totals: Counter[tuple[str, str]] = Counter()
+    async for row in conn.cursor(f"SELECT owner_id, content FROM {s}.memories",
+                                 prefetch=BACKFILL_BATCH):
+        owner = row["owner_id"]
+        totals.update((owner, t) for t in terms(row["content"]))
+    if totals:
+        await conn.copy_records_to_table(
+            "term_df", schema_name=s, columns=["owner_id", "term", "df"],
+            records=[(o, t, n) for (o, t), n in totals.items()])
