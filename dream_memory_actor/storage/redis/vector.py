@@ -334,6 +334,10 @@ class RedisVectorStore(VectorStore):
         """Every owner's rows (cache-checked) and, with KNN, the nearest ids: one round trip."""
         from redis.exceptions import ResponseError
 
+        if len(owners) == 1 and not knn:
+            # One EVALSHA. The pipeline below would first send SCRIPT EXISTS (redis-py
+            # does for every pipeline that runs a Script), a second round trip.
+            return {owners[0]: await self._rows(self._r, owners[0])}, []
         stale: set[str] = set()
         for attempt in range(4):
             async with self._r.pipeline(transaction=False) as pipe:
