@@ -1,4 +1,4 @@
-"""Hybrid scoring, as the seed states it: pure functions, no storage, no Ray.
+"""Hybrid scoring: pure functions, no storage, no Ray.
 
     hybrid = w_vector * vector + w_keyword * keyword + w_time * time
     time   = 1 / (1 + days / half_life_days)        (defaults: 0.6, 0.3, 0.1, 30 days)
