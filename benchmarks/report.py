@@ -31,6 +31,7 @@ from .report_search import (
     concurrency_section,
     growth_exponent,
     latency_section,
+    madial_section,
     mem0_runs,
     mem0_section,
     retrieval_runs,
@@ -67,7 +68,10 @@ def load_results(directory: str | Path) -> dict[str, list[tuple[Path, dict[str, 
         if isinstance(data, dict) and isinstance(data.get("benchmark"), str):
             found.append((str(data.get("finished_at") or ""), path.name, path, data))
     for _, _, path, data in sorted(found, key=lambda f: f[:2]):
-        out.setdefault(data["benchmark"], []).append((path, data))
+        name = data["benchmark"]
+        if name == "retrieval" and data.get("dataset") == "madial":
+            name = "retrieval-madial"  # another table: per language and model
+        out.setdefault(name, []).append((path, data))
     return out
 
 
@@ -99,6 +103,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         lines += ["## Retrieval quality on LoCoMo", "", "No results yet: run "
                   f"`python -m benchmarks retrieval --json > {RESULTS}/retrieval.json`.", ""]
+    if results.get("retrieval-madial"):
+        path, d = results["retrieval-madial"][-1]
+        lines += madial_section(path, d)
     if results.get("compare-mem0"):
         runs = results["compare-mem0"]
         path, d = runs[-1]

@@ -128,6 +128,22 @@ def _retrieval(results: Results) -> list[Row]:
              f"`{command(d)}`")]
 
 
+def _madial(results: Results) -> list[Row]:
+    runs = results.get("retrieval-madial", [])
+    if not runs:
+        return []
+    d = runs[-1][1]
+    parts = []
+    for lang, per_model in d["languages"].items():
+        for model, r in per_model.items():
+            h = r.get("headline", {}) if model != "data" else {}
+            if "hybrid_default" in h:
+                parts.append(f"{lang} {model} {h['hybrid_default']['gold@5']:.2f} "
+                             f"(vector only {h['vector_only']['gold@5']:.2f}, "
+                             f"BM25 {h['bm25']['gold@5']:.2f})")
+    return [("MADial-Bench gold recall@5, hybrid", "; ".join(parts), f"`{command(d)}`")]
+
+
 def _mem0(results: Results) -> list[Row]:
     runs = [d for _, d in results.get("compare-mem0", []) if "latency" in d]
     if not runs:
@@ -234,7 +250,7 @@ def _extraction(results: Results) -> list[Row]:
     return [(f"extraction pool, {d['delay_ms']:g} ms scripted LLM", figure, f"`{command(d)}`")]
 
 
-ROWS = (_pg_one_owner, _pg_many_owners, _redis, _retrieval, _mem0, _concurrency, _overhead,
+ROWS = (_pg_one_owner, _pg_many_owners, _redis, _retrieval, _madial, _mem0, _concurrency, _overhead,
         _footprint, _cold_start, _extraction)
 
 

@@ -125,8 +125,8 @@ def retrieval_runs(runs: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     if len(runs) < 2:
         return []
     return ["All retrieval runs (hybrid, default weights):", "",
-            *table(["file", "backend", "ingest", "R@10", "search p50 ms", "command"], [
-                [p.name, r["backend"], r["ingest"],
+            *table(["file", "model", "backend", "ingest", "R@10", "search p50 ms", "command"], [
+                [p.name, r.get("embedding", {}).get("model", ""), r["backend"], r["ingest"],
                  pct(r["headline"]["hybrid_default"]["recall@10"]),
                  r["corpora"][r["headline_corpus"]]["search_latency"]["hybrid_default"]["p50_ms"],
                  f"`{command(r)}`"] for p, r in runs])]
@@ -251,3 +251,35 @@ def concurrency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str 
     if plot:
         lines += [f"![throughput by concurrency]({plot})", ""]
     return lines
+
+
+#: MADial rows, in the order shown.
+MADIAL_ROWS = (("hybrid_default", "hybrid"), ("vector_only", "vector only"),
+               ("keyword_only_weights", "keyword-only weights"), ("keyword_mode", "no embedder"),
+               ("bm25", "BM25"))
+
+
+def madial_section(path: Path, d: Mapping[str, Any]) -> list[str]:
+    """MADial-Bench: gold recall@5 per language, model and row, with the paired
+    difference of the hybrid minus each single signal."""
+    rows = []
+    for lang, per_model in d["languages"].items():
+        for model, r in per_model.items():
+            if model == "data":
+                continue
+            v = r["variants"]
+            cells = []
+            for key, _ in MADIAL_ROWS:
+                m = v.get(key, {}).get("gold@5")
+                cells.append("" if m is None else
+                             f"{m['mean']:.3f} [{m['ci95_lo']:.2f}, {m['ci95_hi']:.2f}]")
+            diffs = r.get("gold@5_differences", {})
+            worst = min((x["mean"] for x in diffs.values()), default=None)
+            rows.append([lang, model, *cells, "" if worst is None else f"{worst:+.3f}"])
+    return ["## Retrieval quality on MADial-Bench", "",
+            f"From `{path.name}` (`{command(d)}`), backend {d['backend']}: gold recall@5 "
+            "(the first relevant memory in the top 5) with bootstrap 95% intervals, "
+            "per language and local model; the last column is the smallest paired "
+            "difference of the hybrid minus the best single signal.", "",
+            *table(["lang", "model", *[label for _, label in MADIAL_ROWS],
+                    "hybrid minus best single"], rows), ""]
