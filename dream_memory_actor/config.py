@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from .errors import ConfigurationError, UnsupportedBackend
+from .limits import Limits
 from .scoring import Weights
 
 BACKENDS = ("memory", "postgres", "redis")
@@ -82,6 +83,13 @@ class MemorySettings(BaseSettings):
     # writes
     dedup_threshold: float = Field(0.85, ge=0, le=1)
     max_content_bytes: int = Field(32 * 1024, ge=16, le=1024 * 1024)
+    # caps that also hold after merges and over many calls (``limits.Limits``)
+    max_metadata_bytes: int = Field(16 * 1024, ge=256, le=1024 * 1024)
+    max_metadata_keys: int = Field(128, ge=1, le=10_000)
+    max_merge_history: int = Field(20, ge=0, le=1000)
+    max_merge_history_bytes: int = Field(64 * 1024, ge=0, le=16 * 1024 * 1024)
+    max_status_keys: int = Field(256, ge=1, le=100_000)
+    max_pending_field_bytes: int = Field(8 * 1024, ge=64, le=1024 * 1024)
 
     # human-in-the-loop gate
     hitl_write_threshold: float = Field(0.82, ge=0, le=1)
@@ -147,6 +155,11 @@ class MemorySettings(BaseSettings):
         if self.postgres_pool_min > self.postgres_pool_max:
             raise ConfigurationError("postgres_pool_min must not exceed postgres_pool_max")
         return self
+
+    @property
+    def limits(self) -> Limits:
+        """The size caps besides ``max_content_bytes``, for the stores and the handles."""
+        return Limits.of(self)
 
     @property
     def weights(self) -> Weights:

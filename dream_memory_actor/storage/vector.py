@@ -124,7 +124,7 @@ class VectorStore(_Lifecycle, ABC):
         if op_id is not None:
             check.op_id(op_id)
         text = check.content(content, self.max_content_bytes)
-        meta = check.metadata(metadata)
+        meta = check.metadata(metadata, self.limits)
         if embedding is None and embed is not None:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)

@@ -124,6 +124,13 @@ CREATE TABLE {s}.audit (
 );
 CREATE INDEX audit_owner_recent ON {s}.audit (owner_id, seq DESC);
 """),
+    (3, "rule, fact and pending ids scoped by owner", """
+-- An id names an item of one owner: another owner may use the same id, and an
+-- error never tells whether some other owner has it.
+ALTER TABLE {s}.rules DROP CONSTRAINT rules_pkey, ADD PRIMARY KEY (owner_id, id);
+ALTER TABLE {s}.facts DROP CONSTRAINT facts_pkey, ADD PRIMARY KEY (owner_id, id);
+ALTER TABLE {s}.pending DROP CONSTRAINT pending_pkey, ADD PRIMARY KEY (owner_id, id);
+"""),
 ]
 
 _BOOTSTRAP = """

@@ -201,7 +201,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                 f"""SELECT {_COLUMNS} FROM {s}.memories WHERE owner_id = $1 AND content_hash = $2
                     ORDER BY updated_at DESC LIMIT 1""", owner, content_hash(content))
         if target is not None:
-            new = merged(_memory(target), content, metadata, now)
+            new = merged(_memory(target), content, metadata, now, self.limits)
             await conn.execute(
                 f"""UPDATE {s}.memories SET content = $2, content_hash = $3,
                         metadata = $4::jsonb, updated_at = $5 WHERE id = $1""",
