@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -112,6 +112,14 @@ class MemorySettings(BaseSettings):
     idle_timeout_s: float = Field(3600.0, gt=0)
     chat_window: int = Field(20, ge=1, le=10_000)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A value of the wrong type or range (a keyword, a DREAM_MEMORY_* variable or
+        # the YAML file) is a ConfigurationError naming the setting, not pydantic's error.
+        try:
+            super().__init__(*args, **kwargs)
+        except ValidationError as exc:
+            raise ConfigurationError(f"invalid settings: {_problems(exc)}") from None
+
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, value: str) -> str:
@@ -200,3 +208,12 @@ class MemorySettings(BaseSettings):
         merged = {k: v for k, v in data.items() if k not in env_names}
         merged.update(overrides)
         return cls(**merged)
+
+
+def _problems(exc: ValidationError) -> str:
+    """One line for the errors of a settings validation: each setting and what is wrong."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+        parts.append(f"{where}: {err.get('msg', 'invalid')} (got {err.get('input')!r})")
+    return "; ".join(parts)

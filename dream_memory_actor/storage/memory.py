@@ -177,7 +177,7 @@ class InMemoryVectorStore(VectorStore):
                 out[r.memory.id] = candidate(r)
         return list(out.values())
 
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         row = self._rows.get(owner, {}).get(memory_id)
         if row is None:
             raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")

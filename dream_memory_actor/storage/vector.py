@@ -85,7 +85,7 @@ class VectorStore(_Lifecycle, ABC):
         once, with its cosine. ``stats`` are those the weights came from."""
 
     @abstractmethod
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         """One memory, or ``MemoryNotFound``."""
 
     @abstractmethod
@@ -185,6 +185,12 @@ class VectorStore(_Lifecycle, ABC):
         if not isinstance(payload, VectorMemory):
             raise TypeError(f"{type(self).__name__} must override _materialize")
         return payload
+
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        """One memory of ``owner``, or ``MemoryNotFound``."""
+        check.owner_id(owner)
+        check.ids([memory_id], "memory id")
+        return await self._get(owner, memory_id)
 
     async def delete(self, owner: str, memory_id: str) -> bool:
         check.owner_id(owner)

@@ -484,7 +484,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
     def _materialize(self, payload: Any) -> VectorMemory:
         return _memory(payload)
 
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         row = None
         if _is_uuid(memory_id):
             async with self.backend.connection() as conn:

@@ -260,7 +260,7 @@ class RedisVectorStore(VectorStore):
 
     # -- reads ------------------------------------------------------------------------
 
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         with translate("get"):
             fields = await self._r.hmget(self._keys.l2_doc(owner, memory_id), list(ROW_FIELDS))
         row = row_from_fields(owner, memory_id, fields)
