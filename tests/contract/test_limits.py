@@ -166,12 +166,12 @@ async def test_nul_and_surrogates_are_refused_before_any_io(stores: Stores, text
 async def test_nul_and_surrogates_write_nothing(stores: Stores) -> None:
     before = await _state(stores, "alice")
     for text in HOSTILE:
-        for call in (lambda: stores.vector.store("alice", text),
-                     lambda: stores.vector.store("alice", "ok", metadata={"k": text}),
-                     lambda: stores.structured.set_status("alice", "k", text),
-                     lambda: stores.structured.add_rule("alice", "ok", source=text)):
+        for call in (stores.vector.store("alice", text),
+                     stores.vector.store("alice", "ok", metadata={"k": text}),
+                     stores.structured.set_status("alice", "k", text),
+                     stores.structured.add_rule("alice", "ok", source=text)):
             with pytest.raises(InvalidInput):
-                await call()
+                await call
     assert await _state(stores, "alice") == before
 
 
