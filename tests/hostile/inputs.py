@@ -88,29 +88,54 @@ def number() -> st.SearchStrategy[Any]:
         odd()))
 
 
+class _Deep(dict[str, Any]):
+    """Nested metadata that prints as its depth (a failing example stays readable)."""
+
+    def __init__(self, depth: int) -> None:
+        value: Any = "leaf"
+        for _ in range(depth):
+            value = {"d": value}
+        super().__init__(k=value)
+        self.depth = depth
+
+    def __repr__(self) -> str:
+        return f"<metadata {self.depth} levels deep>"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+
 def _deep(n: int) -> dict[str, Any]:
-    value: Any = "leaf"
-    for _ in range(n):
-        value = {"d": value}
-    return {"k": value}
+    return _Deep(n)
+
+
+def _edge_metadata() -> list[Any]:
+    keys = DEFAULT_LIMITS.metadata_keys
+    size = DEFAULT_LIMITS.metadata_bytes
+    return [
+        {f"k{i}": i for i in range(keys)}, {f"k{i}": i for i in range(keys + 1)},
+        {"k": "x" * (size - 10)}, {"k": "x" * (size - 9)}, {"k": "x" * size},
+        _deep(MAX_METADATA_DEPTH - 2), _deep(MAX_METADATA_DEPTH), _deep(2000),
+        {"merged_from": []}, {"k": float("nan")}, {"k": object()}, {1: "int key"},
+        {"k": b"bytes"}, {"k": "\x00"}, {"\ud800": 1}, {"k": "\udcff"}, [("k", 1)], "k=v",
+    ]
+
+
+#: Metadata at and over each limit, and of each wrong shape.
+EDGE_METADATA = _edge_metadata()
+#: Text at and over each limit, with NUL and lone surrogates.
+EDGE_TEXT = [*SPECIAL, *(t for n in (CONTENT_BYTES, DEFAULT_LIMITS.pending_field_bytes)
+                         for t in ["x" * n, "x" * (n + 1), "é" * (n // 2),
+                                   "é" * (n // 2 + 1), "x" * (n - 1) + "\x00"])]
 
 
 def metadata() -> st.SearchStrategy[Any]:
-    keys = DEFAULT_LIMITS.metadata_keys
-    size = DEFAULT_LIMITS.metadata_bytes
     usual = st.dictionaries(plain(), plain(), max_size=3)
     return mostly(usual, st.one_of(
         st.none(),
         st.dictionaries(text(), st.one_of(text(), st.integers(), st.floats(), st.none()),
                         max_size=4),
-        st.sampled_from([
-            {f"k{i}": i for i in range(keys)}, {f"k{i}": i for i in range(keys + 1)},
-            {"k": "x" * (size - 10)}, {"k": "x" * (size - 9)}, {"k": "x" * size},
-            _deep(MAX_METADATA_DEPTH - 2), _deep(MAX_METADATA_DEPTH), _deep(2000),
-            {"merged_from": []}, {"k": float("nan")}, {"k": object()}, {1: "int key"},
-            {"k": b"bytes"}, {"k": "\x00"}, {"\ud800": 1},
-        ]),
-        odd(),
+        st.sampled_from(EDGE_METADATA), st.sampled_from(EDGE_METADATA), odd(),
     ), 5)
 
 

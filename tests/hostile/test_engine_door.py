@@ -15,7 +15,7 @@ from dream_memory_actor.storage.ops import AddPending, AddRule, DeleteStatus, Se
 from dream_memory_actor.validation import OWNER_ID_PATTERN
 
 from . import inputs as gen
-from .ops import FIRST, READS, Op, ops
+from .ops import FIRST, READS, Op, ops, with_edge_cases
 
 EXAMPLES = 1200
 
@@ -56,11 +56,13 @@ async def call(engine: MemoryEngine, op: Op) -> Any:
         return await engine.get(o, a[0])
     if op.name == "list":
         return await engine.list(o, limit=a[0], offset=a[1])
-    if op.name == "confirm":
+    if op.name in ("confirm", "reject"):
         pid = a[0]
         if pid == FIRST:
             pending = (await engine.snapshot("alice")).pending
             pid = pending[0].id if pending else "none"
+        if op.name == "reject":
+            return await engine.decide(o, pid, "rejected", "ann")
         return await engine.decide(o, pid, "confirmed", a[1], edited=a[2])
     assert op.name == "snapshot"
     return await engine.snapshot(o)
@@ -87,6 +89,7 @@ async def attempt(engine: MemoryEngine, op: Op) -> str:
 
 
 @gen.door_settings(EXAMPLES)
+@with_edge_cases()
 @given(ops())
 def test_engine_door(door: tuple[gen.LoopThread, MemoryEngine], op: Op) -> None:
     loop, engine = door

@@ -18,7 +18,7 @@ from dream_memory_actor.storage.ops import AddPending
 from dream_memory_actor.validation import OWNER_ID_PATTERN
 
 from . import inputs as gen
-from .ops import FIRST, READS, Op, ops
+from .ops import FIRST, READS, Op, ops, with_edge_cases
 
 EXAMPLES = 1100
 
@@ -62,17 +62,18 @@ def call(system: MemorySystem, op: Op) -> Any:
         return h.get(a[0])
     if op.name == "list":
         return h.list(a[0], a[1])
-    if op.name == "confirm":
+    if op.name in ("confirm", "reject"):
         pid = a[0]
         if pid == FIRST:
             pending = system.owner("alice").snapshot().pending
             pid = pending[0].id if pending else "none"
-        return h.confirm(pid, a[1], a[2])
+        return h.reject(pid, "ann") if op.name == "reject" else h.confirm(pid, a[1], a[2])
     assert op.name == "snapshot"
     return h.snapshot()
 
 
 @gen.door_settings(EXAMPLES)
+@with_edge_cases()
 @given(ops())
 def test_ray_handle_door(system: MemorySystem, op: Op) -> None:
     owners = ["alice"]
