@@ -89,7 +89,8 @@ class MemorySettings(BaseSettings):
     max_merge_history: int = Field(20, ge=0, le=1000)
     max_merge_history_bytes: int = Field(64 * 1024, ge=0, le=16 * 1024 * 1024)
     max_status_keys: int = Field(256, ge=1, le=100_000)
-    max_pending_field_bytes: int = Field(8 * 1024, ge=64, le=1024 * 1024)
+    # at least 8000: the evidence of an extracted item (2000 characters) always fits
+    max_pending_field_bytes: int = Field(8 * 1024, ge=8000, le=1024 * 1024)
 
     # human-in-the-loop gate
     hitl_write_threshold: float = Field(0.82, ge=0, le=1)

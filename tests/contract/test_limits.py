@@ -253,9 +253,9 @@ async def test_limits_come_from_the_settings() -> None:
     from dream_memory_actor.storage import open_stores
 
     settings = MemorySettings(backend="memory", max_status_keys=2, max_metadata_keys=3,
-                              max_pending_field_bytes=100, max_merge_history=1,
+                              max_pending_field_bytes=9000, max_merge_history=1,
                               max_merge_history_bytes=50, max_metadata_bytes=300)
-    assert settings.limits == Limits(300, 3, 1, 50, 2, 100)
+    assert settings.limits == Limits(300, 3, 1, 50, 2, 9000)
     structured, vector = await open_stores(settings, None)
     assert structured.limits == vector.limits == settings.limits
     with pytest.raises(InvalidMetadata):
