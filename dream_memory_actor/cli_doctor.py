@@ -102,8 +102,9 @@ def _check_packages(settings: MemorySettings | None) -> list[Check]:
 def _check_ray() -> Check:
     try:
         import ray
-    except ImportError:
-        return Check("ray", False, "not importable: pip install 'dream-memory-actor[ray]'")
+    except ImportError:  # only the Ray runtime needs it: the engine, CLI and MCP run without
+        return Check("ray", None, "not installed: MemorySystem and 'dream-memory system' "
+                                  "need pip install 'dream-memory-actor[ray]'")
     if ray.is_initialized():
         return Check("ray", True, f"ray {ray.__version__}, already initialized in this process")
     import logging

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from .errors import ConfigurationError, UnsupportedBackend
+from .limits import Limits
 from .scoring import Weights
 
 BACKENDS = ("memory", "postgres", "redis")
@@ -82,6 +83,14 @@ class MemorySettings(BaseSettings):
     # writes
     dedup_threshold: float = Field(0.85, ge=0, le=1)
     max_content_bytes: int = Field(32 * 1024, ge=16, le=1024 * 1024)
+    # caps that also hold after merges and over many calls (``limits.Limits``)
+    max_metadata_bytes: int = Field(16 * 1024, ge=256, le=1024 * 1024)
+    max_metadata_keys: int = Field(128, ge=1, le=10_000)
+    max_merge_history: int = Field(20, ge=0, le=1000)
+    max_merge_history_bytes: int = Field(64 * 1024, ge=0, le=16 * 1024 * 1024)
+    max_status_keys: int = Field(256, ge=1, le=100_000)
+    # at least 8000: the evidence of an extracted item (2000 characters) always fits
+    max_pending_field_bytes: int = Field(8 * 1024, ge=8000, le=1024 * 1024)
 
     # human-in-the-loop gate
     hitl_write_threshold: float = Field(0.82, ge=0, le=1)
@@ -103,6 +112,14 @@ class MemorySettings(BaseSettings):
     max_live_owners: int = Field(10_000, ge=1)
     idle_timeout_s: float = Field(3600.0, gt=0)
     chat_window: int = Field(20, ge=1, le=10_000)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A value of the wrong type or range (a keyword, a DREAM_MEMORY_* variable or
+        # the YAML file) is a ConfigurationError naming the setting, not pydantic's error.
+        try:
+            super().__init__(*args, **kwargs)
+        except ValidationError as exc:
+            raise ConfigurationError(f"invalid settings: {_problems(exc)}") from None
 
     @field_validator("backend")
     @classmethod
@@ -149,6 +166,11 @@ class MemorySettings(BaseSettings):
         return self
 
     @property
+    def limits(self) -> Limits:
+        """The size caps besides ``max_content_bytes``, for the stores and the handles."""
+        return Limits.of(self)
+
+    @property
     def weights(self) -> Weights:
         return Weights(
             self.vector_weight, self.keyword_weight, self.time_weight, self.time_half_life_days
@@ -187,3 +209,12 @@ class MemorySettings(BaseSettings):
         merged = {k: v for k, v in data.items() if k not in env_names}
         merged.update(overrides)
         return cls(**merged)
+
+
+def _problems(exc: ValidationError) -> str:
+    """One line for the errors of a settings validation: each setting and what is wrong."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+        parts.append(f"{where}: {err.get('msg', 'invalid')} (got {err.get('input')!r})")
+    return "; ".join(parts)

@@ -11,6 +11,7 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── InvalidStatusKey
     │   ├── InvalidMetadata
     │   ├── InvalidQuery
+    │   ├── DuplicateId                      an id the owner uses for other content
     │   └── AuditNotWritable                 the audit trail is written by decisions only
     ├── NotFound (also a LookupError)
     │   ├── UnknownStatusKey
@@ -64,6 +65,10 @@ class InvalidMetadata(InvalidInput):
 
 class InvalidQuery(InvalidInput):
     """A search query or its options are not acceptable."""
+
+
+class DuplicateId(InvalidInput):
+    """A rule, fact or pending item id the owner already uses for other content."""
 
 
 class AuditNotWritable(InvalidInput):

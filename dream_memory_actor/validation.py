@@ -20,11 +20,13 @@ import numpy as np
 from .errors import (
     InvalidContent,
     InvalidEmbedding,
+    InvalidInput,
     InvalidMetadata,
     InvalidOwnerId,
     InvalidQuery,
     InvalidStatusKey,
 )
+from .limits import DEFAULT_LIMITS, Limits
 from .models import AuditEntry, ChatMessage, MemoryPendingItem
 from .text import normalize_content
 
@@ -39,7 +41,9 @@ OWNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 #: A status key: 1-64 characters, letters, digits and ``_ . -``, starting with a letter or ``_``.
 STATUS_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
-MAX_METADATA_BYTES = 16 * 1024
+MAX_METADATA_BYTES = DEFAULT_LIMITS.metadata_bytes
+#: How deeply metadata may nest (objects and lists); deeper is refused, not recursed into.
+MAX_METADATA_DEPTH = 32
 #: Metadata keys the store writes itself when it merges near-duplicates.
 RESERVED_METADATA_KEYS = frozenset({"merged_from", "merged_at", "merge_count"})
 MAX_SEARCH_LIMIT = 1000
@@ -49,6 +53,20 @@ MAX_WINDOW = 10_000
 MAX_TTL_S = 10 * 365 * 86400
 #: The longest ``source`` of a rule or fact, and name of who decides a pending item.
 MAX_NAME_CHARS = 64
+#: The largest list offset (beyond it every backend would answer empty anyway).
+MAX_OFFSET = 2**31 - 1
+
+
+
+
+def utf8_size(value: str, what: str, error: type[InvalidInput] = InvalidContent) -> int:
+    """The UTF-8 size of ``value``; a typed error for a lone surrogate (not encodable)."""
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise error(
+            f"{what} is not valid Unicode (a lone surrogate at position {exc.start})"
+        ) from None
 
 
 def owner_id(value: object) -> str:
@@ -79,15 +97,11 @@ def content(value: object, max_bytes: int, what: str = "content") -> str:
         raise InvalidContent(f"{what} must be a string, got {type(value).__name__}")
     if "\x00" in value:
         raise InvalidContent(f"{what} must not contain NUL characters")
+    utf8_size(value, what)
     text = normalize_content(value)
     if not text:
         raise InvalidContent(f"{what} must not be empty or white space only")
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise InvalidContent(
-            f"{what} is not valid Unicode (a lone surrogate at position {exc.start})"
-        ) from None
+    size = utf8_size(text, what)
     if size > max_bytes:
         raise InvalidContent(f"{what} is {size} bytes; the limit is {max_bytes} bytes")
     return text
@@ -103,25 +117,48 @@ def status_key(value: object) -> str:
     return value
 
 
-def metadata(value: object) -> dict[str, Any]:
-    """Check metadata: a JSON object with string keys, at most 16 KiB serialized."""
+def metadata(value: object, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """Check metadata: a JSON object with string keys, within ``limits`` (keys, serialized
+    bytes) and ``MAX_METADATA_DEPTH`` levels deep."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise InvalidMetadata(f"metadata must be a mapping, got {type(value).__name__}")
-    reserved = RESERVED_METADATA_KEYS.intersection(value)
+    if len(value) > limits.metadata_keys:
+        raise InvalidMetadata(
+            f"metadata has {len(value)} keys; the limit is {limits.metadata_keys}")
+    reserved = RESERVED_METADATA_KEYS.intersection(k for k in value if isinstance(k, str))
     if reserved:
         raise InvalidMetadata(f"metadata keys {sorted(reserved)} are reserved for merge records")
+    _depth(value)
     try:
         encoded = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidMetadata(f"metadata must be JSON-serializable without NaN: {exc}") from exc
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidMetadata(f"metadata must be JSON-serializable without NaN: {exc}") from None
     if "\\u0000" in encoded:
         raise InvalidMetadata("metadata must not contain NUL characters")
-    if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
-        raise InvalidMetadata(f"metadata is larger than {MAX_METADATA_BYTES} bytes serialized")
+    size = utf8_size(encoded, "metadata", InvalidMetadata)
+    if size > limits.metadata_bytes:
+        raise InvalidMetadata(f"metadata is {size} bytes serialized; the limit is "
+                              f"{limits.metadata_bytes} bytes")
     result: dict[str, Any] = json.loads(encoded)
     return result
+
+
+def _depth(value: object) -> None:
+    """Refuse containers nested deeper than ``MAX_METADATA_DEPTH`` (walked without recursion)."""
+    todo: list[tuple[object, int]] = [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if level > MAX_METADATA_DEPTH:
+            raise InvalidMetadata(f"metadata nests deeper than {MAX_METADATA_DEPTH} levels")
+        todo.extend((c, level + 1) for c in children)
 
 
 def embedding(value: object, dim: int) -> list[float]:
@@ -162,6 +199,7 @@ def ids(values: Sequence[object], what: str = "id") -> tuple[str, ...]:
     for v in values:
         if not isinstance(v, str) or not v or len(v) > 128 or "\x00" in v:
             raise InvalidQuery(f"invalid {what} {v!r}")
+        utf8_size(v, what, InvalidQuery)
         out.append(v)
     return tuple(out)
 
@@ -182,7 +220,8 @@ def conversation_id(value: object) -> str:
 
 
 def _short_name(value: object) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS and "\x00" not in value
+    return (isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS and "\x00" not in value
+            and value.isprintable())
 
 
 def source(value: object) -> str:
@@ -208,8 +247,11 @@ def _int_at_least(value: object, low: int, what: str) -> int:
 
 
 def offset(value: object) -> int:
-    """Check a list offset: an int >= 0."""
-    return _int_at_least(value, 0, "offset")
+    """Check a list offset: an int in 0..``MAX_OFFSET``."""
+    n = _int_at_least(value, 0, "offset")
+    if n > MAX_OFFSET:
+        raise InvalidQuery(f"offset must be at most {MAX_OFFSET}, got {n}")
+    return n
 
 
 def min_version(value: object) -> int | None:
@@ -274,14 +316,14 @@ def ttl_s(value: object) -> float | None:
     return value
 
 
-def ops(values: object, max_bytes: int) -> list[L1Op]:
+def ops(values: object, max_bytes: int, limits: Limits = DEFAULT_LIMITS) -> list[L1Op]:
     """Check L1 operations; the operations with their text normalized."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
         raise InvalidQuery("apply needs a non-empty list of operations")
-    return [_op(op, max_bytes) for op in values]
+    return [_op(op, max_bytes, limits) for op in values]
 
 
-def _op(op: object, max_bytes: int) -> L1Op:
+def _op(op: object, max_bytes: int, limits: Limits) -> L1Op:
     # Imported here: the storage package imports this module.
     from .storage.ops import (
         AddAudit,
@@ -308,7 +350,7 @@ def _op(op: object, max_bytes: int) -> L1Op:
     if isinstance(op, DeleteStatus):
         return DeleteStatus(status_key(op.key))
     if isinstance(op, AddPending):
-        return AddPending(pending_item(op.item, max_bytes))
+        return AddPending(pending_item(op.item, max_bytes, limits))
     if isinstance(op, AddAudit):
         from .errors import AuditNotWritable
 
@@ -317,19 +359,41 @@ def _op(op: object, max_bytes: int) -> L1Op:
     raise InvalidQuery(f"unknown operation {op!r}")
 
 
-def pending_item(item: object, max_bytes: int) -> MemoryPendingItem:
+def pending_field(value: object, what: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """Check a side field of a pending item (``evidence``, ``source``): text without NUL,
+    at most ``limits.pending_field_bytes``."""
+    if not isinstance(value, str):
+        raise InvalidQuery(f"{what} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidContent(f"{what} must not contain NUL characters")
+    size = utf8_size(value, what)
+    if size > limits.pending_field_bytes:
+        raise InvalidContent(
+            f"{what} is {size} bytes; the limit is {limits.pending_field_bytes} bytes")
+    return value
+
+
+def pending_item(item: object, max_bytes: int, limits: Limits = DEFAULT_LIMITS
+                 ) -> MemoryPendingItem:
     """Check a pending item before it is queued; its text normalized."""
     if not isinstance(item, MemoryPendingItem):
         raise InvalidQuery(f"AddPending needs a MemoryPendingItem, got {item!r}")
     ids([item.id])
+    sides: dict[str, Any] = {"source": pending_field(item.source, "pending source", limits)}
+    if item.evidence is not None:
+        sides["evidence"] = pending_field(item.evidence, "pending evidence", limits)
     if item.kind == "status":
         if item.value is None:
             raise InvalidQuery("a status pending item needs a value")
+        if item.content is not None:
+            raise InvalidQuery("a status pending item has a key and a value, not content")
         return item.model_copy(update={
             "key": status_key(item.key),
-            "value": content(item.value, max_bytes, "status value"),
+            "value": content(item.value, max_bytes, "status value"), **sides,
         })
-    return item.model_copy(update={"content": content(item.content, max_bytes)})
+    if item.key is not None or item.value is not None:
+        raise InvalidQuery(f"a {item.kind} pending item has content, not a key and value")
+    return item.model_copy(update={"content": content(item.content, max_bytes), **sides})
 
 
 def audit_entry(entry: object, max_bytes: int) -> AuditEntry:

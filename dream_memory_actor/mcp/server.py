@@ -150,7 +150,7 @@ def build_server(backend: MemoryBackend, token_map: TokenMap | None = None, *,
         with _tool_errors():
             who, _ = owner_ok(owner)
             check.content(content, backend.settings.max_content_bytes)
-            meta = check.metadata(metadata)
+            meta = check.metadata(metadata, backend.settings.limits)
             return _dump(await backend.store(who, content, meta))
 
     @server.tool()

@@ -104,7 +104,7 @@ def reads(view: ClientView, owner: str, conn: Connection, min_version: int | Non
 
 def apply(view: ClientView, owner: str, ops: Sequence[L1Op], op_id: str | None,
           then: Callable[[Any], T]) -> Call[T]:
-    checked = check.ops(ops, view.max_content_bytes)
+    checked = check.ops(ops, view.max_content_bytes, view.limits)
     return _owner(owner, "apply", (checked, _op_id(op_id)), then)
 
 
@@ -122,7 +122,7 @@ def add(view: ClientView, owner: str, kind: type[AddRule] | type[AddFact], conte
 def store(view: ClientView, owner: str, content: str, metadata: Mapping[str, Any] | None,
           op_id: str | None) -> Call[StoreResult]:
     text = check.content(content, view.max_content_bytes)
-    meta = check.metadata(metadata)
+    meta = check.metadata(metadata, view.limits)
     return _owner(owner, "store", (text, meta, _op_id(op_id)), same)
 
 

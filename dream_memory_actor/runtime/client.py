@@ -110,14 +110,18 @@ class MemorySystem:
         )
         owns_ray = _ensure_ray(ray_address)
         try:
+            running = ConfigurationError(
+                f"memory system {name!r} is already running; use MemorySystem.connect()")
             if _find_registry(name) is not None:
-                raise ConfigurationError(
-                    f"memory system {name!r} is already running; use MemorySystem.connect()")
+                raise running
             # Detached: the system outlives the driver that started it, until shutdown().
-            registry = RemoteRegistry.options(**{
-                **BASE_OPTIONS, "max_task_retries": -1, **spec.system_actor_options,
-                "name": registry_name(name), "namespace": NAMESPACE, "lifetime": "detached",
-            }).remote(spec)
+            try:
+                registry = RemoteRegistry.options(**{
+                    **BASE_OPTIONS, "max_task_retries": -1, **spec.system_actor_options,
+                    "name": registry_name(name), "namespace": NAMESPACE, "lifetime": "detached",
+                }).remote(spec)
+            except ray.exceptions.ActorAlreadyExistsError as exc:  # another start came first
+                raise running from exc
             try:
                 with ray_errors(f"starting memory system {name!r}"):
                     view: ClientView = ray.get(registry.start.remote(), timeout=start_timeout_s)

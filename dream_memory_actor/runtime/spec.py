@@ -16,6 +16,7 @@ from ..config import MemorySettings
 from ..embedding import CachedEmbedder, Embedder, load_calibration, open_embedder
 from ..engine import MemoryEngine
 from ..errors import ConfigurationError
+from ..limits import DEFAULT_LIMITS, Limits
 from ..models import new_id
 from ..storage import open_stores
 from .placement import system_name
@@ -41,6 +42,8 @@ class ClientView:
     #: Which start of the system this is: a handle of a system that was shut down
     #: does not silently talk to a new system that took the same name.
     incarnation: str
+    #: The size caps besides content (``MemorySettings.limits``).
+    limits: Limits = DEFAULT_LIMITS
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class SystemSpec:
         s = self.settings
         return ClientView(self.name, s.placement, s.shards, self.index_replicas,
                           s.max_content_bytes, self.call_timeout_s, self.read_timeout_s,
-                          self.incarnation)
+                          self.incarnation, s.limits)
 
     def owner_settings(self) -> MemorySettings:
         """Settings for an actor that holds owners: L1 only; when dedicated, a pool of at

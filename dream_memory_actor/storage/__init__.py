@@ -20,7 +20,16 @@ __all__ = ["StructuredStore", "VectorStore", "open_stores"]
 async def open_stores(
     settings: MemorySettings, embedding_dim: int | None
 ) -> tuple[StructuredStore, VectorStore]:
-    """The configured backend's structured and vector stores (not yet set up)."""
+    """The configured backend's structured and vector stores (not yet set up), with the
+    size caps of the settings."""
+    stores = await _open(settings, embedding_dim)
+    for store in stores:
+        store.limits = settings.limits
+    return stores
+
+
+async def _open(settings: MemorySettings, embedding_dim: int | None
+                ) -> tuple[StructuredStore, VectorStore]:
     limit = settings.max_content_bytes
     if settings.backend == "memory":
         from .memory import InMemoryStructuredStore, InMemoryVectorStore

@@ -73,8 +73,8 @@ class StructuredStore(_Lifecycle, ABC):
         check.owner_id(owner)
         if op_id is not None:
             check.op_id(op_id)
-        return await self._apply(owner, check.ops(ops, self.max_content_bytes), now or utcnow(),
-                                 op_id)
+        checked = check.ops(ops, self.max_content_bytes, self.limits)
+        return await self._apply(owner, checked, now or utcnow(), op_id)
 
     async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
                      edited: str | None = None, now: datetime | None = None,

@@ -75,6 +75,6 @@ async def decide(store: StructuredStore, owner: str, pending_id: str, action: Au
     if item is None:
         return None
     ops, entry = decision_ops(item, action, by, text, at)
-    checked = check.ops(ops, store.max_content_bytes)
+    checked = check.ops(ops, store.max_content_bytes, store.limits)
     new = await store._apply(owner, [*checked, AddAudit(entry)], at, op_id)
     return new, entry

@@ -8,30 +8,37 @@ traced). ``df_delta``: how a write moves the owner's document frequencies.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from ..limits import DEFAULT_LIMITS, Limits
 from ..models import VectorMemory
 from ..text import terms
+from ..validation import RESERVED_METADATA_KEYS
 
-#: How many earlier contents ``merged_from`` keeps (oldest dropped first).
-MERGE_HISTORY = 20
+#: How many earlier contents ``merged_from`` keeps by default (oldest dropped first).
+MERGE_HISTORY = DEFAULT_LIMITS.merge_history
 
 
 def merged(existing: VectorMemory, content: str, metadata: dict[str, Any],
-           now: datetime) -> VectorMemory:
+           now: datetime, limits: Limits = DEFAULT_LIMITS) -> VectorMemory:
     """The memory after merging ``content`` / ``metadata`` into ``existing``.
 
-    New metadata keys win over old ones; ``merged_from`` lists the earlier
-    contents (bounded), ``merged_at`` is the time of this merge, ``merge_count``
-    counts merges. ``updated_at`` moves to ``now`` (never backwards).
+    New metadata keys win over old ones; the oldest old keys are dropped while the
+    merged metadata has more keys or serialized bytes than ``limits`` allow.
+    ``merged_from`` lists the earlier contents, newest kept, at most
+    ``limits.merge_history`` of them and ``limits.merge_history_bytes`` in all;
+    ``merged_at`` is the time of this merge, ``merge_count`` counts merges.
+    ``updated_at`` moves to ``now`` (never backwards).
     """
-    history = list(existing.metadata.get("merged_from", []))
+    history = [h for h in existing.metadata.get("merged_from", []) if isinstance(h, str)]
     if existing.content != content:
         history.append(existing.content)
-    meta = {**existing.metadata, **metadata}
-    meta["merged_from"] = history[-MERGE_HISTORY:]
+    meta = _bounded({k: v for k, v in existing.metadata.items()
+                     if k not in RESERVED_METADATA_KEYS}, metadata, limits)
+    meta["merged_from"] = _recent(history, limits)
     meta["merged_at"] = now.isoformat()
     meta["merge_count"] = int(existing.metadata.get("merge_count", 0)) + 1
     return existing.model_copy(
@@ -41,6 +48,36 @@ def merged(existing: VectorMemory, content: str, metadata: dict[str, Any],
             "updated_at": max(existing.updated_at, now),
         }
     )
+
+
+def _bounded(old: dict[str, Any], new: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """``old`` updated by ``new``, the oldest keys of ``old`` only dropped to fit ``limits``
+    (``new`` fits them: it was checked)."""
+    meta = {**old, **new}
+    kept = [k for k in old if k not in new]  # droppable, oldest first
+    size = _json_size(meta)
+    while kept and (len(meta) > limits.metadata_keys or size > limits.metadata_bytes):
+        key = kept.pop(0)
+        # '"key": value, ' leaves: the size of {"key": value}, its braces counted for ", "
+        size -= _json_size({key: meta.pop(key)})
+    return meta
+
+
+def _recent(history: list[str], limits: Limits) -> list[str]:
+    """The newest entries of ``history`` within the count and byte bounds, oldest first."""
+    out: list[str] = []
+    total = 0
+    for text in reversed(history[-limits.merge_history:] if limits.merge_history else []):
+        total += len(text.encode("utf-8"))
+        if total > limits.merge_history_bytes:
+            break
+        out.append(text)
+    out.reverse()
+    return out
+
+
+def _json_size(value: dict[str, Any]) -> int:
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
 
 
 def merge_target(nearest: tuple[str, float] | None, threshold: float,

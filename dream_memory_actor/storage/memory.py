@@ -45,7 +45,7 @@ class InMemoryStructuredStore(StructuredStore):
             current = self._snapshots.get(owner) or MemorySnapshot(owner=owner)
             if op_id is not None and (owner, op_id) in self._ops:
                 return current.live(now)
-            new = apply_ops(current, ops, now)
+            new = apply_ops(current, ops, now, self.limits.status_keys)
             self._snapshots[owner] = new
             if op_id is not None:
                 self._ops.add((owner, op_id))
@@ -135,7 +135,7 @@ class InMemoryVectorStore(VectorStore):
         target = merge_target(nearest, threshold, same_text)
         if target is not None:
             old = rows[target[0]]
-            new = merged(old.memory, content, metadata, now)
+            new = merged(old.memory, content, metadata, now, self.limits)
             rows[new.id] = _Row(new, old.vec, fold(new.content))
             _bump(self._df[owner], df_delta(old.memory.content, new.content))
             return StoreResult(memory=new, merged=True, similarity=target[1])
@@ -177,7 +177,7 @@ class InMemoryVectorStore(VectorStore):
                 out[r.memory.id] = candidate(r)
         return list(out.values())
 
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         row = self._rows.get(owner, {}).get(memory_id)
         if row is None:
             raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")

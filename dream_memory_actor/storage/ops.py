@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Union
 
-from ..errors import FactNotFound, PendingItemNotFound, RuleNotFound, UnknownStatusKey
+from ..errors import (
+    DuplicateId,
+    FactNotFound,
+    InvalidStatusKey,
+    PendingItemNotFound,
+    RuleNotFound,
+    UnknownStatusKey,
+)
 from ..models import (
     AuditEntry,
     FrozenMap,
@@ -110,11 +117,15 @@ def pending_fingerprint(item: MemoryPendingItem) -> str:
     return f"{item.kind}:{content_hash(item.content or '')}"
 
 
-def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime) -> MemorySnapshot:
+def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
+              max_status_keys: int | None = None) -> MemorySnapshot:
     """The snapshot after ``ops``, or an error (and no change) if one cannot apply.
 
     Expired status entries and pending items are dropped first, so deleting an
-    expired key is an ``UnknownStatusKey`` as it is on every backend.
+    expired key is an ``UnknownStatusKey`` as it is on every backend. An id the
+    owner already uses for other content is a ``DuplicateId``; more than
+    ``max_status_keys`` status keys after ``ops`` an ``InvalidStatusKey`` (unless ``ops``
+    add none: an owner over a lowered cap can still update and delete).
     """
     snap = snap.live(now)
     rules = list(snap.rules)
@@ -125,11 +136,13 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime) -> Memor
     for op in ops:
         if isinstance(op, AddRule):
             if all(content_hash(r.content) != content_hash(op.content) for r in rules):
+                _unused_id(snap.owner, "rule", op.id, rules)
                 rules.append(
                     MemoryRule(id=op.id, content=op.content, source=op.source, created_at=now)
                 )
         elif isinstance(op, AddFact):
             if all(content_hash(f.content) != content_hash(op.content) for f in facts):
+                _unused_id(snap.owner, "fact", op.id, facts)
                 facts.append(
                     MemoryFact(id=op.id, content=op.content, source=op.source, created_at=now)
                 )
@@ -155,6 +168,7 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime) -> Memor
         elif isinstance(op, AddPending):
             fp = pending_fingerprint(op.item)
             if all(pending_fingerprint(p) != fp for p in pending):
+                _unused_id(snap.owner, "pending item", op.item.id, pending)
                 pending.append(op.item)
         elif isinstance(op, RemovePending):
             if not any(p.id == op.id for p in pending):
@@ -164,6 +178,8 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime) -> Memor
             pass  # kept by the backend beside the snapshot, not in it
         else:  # pragma: no cover - the union is closed
             raise TypeError(f"unknown operation {op!r}")
+    if max_status_keys is not None and len(status) > max(max_status_keys, len(snap.status)):
+        raise too_many_status_keys(snap.owner, len(status), max_status_keys)
     return MemorySnapshot(
         owner=snap.owner,
         rules=tuple(rules),
@@ -175,3 +191,21 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime) -> Memor
         epoch=snap.epoch or new_epoch(),  # the owner's state is created by its first write
         updated_at=now,
     )
+
+
+def _unused_id(owner: str, kind: str, item_id: str,
+               items: Sequence[MemoryRule | MemoryFact | MemoryPendingItem]) -> None:
+    if any(i.id == item_id for i in items):
+        raise duplicate_id(owner, kind, item_id)
+
+
+def duplicate_id(owner: str, kind: str, item_id: str) -> DuplicateId:
+    """The error for an added item whose id the owner uses for other content (every backend)."""
+    return DuplicateId(f"owner {owner!r} has a {kind} {item_id!r} with other content; "
+                       "use a new id")
+
+
+def too_many_status_keys(owner: str, count: int, limit: int) -> InvalidStatusKey:
+    """The error for a write leaving an owner more than ``limit`` status keys."""
+    return InvalidStatusKey(f"owner {owner!r} would have {count} status keys; the limit is "
+                            f"{limit} (max_status_keys): delete some first")

@@ -85,7 +85,7 @@ class VectorStore(_Lifecycle, ABC):
         once, with its cosine. ``stats`` are those the weights came from."""
 
     @abstractmethod
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         """One memory, or ``MemoryNotFound``."""
 
     @abstractmethod
@@ -124,7 +124,7 @@ class VectorStore(_Lifecycle, ABC):
         if op_id is not None:
             check.op_id(op_id)
         text = check.content(content, self.max_content_bytes)
-        meta = check.metadata(metadata)
+        meta = check.metadata(metadata, self.limits)
         if embedding is None and embed is not None:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
@@ -185,6 +185,12 @@ class VectorStore(_Lifecycle, ABC):
         if not isinstance(payload, VectorMemory):
             raise TypeError(f"{type(self).__name__} must override _materialize")
         return payload
+
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        """One memory of ``owner``, or ``MemoryNotFound``."""
+        check.owner_id(owner)
+        check.ids([memory_id], "memory id")
+        return await self._get(owner, memory_id)
 
     async def delete(self, owner: str, memory_id: str) -> bool:
         check.owner_id(owner)

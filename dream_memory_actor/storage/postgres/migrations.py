@@ -145,6 +145,13 @@ CREATE TABLE {s}.term_df (
     PRIMARY KEY (owner_id, term)
 );
 """),
+    (5, "rule, fact and pending ids scoped by owner", """
+-- An id names an item of one owner: another owner may use the same id, and an
+-- error never tells whether some other owner has it.
+ALTER TABLE {s}.rules DROP CONSTRAINT rules_pkey, ADD PRIMARY KEY (owner_id, id);
+ALTER TABLE {s}.facts DROP CONSTRAINT facts_pkey, ADD PRIMARY KEY (owner_id, id);
+ALTER TABLE {s}.pending DROP CONSTRAINT pending_pkey, ADD PRIMARY KEY (owner_id, id);
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

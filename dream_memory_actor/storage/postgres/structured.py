@@ -36,7 +36,9 @@ from ..ops import (
     RemovePending,
     RemoveRule,
     SetStatus,
+    duplicate_id,
     pending_fingerprint,
+    too_many_status_keys,
 )
 from .pool import PostgresStore
 
@@ -114,8 +116,14 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                                owner, now)
             await conn.execute(
                 f"DELETE FROM {s}.pending WHERE owner_id = $1 AND expires_at <= $2", owner, now)
+            adds_status = any(isinstance(op, SetStatus) for op in ops)
+            before = await self._status_count(conn, owner) if adds_status else 0
             for op in ops:
                 await self._one(conn, owner, op, now)
+            if adds_status:  # refused (the transaction rolled back) past the cap, as apply_ops
+                after = await self._status_count(conn, owner)
+                if after > max(self.limits.status_keys, before):
+                    raise too_many_status_keys(owner, after, self.limits.status_keys)
             await conn.execute(
                 f"""INSERT INTO {s}.owners (owner_id, version, updated_at) VALUES ($1, 1, $2)
                     ON CONFLICT (owner_id) DO UPDATE
@@ -126,10 +134,32 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                     owner, op_id)
             return await self._load(conn, owner, now)
 
+    async def _status_count(self, conn: Any, owner: str) -> int:
+        n = await conn.fetchval(f"SELECT count(*) FROM {self._s}.status WHERE owner_id = $1",
+                                owner)
+        return int(n)
+
+    async def _id_free(self, conn: Any, table: str, owner: str, item_id: str, column: str,
+                       same: str, kind: str) -> bool:
+        """Whether the item may be inserted: ``False`` if the owner has it (the same
+        ``column`` value: nothing to do), ``DuplicateId`` if the id holds other content.
+        ``table``, ``column`` and ``kind`` come from this module, never from input."""
+        rows = await conn.fetch(
+            f"SELECT {column} = $3 AS same FROM {self._s}.{table} "
+            f"WHERE owner_id = $1 AND (id = $2 OR {column} = $3)", owner, item_id, same)
+        if any(r["same"] for r in rows):
+            return False
+        if rows:
+            raise duplicate_id(owner, kind, item_id)
+        return True
+
     async def _one(self, conn: Any, owner: str, op: L1Op, now: datetime) -> None:
         s = self._s
         if isinstance(op, (AddRule, AddFact)):
             table = "rules" if isinstance(op, AddRule) else "facts"
+            if not await self._id_free(conn, table, owner, op.id, "content_hash",
+                                       content_hash(op.content), table[:-1]):
+                return
             await conn.execute(
                 f"""INSERT INTO {s}.{table}
                         (id, owner_id, content, content_hash, source, created_at)
@@ -153,6 +183,9 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                               UnknownStatusKey(f"owner {owner!r} has no status key {op.key!r}"))
         elif isinstance(op, AddPending):
             p = op.item
+            if not await self._id_free(conn, "pending", owner, p.id, "fingerprint",
+                                       pending_fingerprint(p), "pending item"):
+                return
             await conn.execute(
                 f"""INSERT INTO {s}.pending (id, owner_id, kind, content, key, value, confidence,
                         source, created_at, expires_at, fingerprint, evidence)

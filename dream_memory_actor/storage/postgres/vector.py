@@ -163,7 +163,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                     WHERE owner_id = $1 AND content_hash = $2
                     ORDER BY updated_at DESC LIMIT 1""", owner, content_hash(content))
         if target is not None:
-            new = merged(_memory(target), content, metadata, now)
+            new = merged(_memory(target), content, metadata, now, self.limits)
             await conn.execute(
                 f"""UPDATE {s}.memories SET content = $2, content_hash = $3,
                         metadata = $4::jsonb, updated_at = $5 WHERE id = $1""",
@@ -262,7 +262,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
 
     # -- reads and deletes ------------------------------------------------------------
 
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         row = None
         if _is_uuid(memory_id):
             async with self.backend.connection() as conn:

@@ -170,7 +170,7 @@ class RedisStructuredStore(StructuredStore):
                             continue  # the connection dropped before any write: again
                         if seen:
                             return current.live(now)  # a retry of an applied operation
-                        new = apply_ops(current, ops, now)  # raises before any write
+                        new = apply_ops(current, ops, now, self.limits.status_keys)  # raises first
                         pipe.multi()
                         self._write(pipe, owner, current, new)
                         self._write_audit(pipe, owner, audits, audited)

@@ -177,8 +177,7 @@ class RedisVectorStore(VectorStore):
                     return result
         raise BackendError(f"owner {owner!r}: too many concurrent writers, store gave up")
 
-    @staticmethod
-    def _decide(rows: OwnerRows, owner: str, content: str, query: np.ndarray | None,
+    def _decide(self, rows: OwnerRows, owner: str, content: str, query: np.ndarray | None,
                 metadata: dict[str, Any], threshold: float,
                 now: datetime) -> tuple[StoreResult, Row]:
         """Insert or merge, exactly as the in-memory reference backend decides."""
@@ -192,7 +191,7 @@ class RedisVectorStore(VectorStore):
         target = merge_target(nearest, threshold, lambda: rows.with_hash(content_hash(content)))
         if target is not None:
             old = rows.rows[target[0]]
-            new = merged(old.memory, content, metadata, now)
+            new = merged(old.memory, content, metadata, now, self.limits)
             return StoreResult(memory=new, merged=True, similarity=target[1]), \
                 make_row(new, old.vec)
         mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
@@ -261,7 +260,7 @@ class RedisVectorStore(VectorStore):
 
     # -- reads ------------------------------------------------------------------------
 
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         with translate("get"):
             fields = await self._r.hmget(self._keys.l2_doc(owner, memory_id), list(ROW_FIELDS))
         row = row_from_fields(owner, memory_id, fields)
