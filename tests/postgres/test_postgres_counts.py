@@ -54,7 +54,7 @@ async def test_the_count_migration_counts_existing_memories(
     conn = await asyncpg.connect(pg_dsn)
     try:
         await conn.execute(f"DROP TABLE {s}.owner_memory_counts, {s}.term_df")
-        await conn.execute(f"DELETE FROM {s}.schema_migrations WHERE version >= 3")
+        await conn.execute(f"DELETE FROM {s}.schema_migrations WHERE version IN (3, 4)")
         assert await migrate(conn, s, DIM) == [3, 4]
     finally:
         await conn.close()
@@ -112,7 +112,7 @@ async def test_the_term_migration_counts_existing_memories(
     conn = await asyncpg.connect(pg_dsn)
     try:
         await conn.execute(f"DROP TABLE {s}.term_df")
-        await conn.execute(f"DELETE FROM {s}.schema_migrations WHERE version >= 4")
+        await conn.execute(f"DELETE FROM {s}.schema_migrations WHERE version = 4")
         assert await migrate(conn, s, DIM) == [4]
     finally:
         await conn.close()
