@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import BackendError, BackendUnavailable, SchemaError, SystemClosed
 from ...errors import missing_dependency as _missing
+from ..changes import ChangeCallback, Unwatch
 
 try:
     import asyncpg
@@ -72,6 +73,7 @@ class PostgresBackend:
         self._closed = False
         self._users = 0
         self._setup_done = False
+        self._feeds: list[Any] = []  # PostgresChangeFeed, closed with the pool
 
     async def _init_connection(self, conn: Any) -> None:
         from pgvector.asyncpg import register_vector
@@ -141,6 +143,30 @@ class PostgresBackend:
             await conn.close()
         self._setup_done = True
 
+    @property
+    def channel(self) -> str:
+        """The channel L1 writes announce themselves on (``feed``)."""
+        from .feed import channel_name
+
+        return channel_name(self.schema)
+
+    async def watch(self, callback: ChangeCallback) -> Unwatch:
+        """Listen for the L1 writes on this schema (see ``feed``); the closer stops it."""
+        from .feed import PostgresChangeFeed
+
+        if self._closed:
+            raise SystemClosed("this PostgreSQL backend was closed")
+        feed = PostgresChangeFeed(self.dsn, self.schema, callback)
+        self._feeds.append(feed)
+        await feed.start()
+
+        async def unwatch() -> None:
+            if feed in self._feeds:
+                self._feeds.remove(feed)
+            await feed.close()
+
+        return unwatch
+
     def acquire_user(self) -> None:
         self._users += 1
 
@@ -149,5 +175,8 @@ class PostgresBackend:
         self._users = max(0, self._users - 1)
         if self._users == 0 and not self._closed:
             self._closed = True
+            feeds, self._feeds = self._feeds, []
+            for feed in feeds:
+                await feed.close()
             if self._pool is not None:
                 await self._pool.close()
