@@ -116,7 +116,7 @@ async def test_a_refused_or_repeated_write_is_not_announced(
 
 
 async def test_memory_store_has_no_feed() -> None:
-    structured, vector = await open_stores(MemorySettings(backend="memory"), None)
+    structured, _ = await open_stores(MemorySettings(backend="memory"), None)
     assert not structured.supports_change_feed
     heard = Heard()
     unwatch = await structured.watch(heard)
