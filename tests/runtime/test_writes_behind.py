@@ -29,6 +29,7 @@ from dream_memory_actor.storage.ops import AddFact, AddPending
 from dream_memory_actor.storage.postgres.feed import application_name
 from tests.conftest import fresh_schema
 from tests.runtime.embedders import TopicEmbedder
+from tests.support.redis_servers import RedisServer, plain_server, started
 
 #: The promise: a read never lags an acknowledged write by more than this.
 LAG_S = 1.0
@@ -138,19 +139,23 @@ def test_writes_behind_are_read_postgres(system: MemorySystem,
 
 
 @pytest.fixture(scope="module")
-def redis_system(ray_runtime: None, redis_url: str) -> Iterator[MemorySystem]:
-    from tests.support.redis_servers import drop_prefix
+def redis_server(ray_runtime: None) -> Iterator[RedisServer]:
+    """A server of this module's own: the last test restarts it."""
+    with started(plain_server()) as server:
+        yield server
 
-    prefix = fresh_schema()
-    settings = MemorySettings(backend="redis", redis_url=redis_url, redis_prefix=prefix,
-                              placement="dedicated", max_live_owners=4, idle_timeout_s=600.0)
+
+@pytest.fixture(scope="module")
+def redis_system(redis_server: RedisServer) -> Iterator[MemorySystem]:
+    settings = MemorySettings(backend="redis", redis_url=redis_server.url,
+                              redis_prefix=fresh_schema(), placement="dedicated",
+                              max_live_owners=4, idle_timeout_s=600.0)
     system = MemorySystem.start(settings, name=f"behind-{uuid.uuid4().hex[:8]}",
                                 embedder_factory=TopicEmbedder, call_timeout_s=60.0)
     try:
         yield system
     finally:
         system.shutdown(grace_period_s=1)
-        drop_prefix(redis_url, prefix)
 
 
 def test_writes_behind_are_read_redis(redis_system: MemorySystem,
@@ -236,3 +241,19 @@ def test_listener_killed_the_actor_still_learns(system: MemorySystem, pg_dsn: st
     behind(settings, lambda e: e.apply(owner, [AddFact("after the cut")]))
     _, took = read_until(handle, lambda s: "after the cut" in facts(s))
     assert took < LAG_S
+
+
+def test_read_only_owner_after_redis_restarts_empty(redis_system: MemorySystem,
+                                                    redis_server: RedisServer) -> None:
+    """Only read, never written through the actor: reloaded when its subscription is back.
+
+    (Last in this module: it empties the module's server.)"""
+    owner = _owner()
+    handle = redis_system.owner(owner)
+    handle.add_fact("lost with the server")
+    before = handle.snapshot()
+    assert facts(before) == ["lost with the server"]
+    redis_server.stop()
+    redis_server.start()  # the same port, empty
+    snap, _ = read_until(handle, lambda s: s.version == 0, within=10.0)
+    assert facts(snap) == [] and snap.epoch != before.epoch
