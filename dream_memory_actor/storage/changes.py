@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +69,33 @@ def notify(callback: ChangeCallback, change: Change | None) -> None:
         callback(change)
     except Exception:
         log.exception("a change callback failed on %r", change)
+
+
+class Feed(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class Feeds:
+    """The running watches of one store: each stopped by its closer, all by ``close``."""
+
+    def __init__(self) -> None:
+        self._running: list[Feed] = []
+
+    async def add(self, feed: Feed) -> Unwatch:
+        """Start ``feed``; return its closer."""
+        self._running.append(feed)
+        await feed.start()
+
+        async def unwatch() -> None:
+            if feed in self._running:
+                self._running.remove(feed)
+            await feed.close()
+
+        return unwatch
+
+    async def close(self) -> None:
+        running, self._running = self._running, []
+        for feed in running:
+            await feed.close()

@@ -136,7 +136,7 @@ async def test_postgres_listener_killed_reconnects(pg_dsn: str) -> None:
     try:
         heard = Heard()
         await structured.watch(heard)
-        feed = structured.backend._feeds[0]  # type: ignore[attr-defined]
+        feed = structured.backend._feeds._running[0]  # type: ignore[attr-defined]
         old_pid = feed.pid
         admin = await asyncpg.connect(pg_dsn)
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import BackendError, BackendUnavailable, SchemaError, SystemClosed
 from ...errors import missing_dependency as _missing
-from ..changes import ChangeCallback, Unwatch
+from ..changes import ChangeCallback, Feeds, Unwatch
 
 try:
     import asyncpg
@@ -73,7 +73,7 @@ class PostgresBackend:
         self._closed = False
         self._users = 0
         self._setup_done = False
-        self._feeds: list[Any] = []  # PostgresChangeFeed, closed with the pool
+        self._feeds = Feeds()  # listening connections, closed with the pool
 
     async def _init_connection(self, conn: Any) -> None:
         from pgvector.asyncpg import register_vector
@@ -156,16 +156,7 @@ class PostgresBackend:
 
         if self._closed:
             raise SystemClosed("this PostgreSQL backend was closed")
-        feed = PostgresChangeFeed(self.dsn, self.schema, callback)
-        self._feeds.append(feed)
-        await feed.start()
-
-        async def unwatch() -> None:
-            if feed in self._feeds:
-                self._feeds.remove(feed)
-            await feed.close()
-
-        return unwatch
+        return await self._feeds.add(PostgresChangeFeed(self.dsn, self.schema, callback))
 
     def acquire_user(self) -> None:
         self._users += 1
@@ -175,8 +166,6 @@ class PostgresBackend:
         self._users = max(0, self._users - 1)
         if self._users == 0 and not self._closed:
             self._closed = True
-            feeds, self._feeds = self._feeds, []
-            for feed in feeds:
-                await feed.close()
+            await self._feeds.close()
             if self._pool is not None:
                 await self._pool.close()

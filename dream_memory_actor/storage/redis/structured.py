@@ -60,7 +60,7 @@ from ...models import (
     utcnow,
 )
 from ..base import StructuredStore
-from ..changes import Change, ChangeCallback, Unwatch
+from ..changes import Change, ChangeCallback, Feeds, Unwatch
 from ..ops import AddAudit, L1Op, apply_ops
 from .common import (
     MAX_TX_ATTEMPTS,
@@ -132,28 +132,17 @@ class RedisStructuredStore(StructuredStore):
         self._load_script = client.register_script(_LOAD)
         self._audit_script = client.register_script(_AUDIT)
         self._channel = channel_name(prefix)
-        self._feeds: list[RedisChangeFeed] = []
+        self._feeds = Feeds()
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
-            feeds, self._feeds = self._feeds, []
-            for feed in feeds:
-                await feed.close()
+            await self._feeds.close()
             await close_client(self._r)
 
     async def watch(self, callback: ChangeCallback) -> Unwatch:
         """Subscribe to the L1 writes under this prefix (see ``feed``)."""
-        feed = RedisChangeFeed(self._r, self._keys.prefix, callback)
-        self._feeds.append(feed)
-        await feed.start()
-
-        async def unwatch() -> None:
-            if feed in self._feeds:
-                self._feeds.remove(feed)
-            await feed.close()
-
-        return unwatch
+        return await self._feeds.add(RedisChangeFeed(self._r, self._keys.prefix, callback))
 
     async def setup(self) -> None:
         with translate("setup"):
