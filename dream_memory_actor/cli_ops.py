@@ -2,8 +2,10 @@
 system, doctor (in ``cli_doctor``) and mcp (``cli.py`` wires them in).
 
 Each opens ``MemoryEngine.open(MemorySettings())`` in this process, does one thing
-and closes it. Errors of the memory (bad owner id, unknown pending item, a
-backend that is down) are printed as one line on stderr with exit status 1.
+and closes it; ``pending`` and ``snapshot`` go through a running memory system
+instead when one is named (``--system``, ``DREAM_MEMORY_SYSTEM``; see ``cli_route``).
+Errors of the memory (bad owner id, unknown pending item, a backend that is
+down, no such system running) are printed as one line on stderr with exit status 1.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from . import cli_route
 from .cli_doctor import EXTRAS, Check, doctor
 from .config import MemorySettings
 from .errors import DreamMemoryError
@@ -39,12 +42,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
     owner = argparse.ArgumentParser(add_help=False)
     owner.add_argument("--owner", required=True, help="the owner (user) id")
+    route = cli_route.route_options()
 
     pending = sub.add_parser("pending", help="work the human-in-the-loop queue")
     actions = pending.add_subparsers(dest="pending_action", required=True)
-    actions.add_parser("list", parents=[common, owner], help="list the pending items")
+    actions.add_parser("list", parents=[common, owner, route], help="list the pending items")
     for name, text in (("confirm", "write a pending item"), ("reject", "drop a pending item")):
-        p = actions.add_parser(name, parents=[common, owner], help=text)
+        p = actions.add_parser(name, parents=[common, owner, route], help=text)
         p.add_argument("--id", required=True, dest="item_id", help="the pending item id")
         p.add_argument("--by", default=_default_by(),
                        help="who decides (default: the login name)")
@@ -52,7 +56,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             p.add_argument("--edit", default=None,
                            help="write this text instead (the content, or a status value)")
 
-    sub.add_parser("snapshot", parents=[common, owner],
+    sub.add_parser("snapshot", parents=[common, owner, route],
                    help="print an owner's rules, facts, status and pending items")
     search = sub.add_parser("search", parents=[common, owner],
                             help="search an owner's memories")
@@ -135,7 +139,7 @@ def _pending(args: argparse.Namespace) -> int:
                                          edited_content=args.edit)
         return await service.reject(owner, args.item_id, by=args.by)
 
-    result = _with_engine(go)
+    result = cli_route.pending(args) if args.system else _with_engine(go)
     if args.pending_action == "list":
         items = list(result)
         lines = [f"{len(items)} pending item(s) for {owner}"]
@@ -161,7 +165,8 @@ def _pending(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
-    snap = _with_engine(lambda engine: engine.snapshot(args.owner))
+    snap = (cli_route.owner_handle(args).snapshot() if args.system
+            else _with_engine(lambda engine: engine.snapshot(args.owner)))
     prompt = snap.to_prompt().strip() or "(no rules, facts or status)"
     text = f"owner {args.owner}, version {snap.version}\n{prompt}"
     if snap.pending:

@@ -7,15 +7,19 @@
     echo -n "$TOKEN" | python -m dream_memory_actor.mcp --hash-token   # a token map key
 
 Memory settings come from ``DREAM_MEMORY_*`` and ``--config FILE`` as everywhere else;
-``--ray-system NAME`` serves a running Ray memory system instead of an in-process one.
+``--ray-system NAME`` (or ``DREAM_MEMORY_SYSTEM``) serves a running Ray memory system
+instead of an in-process one; an in-process server's writes reach the system's owner
+actors through the store's change feed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
+from ..cli_route import SYSTEM_ENV
 from ..config import MemorySettings
 from ..errors import DreamMemoryError
 from ..shutdown import Terminated, exit_on_sigterm
@@ -34,9 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="memory settings YAML file")
     p.add_argument("--backend", choices=("memory", "postgres", "redis"),
                    help="override the configured storage backend")
-    p.add_argument("--ray-system", metavar="NAME",
-                   help="serve the running Ray memory system NAME instead of in-process memory")
-    p.add_argument("--ray-address", default="auto", help="Ray address for --ray-system")
+    p.add_argument("--ray-system", metavar="NAME", default=os.environ.get(SYSTEM_ENV) or None,
+                   help="serve the running Ray memory system NAME instead of in-process "
+                        f"memory (default: ${SYSTEM_ENV})")
+    p.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS") or "auto",
+                   help="Ray address for --ray-system (default: $RAY_ADDRESS, else auto)")
     p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                    help="serve Prometheus /metrics of this process on PORT (127.0.0.1)")
     p.add_argument("--hash-token", action="store_true",

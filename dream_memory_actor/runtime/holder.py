@@ -4,7 +4,9 @@
 comes back empty and reloads each owner from the backend on first use: nothing
 acknowledged is lost, since every write was written through before it was
 acknowledged. Subclasses (``owner_actor``) say where an owner's
-:class:`~.owner.OwnerMemory` lives: ``_use`` and ``_live``.
+:class:`~.owner.OwnerMemory` lives: ``_use`` and ``_live``. Once its engine is
+open, each actor follows the store's change feed (``follow``): an owner written
+behind it (by the CLI, another engine) is reloaded within moments.
 
 Extraction runs here too: what leaves a chat window is extracted in the
 background, holding the owner as a call does; every write of the extraction
@@ -17,7 +19,7 @@ import abc
 import asyncio
 import gc
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -34,6 +36,7 @@ from ..models import (
     StoreResult,
 )
 from ..storage.ops import L1Op
+from .follow import Follower
 from .owner import OwnerMemory
 from .placement import parse_read_task_name
 from .spec import SystemSpec, open_owner_engine
@@ -61,12 +64,17 @@ class OwnerHolder(abc.ABC):
         #: Background extractions of overflowing chat windows, per owner.
         self._extracting: dict[str, set[asyncio.Task[None]]] = {}
         self._extraction_failures = 0
+        self._follower = Follower(self._held, self._all_held)
 
     async def _open(self) -> MemoryEngine:
         if self._engine is None:
             async with self._opening:
                 if self._engine is None:
-                    self._engine = await open_owner_engine(self._spec)
+                    engine = await open_owner_engine(self._spec)
+                    # Listening before the first snapshot is loaded: no write made
+                    # elsewhere falls between a load and the start of the feed.
+                    await self._follower.start(engine.structured)
+                    self._engine = engine
                     # What the process holds from now on (modules, engine, pools) stays for
                     # its life: out of the collector's scans, so collections triggered by
                     # each call's allocations stay small.
@@ -81,6 +89,20 @@ class OwnerHolder(abc.ABC):
     @abc.abstractmethod
     def _live(self, owner: str) -> OwnerMemory | None:
         """The owner's memory if it is live here (recording the use), else ``None``."""
+
+    @abc.abstractmethod
+    def _held(self, owner: str) -> OwnerMemory | None:
+        """The owner's memory if it is live here, without recording a use."""
+
+    @abc.abstractmethod
+    def _all_held(self) -> Iterable[OwnerMemory]:
+        """Every owner memory live here (none recorded as used)."""
+
+    async def _close(self) -> None:
+        """Stop following the change feed and close the engine (``close`` of the actors)."""
+        await self._follower.close()
+        if self._engine is not None:
+            await self._engine.close()
 
     def read(self) -> SnapshotReply | None:
         """The fast read: no argument (each argument of a Ray call costs it a

@@ -156,6 +156,35 @@ class OwnerMemory:
                     async with self._lock:
                         self._set(await self._l1.snapshot(self.owner))
 
+    async def catch_up(self, version: int | None = None, epoch: str = "") -> bool:
+        """Reload the snapshot if the backend is ahead of it: a write was made behind
+        this holder (announced by the change feed as ``version`` of ``epoch``;
+        ``None``: anything may have changed). True if it reloaded.
+
+        Cheap for this holder's own writes (already held, nothing read). Runs under
+        the write lock, so a reload and a write never interleave, and ``_set`` never
+        moves a version back within an epoch. If the reload fails the snapshot is
+        dropped: the next read loads it (or reports that the backend is down) rather
+        than answer from a copy known to be stale.
+        """
+        if not self.behind(version, epoch):
+            return False
+        async with self._lock:
+            if not self.behind(version, epoch):
+                return False
+            try:
+                self._set(await self._l1.snapshot(self.owner))
+            except BaseException:
+                self._snap = None
+                raise
+            return True
+
+    def behind(self, version: int | None, epoch: str) -> bool:
+        snap = self._snap
+        if snap is None or self.closed:
+            return False  # nothing held: the next read loads the current state
+        return version is None or not snap.reached(version, epoch)
+
     # -- writes: one at a time, written through before the answer -----------------------
 
     async def apply(self, ops: Sequence[L1Op], op_id: str | None) -> MemorySnapshot:

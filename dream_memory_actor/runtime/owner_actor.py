@@ -85,12 +85,18 @@ class OwnerActor(OwnerHolder):
     async def info(self) -> dict[str, Any]:
         info = process_info()
         info.update(owner=self._owner, live=0 if self._mem is None else 1,
-                    version=None if self._mem is None else self._mem.version)
+                    version=None if self._mem is None else self._mem.version,
+                    reloads=self._follower.reloads)
         return info
 
+    def _held(self, owner: str) -> OwnerMemory | None:
+        return self._mem if owner == self._owner and not self._closed else None
+
+    def _all_held(self) -> list[OwnerMemory]:
+        return [] if self._mem is None or self._closed else [self._mem]
+
     async def close(self) -> None:
-        if self._engine is not None:
-            await self._engine.close()
+        await self._close()
 
 
 class HostActor(OwnerHolder):
@@ -152,11 +158,16 @@ class HostActor(OwnerHolder):
         live = self._table.live
         info = process_info()
         info.update(shard=self._shard, live=len(live), high_water=live.high_water,
-                    passivated=live.evicted, cap=live.cap)
+                    passivated=live.evicted, cap=live.cap, reloads=self._follower.reloads)
         return info
+
+    def _held(self, owner: str) -> OwnerMemory | None:
+        return None if self._closed else self._table.live.get(owner)
+
+    def _all_held(self) -> list[OwnerMemory]:
+        return [] if self._closed else [mem for _, mem in self._table.live.items()]
 
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self._engine is not None:
-            await self._engine.close()
+        await self._close()

@@ -30,6 +30,7 @@ from ..models import (
     MemorySnapshot,
     utcnow,
 )
+from .changes import ChangeCallback, Unwatch, no_feed
 from .lifecycle import DEFAULT_MAX_CONTENT_BYTES, _Lifecycle
 from .ops import (
     AddFact,
@@ -47,6 +48,18 @@ class StructuredStore(_Lifecycle, ABC):
 
     #: Status entries and pending items can expire by themselves.
     supports_ttl: ClassVar[bool] = True
+    #: ``watch`` reports the L1 writes of every process on this storage (see ``changes``).
+    supports_change_feed: ClassVar[bool] = False
+
+    async def watch(self, callback: ChangeCallback) -> Unwatch:
+        """Call ``callback`` on this event loop with each L1 write committed on this
+        storage, by any process (this one included), and with ``None`` after the feed
+        reconnected (writes may have been missed). Returns the closer of the watch.
+
+        Without a change feed (``supports_change_feed`` False, e.g. the in-memory
+        store, which nothing outside this process can write) it never calls back.
+        """
+        return no_feed()
 
     @abstractmethod
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:

@@ -25,7 +25,11 @@ from .ops import AddAudit, L1Op, apply_ops
 
 
 class InMemoryStructuredStore(StructuredStore):
-    """L1 in a dictionary of snapshots; chat windows and audit trails in lists beside it."""
+    """L1 in a dictionary of snapshots; chat windows and audit trails in lists beside it.
+
+    No change feed (``watch`` never calls back): the data lives in this object, so
+    no other process, nor another store object of this one, can write behind it.
+    """
 
     def __init__(self, *, max_content_bytes: int = 32 * 1024) -> None:
         self.max_content_bytes = max_content_bytes

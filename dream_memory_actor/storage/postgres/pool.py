@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import BackendError, BackendUnavailable, SchemaError, SystemClosed
 from ...errors import missing_dependency as _missing
+from ..changes import ChangeCallback, Feeds, Unwatch
 
 try:
     import asyncpg
@@ -72,6 +73,7 @@ class PostgresBackend:
         self._closed = False
         self._users = 0
         self._setup_done = False
+        self._feeds = Feeds()  # listening connections, closed with the pool
 
     async def _init_connection(self, conn: Any) -> None:
         from pgvector.asyncpg import register_vector
@@ -141,6 +143,21 @@ class PostgresBackend:
             await conn.close()
         self._setup_done = True
 
+    @property
+    def channel(self) -> str:
+        """The channel L1 writes announce themselves on (``feed``)."""
+        from .feed import channel_name
+
+        return channel_name(self.schema)
+
+    async def watch(self, callback: ChangeCallback) -> Unwatch:
+        """Listen for the L1 writes on this schema (see ``feed``); the closer stops it."""
+        from .feed import PostgresChangeFeed
+
+        if self._closed:
+            raise SystemClosed("this PostgreSQL backend was closed")
+        return await self._feeds.add(PostgresChangeFeed(self.dsn, self.schema, callback))
+
     def acquire_user(self) -> None:
         self._users += 1
 
@@ -149,5 +166,6 @@ class PostgresBackend:
         self._users = max(0, self._users - 1)
         if self._users == 0 and not self._closed:
             self._closed = True
+            await self._feeds.close()
             if self._pool is not None:
                 await self._pool.close()

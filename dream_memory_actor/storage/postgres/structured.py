@@ -25,6 +25,7 @@ from ...models import (
 )
 from ...text import content_hash
 from ..base import StructuredStore
+from ..changes import Change, ChangeCallback, Unwatch
 from ..ops import (
     AddAudit,
     AddFact,
@@ -82,6 +83,11 @@ def _lock_key(schema: str, layer: str, owner: str) -> str:
 class PostgresStructuredStore(PostgresStore, StructuredStore):
     """L1 in PostgreSQL tables."""
 
+    supports_change_feed = True
+
+    async def watch(self, callback: ChangeCallback) -> Unwatch:
+        return await self.backend.watch(callback)
+
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         async with self.backend.connection() as conn:
             return await self._load(conn, owner, now or utcnow())
@@ -132,7 +138,11 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                 await conn.execute(
                     f"INSERT INTO {s}.applied_ops (owner_id, op_id, kind) VALUES ($1, $2, 'l1')",
                     owner, op_id)
-            return await self._load(conn, owner, now)
+            new = await self._load(conn, owner, now)
+            # Delivered to the listeners (``feed``) when, and only if, this commits.
+            await conn.execute("SELECT pg_notify($1, $2)", self.backend.channel,
+                               Change(owner, new.version, new.epoch).encode())
+            return new
 
     async def _status_count(self, conn: Any, owner: str) -> int:
         n = await conn.fetchval(f"SELECT count(*) FROM {self._s}.status WHERE owner_id = $1",

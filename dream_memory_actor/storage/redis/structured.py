@@ -22,7 +22,8 @@ test may look into the future), so a snapshot never shows an expired entry.
 snapshot, compute :func:`apply_ops` (the reference semantics; an error raises
 here, before anything is written), then write the difference in MULTI/EXEC,
 with ``p:{o}:l1:op:<op_id>`` when the call has an operation id (kept for
-``OP_ID_RETENTION_S``; a retry within that time finds it and writes nothing).
+``OP_ID_RETENTION_S``; a retry within that time finds it and writes nothing),
+and the announcement of the change (``PUBLISH``, see ``feed``).
 Every write rewrites the document (its version), so a concurrent writer in any
 process makes EXEC fail and the transaction runs again.
 
@@ -59,6 +60,7 @@ from ...models import (
     utcnow,
 )
 from ..base import StructuredStore
+from ..changes import Change, ChangeCallback, Feeds, Unwatch
 from ..ops import AddAudit, L1Op, apply_ops
 from .common import (
     MAX_TX_ATTEMPTS,
@@ -71,6 +73,7 @@ from .common import (
     text,
     translate,
 )
+from .feed import RedisChangeFeed, channel_name
 
 # KEYS: document, status key set, pending id list. ARGV[1]: the owner's key prefix.
 # Reply: {doc or false, n_status, key1, entry1, ..., id1, item1, ...}. The entry
@@ -117,6 +120,8 @@ def _ms(t: datetime) -> int:
 class RedisStructuredStore(StructuredStore):
     """L1 on a Redis server (any Redis >= 7.0; no module needed)."""
 
+    supports_change_feed = True
+
     def __init__(self, client: Any, prefix: str, *, max_content_bytes: int = 32 * 1024) -> None:
         self.max_content_bytes = max_content_bytes
         self._r = client
@@ -126,11 +131,18 @@ class RedisStructuredStore(StructuredStore):
         self._closed = False
         self._load_script = client.register_script(_LOAD)
         self._audit_script = client.register_script(_AUDIT)
+        self._channel = channel_name(prefix)
+        self._feeds = Feeds()
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            await self._feeds.close()
             await close_client(self._r)
+
+    async def watch(self, callback: ChangeCallback) -> Unwatch:
+        """Subscribe to the L1 writes under this prefix (see ``feed``)."""
+        return await self._feeds.add(RedisChangeFeed(self._r, self._keys.prefix, callback))
 
     async def setup(self) -> None:
         with translate("setup"):
@@ -176,6 +188,8 @@ class RedisStructuredStore(StructuredStore):
                         self._write_audit(pipe, owner, audits, audited)
                         if op_id is not None:
                             pipe.set(k.l1_op(owner, op_id), _ms(now), ex=OP_ID_RETENTION_S)
+                        pipe.publish(self._channel,
+                                     Change(owner, new.version, new.epoch).encode())
                         try:
                             await pipe.execute()
                         except WatchError as exc:

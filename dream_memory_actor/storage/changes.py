@@ -1,0 +1,101 @@
+"""The change feed of the structured store: who learns of L1 writes made elsewhere.
+
+Every L1 write (``apply``, a decision) announces ``Change(owner, version, epoch)``
+when it commits, on a channel of its storage (a PostgreSQL schema, a Redis key
+prefix). A process that holds snapshots (an owner actor) watches the channel
+(``StructuredStore.watch``) and reloads an owner whose announced version is ahead
+of the one it holds, so a write made behind it (the CLI, a second engine, the MCP
+server in local mode) is read within moments rather than at the next write.
+
+``None`` instead of a change means the feed lost its connection and is back:
+announcements may have been missed, so everything held may be stale.
+
+A change is one short text, ``"<version> <epoch> <owner>"``: owner ids and epochs
+have no spaces (``validation.OWNER_ID_PATTERN``, ``models.new_epoch``), and the
+owner comes last, so splitting twice is exact.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Change:
+    """An L1 write of ``owner`` committed: its snapshot is now at ``version`` of ``epoch``."""
+
+    owner: str
+    version: int
+    epoch: str = ""
+
+    def encode(self) -> str:
+        return f"{self.version} {self.epoch} {self.owner}"
+
+    @classmethod
+    def decode(cls, payload: bytes | str) -> Change | None:
+        """The change in ``payload``, or ``None`` (logged) if it is not one."""
+        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+        parts = text.split(" ", 2)
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[2]:
+            log.warning("ignoring a change announcement that is not one: %r", text[:200])
+            return None
+        return cls(owner=parts[2], version=int(parts[0]), epoch=parts[1])
+
+
+#: Called on the event loop of the watching process for each change, and with
+#: ``None`` after the feed reconnected. It must not block: schedule work instead.
+ChangeCallback = Callable[[Change | None], None]
+
+#: Stops a watch; safe to call twice.
+Unwatch = Callable[[], Awaitable[None]]
+
+
+async def _nothing() -> None:
+    """The closer of a watch that has nothing to stop."""
+
+
+def no_feed() -> Unwatch:
+    return _nothing
+
+
+def notify(callback: ChangeCallback, change: Change | None) -> None:
+    """Call ``callback``, logging (never raising) what it raises: the feed goes on."""
+    try:
+        callback(change)
+    except Exception:
+        log.exception("a change callback failed on %r", change)
+
+
+class Feed(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class Feeds:
+    """The running watches of one store: each stopped by its closer, all by ``close``."""
+
+    def __init__(self) -> None:
+        self._running: list[Feed] = []
+
+    async def add(self, feed: Feed) -> Unwatch:
+        """Start ``feed``; return its closer."""
+        self._running.append(feed)
+        await feed.start()
+
+        async def unwatch() -> None:
+            if feed in self._running:
+                self._running.remove(feed)
+            await feed.close()
+
+        return unwatch
+
+    async def close(self) -> None:
+        running, self._running = self._running, []
+        for feed in running:
+            await feed.close()

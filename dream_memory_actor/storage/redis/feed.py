@@ -1,0 +1,95 @@
+"""The change feed on Redis: ``SUBSCRIBE`` on the prefix's channel.
+
+Every L1 write queues ``PUBLISH <prefix>:l1:changes <change>`` in its MULTI/EXEC,
+so the announcement goes out with the write, and not without it. One channel per
+key prefix, the change names the owner: a process needs one subscription
+whatever the number of owners it holds (see ``postgres.feed`` for the same choice).
+
+Pub/sub delivers at most once: a subscriber that was disconnected misses what was
+published meanwhile. redis-py resubscribes by itself when it reconnects, which
+the server confirms with a ``subscribe`` message: every confirmation after the
+first is reported as ``None`` (announcements may have been missed). When the
+reconnection itself fails, the feed starts a new subscription after a growing
+pause (``RETRY_S`` doubling up to ``MAX_RETRY_S``), reported the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from ..changes import Change, ChangeCallback, notify
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 0.05
+MAX_RETRY_S = 2.0
+#: How long one wait for a message lasts (the loop then looks again).
+POLL_S = 1.0
+#: How long ``start`` waits for the subscription before going on without it.
+START_TIMEOUT_S = 5.0
+
+
+def channel_name(prefix: str) -> str:
+    return f"{prefix}:l1:changes"
+
+
+class RedisChangeFeed:
+    """One subscription that reports each announcement on the prefix's channel."""
+
+    def __init__(self, client: Any, prefix: str, callback: ChangeCallback) -> None:
+        self._client = client
+        self._channel = channel_name(prefix)
+        self._callback = callback
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        #: How many times the subscription was confirmed (1 + resubscriptions).
+        self.connects = 0
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._ready.wait()), START_TIMEOUT_S)
+        self._ready.set()  # from now on every confirmation is a resubscription
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _run(self) -> None:
+        pause = RETRY_S
+        while True:
+            pubsub = self._client.pubsub()
+            try:
+                await pubsub.subscribe(self._channel)
+                while True:
+                    msg = await pubsub.get_message(timeout=POLL_S)
+                    if msg is None:
+                        continue
+                    if msg["type"] == "subscribe":
+                        self.connects += 1
+                        pause = RETRY_S
+                        reconnected = self._ready.is_set()
+                        self._ready.set()
+                        if reconnected:
+                            notify(self._callback, None)
+                    elif msg["type"] == "message":
+                        change = Change.decode(msg["data"])
+                        if change is not None:
+                            notify(self._callback, change)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # down: subscribe again after a pause
+                log.warning("the change feed on %r lost its subscription: %s",
+                            self._channel, exc)
+                self._ready.set()
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, MAX_RETRY_S)
