@@ -21,11 +21,11 @@ from __future__ import annotations
 import hashlib
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from .. import validation as check
-from ..errors import ConfigurationError, EmbeddingError, InvalidContent
+from ..errors import ConfigurationError, EmbeddingError, InvalidContent, InvalidEmbedding
 from .calibration import IDENTITY, Calibration
 
 Role = Literal["memory", "query"]
@@ -53,6 +53,20 @@ def check_embeddable(texts: Sequence[str]) -> None:
                 f"text #{i} has nothing to embed (only white space, control or format "
                 "characters)"
             )
+
+
+def checked_rows(rows: Iterable[Any], dim: int, model: str, start: int = 0
+                 ) -> list[list[float]]:
+    """A local model's output rows as checked vectors (``EmbeddingError`` names the text
+    of an unusable one, counting from ``start``)."""
+    out = []
+    for i, row in enumerate(rows, start):
+        try:
+            out.append(check.embedding(row, dim))
+        except InvalidEmbedding as exc:
+            raise EmbeddingError(
+                f"local model {model!r} gave an unusable vector for text #{i}: {exc}") from exc
+    return out
 
 
 def texts_of(texts: Sequence[str]) -> list[str]:

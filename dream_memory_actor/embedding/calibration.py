@@ -105,18 +105,12 @@ class Curve:
 
     def __call__(self, raw: float) -> float:
         """The calibrated value of a raw cosine (clamped to [-1, 1] first)."""
-        xs, ys = self.xs, self.ys
-        if raw <= xs[0]:
-            return ys[0]
-        if raw >= xs[-1]:
-            return ys[-1]
-        i = bisect.bisect_right(xs, raw)
-        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-        return y0 + (y1 - y0) * (raw - x0) / (x1 - x0)
+        return _interpolate(self.xs, self.ys, raw)
 
     def inverse(self, value: float) -> float:
-        """The raw cosine whose calibrated value is ``value``."""
-        return _inverse(self, value)
+        """The raw cosine whose calibrated value is ``value`` (the curve is monotone, so
+        the same interpolation with the axes swapped)."""
+        return _interpolate(self.ys, self.xs, value)
 
     def to_json(self) -> list[list[float]]:
         return [[round(x, 6), round(y, 6)] for x, y in zip(self.xs, self.ys, strict=True)]
@@ -131,15 +125,15 @@ class Curve:
         return cls(xs, ys)
 
 
-def _inverse(curve: Curve, value: float) -> float:
-    ys, xs = curve.ys, curve.xs
-    if value <= ys[0]:
-        return xs[0]
-    if value >= ys[-1]:
-        return xs[-1]
-    i = bisect.bisect_right(ys, value)
-    y0, y1, x0, x1 = ys[i - 1], ys[i], xs[i - 1], xs[i]
-    return x0 + (x1 - x0) * (value - y0) / (y1 - y0)
+def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """The piecewise-linear function through ``(xs[i], ys[i])`` at ``x``, flat outside."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import validation as check
-from ..errors import ConfigurationError, EmbeddingError, InvalidEmbedding, missing_dependency
-from .base import check_embeddable, texts_of
+from ..errors import ConfigurationError, EmbeddingError, missing_dependency
+from .base import check_embeddable, checked_rows, texts_of
 from .calibration import IDENTITY, shipped_calibration
 
 __all__ = ["BUNDLED_MODEL_NAMES", "LocalEmbedder"]
@@ -233,15 +232,7 @@ class LocalEmbedder:
                 convert_to_numpy=True,
                 show_progress_bar=False,
             )
-        out = []
-        for i, row in enumerate(array):
-            try:
-                out.append(check.embedding(row, self.dim))
-            except InvalidEmbedding as exc:
-                raise EmbeddingError(
-                    f"local model {self.model!r} gave an unusable vector for text #{i}: {exc}"
-                ) from exc
-        return out
+        return checked_rows(array, self.dim, self.model)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One normalized vector per text, in order; ``EmbeddingError`` on failure."""

@@ -26,6 +26,7 @@ raises ``UnembeddableText`` before the engine is called.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import importlib.util
 import os
@@ -35,9 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import validation as check
-from ..errors import ConfigurationError, EmbeddingError, InvalidEmbedding, missing_dependency
-from .base import check_embeddable, texts_of
+from ..errors import ConfigurationError, EmbeddingError, missing_dependency
+from .base import check_embeddable, checked_rows, texts_of
 from .calibration import IDENTITY, Calibration, shipped_calibration
 
 __all__ = ["E5_MAX_TOKENS", "E5Embedder", "USEEmbedder"]
@@ -86,7 +86,7 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-class _NumpyEmbedder:
+class _NumpyEmbedder(abc.ABC):
     """Shared plumbing: worker thread, one call at a time, vector checks."""
 
     model: str
@@ -94,11 +94,13 @@ class _NumpyEmbedder:
     extra: str
     calibration: Calibration
 
+    @abc.abstractmethod
     def _make(self) -> Any:
-        raise NotImplementedError
+        """Load the model (called once per process, in a worker thread)."""
 
+    @abc.abstractmethod
     def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
-        raise NotImplementedError
+        """The model's rows for ``texts`` (as queries or as memories)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, dim={self.dim})"
@@ -124,13 +126,7 @@ class _NumpyEmbedder:
                 raise EmbeddingError(
                     f"local model {self.model!r} returned shape {array.shape} for "
                     f"{len(chunk)} texts")
-            for i, row in enumerate(array):
-                try:
-                    out.append(check.embedding(row, self.dim))
-                except InvalidEmbedding as exc:
-                    raise EmbeddingError(
-                        f"local model {self.model!r} gave an unusable vector for text "
-                        f"#{start + i}: {exc}") from exc
+            out.extend(checked_rows(array, self.dim, self.model, start))
         return out
 
     async def _embed(self, texts: Sequence[str], query: bool) -> list[list[float]]:

@@ -17,6 +17,9 @@ owner comes last, so splitting twice is exact.
 
 from __future__ import annotations
 
+import abc
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -69,6 +72,42 @@ def notify(callback: ChangeCallback, change: Change | None) -> None:
         callback(change)
     except Exception:
         log.exception("a change callback failed on %r", change)
+
+
+#: The first pause before a feed connects again, doubled after each failure up to
+#: MAX_RETRY_S; how long ``start`` waits for the first connection before going on
+#: without it (the feed keeps trying, and reports ``None`` once connected).
+RETRY_S = 0.05
+MAX_RETRY_S = 2.0
+START_TIMEOUT_S = 5.0
+
+
+class BackgroundFeed(abc.ABC):
+    """A feed run by one task (``_run``, which sets ``_ready`` once connected): what the
+    PostgreSQL and Redis feeds share."""
+
+    def __init__(self, callback: ChangeCallback) -> None:
+        self._callback = callback
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start listening; waits up to ``START_TIMEOUT_S`` for the first connection."""
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._ready.wait()), START_TIMEOUT_S)
+        self._ready.set()  # from now on every connection is announced as a reconnection
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    @abc.abstractmethod
+    async def _run(self) -> None:
+        """Connect, report changes, reconnect when lost; runs until cancelled."""
 
 
 class Feed(Protocol):

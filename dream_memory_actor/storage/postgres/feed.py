@@ -22,20 +22,22 @@ import contextlib
 import logging
 from typing import Any
 
-from ..changes import Change, ChangeCallback, notify
+from ..changes import (
+    MAX_RETRY_S,
+    RETRY_S,
+    START_TIMEOUT_S,
+    BackgroundFeed,
+    Change,
+    ChangeCallback,
+    notify,
+)
 
 log = logging.getLogger(__name__)
 
-#: The first pause before connecting again, doubled after each failure up to MAX_RETRY_S.
-RETRY_S = 0.05
-MAX_RETRY_S = 2.0
 #: How often the listening connection is checked for having closed, and how often a
 #: query proves it still answers (a connection cut without a FIN never closes itself).
 CHECK_S = 0.5
 PROBE_S = 5.0
-#: How long ``start`` waits for the first connection before going on without it (the
-#: feed keeps trying, and reports ``None`` once connected).
-START_TIMEOUT_S = 5.0
 
 
 def channel_name(schema: str) -> str:
@@ -49,35 +51,19 @@ def application_name(schema: str) -> str:
     return f"dream-memory feed {schema}"
 
 
-class PostgresChangeFeed:
+class PostgresChangeFeed(BackgroundFeed):
     """One listening connection that reports each announcement on ``channel``."""
 
     def __init__(self, dsn: str, schema: str, callback: ChangeCallback) -> None:
         self._dsn = dsn
         self._schema = schema
         self._channel = channel_name(schema)
-        self._callback = callback
-        self._ready = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        super().__init__(callback)
         self._conn: Any = None
         #: The server process id of the listening connection (``None`` while down).
         self.pid: int | None = None
         #: How many times the feed connected (1 + reconnections).
         self.connects = 0
-
-    async def start(self) -> None:
-        """Connect and listen (waits up to ``START_TIMEOUT_S`` for the first connection)."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._ready.wait()), START_TIMEOUT_S)
-        self._ready.set()  # from now on every connection is announced as a reconnection
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         change = Change.decode(payload)

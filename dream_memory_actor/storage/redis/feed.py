@@ -20,46 +20,34 @@ import contextlib
 import logging
 from typing import Any
 
-from ..changes import Change, ChangeCallback, notify
+from ..changes import (
+    MAX_RETRY_S,
+    RETRY_S,
+    BackgroundFeed,
+    Change,
+    ChangeCallback,
+    notify,
+)
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 0.05
-MAX_RETRY_S = 2.0
 #: How long one wait for a message lasts (the loop then looks again).
 POLL_S = 1.0
-#: How long ``start`` waits for the subscription before going on without it.
-START_TIMEOUT_S = 5.0
 
 
 def channel_name(prefix: str) -> str:
     return f"{prefix}:l1:changes"
 
 
-class RedisChangeFeed:
+class RedisChangeFeed(BackgroundFeed):
     """One subscription that reports each announcement on the prefix's channel."""
 
     def __init__(self, client: Any, prefix: str, callback: ChangeCallback) -> None:
         self._client = client
         self._channel = channel_name(prefix)
-        self._callback = callback
-        self._ready = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        super().__init__(callback)
         #: How many times the subscription was confirmed (1 + resubscriptions).
         self.connects = 0
-
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._ready.wait()), START_TIMEOUT_S)
-        self._ready.set()  # from now on every confirmation is a resubscription
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
     async def _run(self) -> None:
         pause = RETRY_S
