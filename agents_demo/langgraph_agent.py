@@ -1,4 +1,6 @@
-"""A LangGraph graph whose long-term memory is dream-memory: ``python -m agents_demo.langgraph_agent``.
+"""A LangGraph graph whose long-term memory is dream-memory.
+
+Run it with ``python -m agents_demo.langgraph_agent``.
 
 The graph is the usual LangGraph memory pattern: a node saves what the user said
 in the store under ``(user, "memories")`` and a node recalls the memories closest

@@ -14,14 +14,16 @@ import getpass
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import cli_route
 from .access import LocalBackend, MemoryBackend
 from .errors import InvalidQuery
 
 T = TypeVar("T")
-Subparsers = argparse._SubParsersAction  # the type of what add_subparsers() returns
+if TYPE_CHECKING:
+    #: The type of what ``add_subparsers()`` returns.
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def json_option() -> argparse.ArgumentParser:
@@ -65,7 +67,11 @@ def with_memory(args: argparse.Namespace, fn: Callable[[MemoryBackend], Awaitabl
         from .runtime import MemorySystem
 
         system = MemorySystem.connect(args.system, ray_address=args.route_ray_address)
-        return asyncio.run(fn(RayBackend(system)))
+
+        async def remote() -> T:
+            return await fn(RayBackend(system))
+
+        return asyncio.run(remote())
 
     async def go() -> T:
         from .config import MemorySettings

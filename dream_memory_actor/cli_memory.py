@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import validation as check
 from .access import MemoryBackend
-from .cli_common import Subparsers, emit, memory_options, resolve, with_memory
+from .cli_common import emit, memory_options, resolve, with_memory
 from .errors import InvalidMetadata, MemoryNotFound
 from .storage.ops import AddFact, AddRule, DeleteStatus, L1Op, RemoveFact, RemoveRule, SetStatus
+
+if TYPE_CHECKING:
+    from .cli_common import Subparsers
 
 #: How many memories ``delete`` looks through for an id prefix (pages of 1000).
 MAX_SCAN = 100_000

@@ -15,12 +15,11 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import validation as check
 from .access import MemoryBackend
 from .cli_common import (
-    Subparsers,
     default_by,
     emit,
     json_option,
@@ -30,6 +29,9 @@ from .cli_common import (
 )
 from .cli_doctor import EXTRAS, Check, doctor
 from .errors import DreamMemoryError
+
+if TYPE_CHECKING:
+    from .cli_common import Subparsers
 
 __all__ = ["EXTRAS", "Check", "add_parsers", "register", "run", "run_mcp"]
 

@@ -181,7 +181,7 @@ class DreamMemoryStore(BaseStore):
 
     def _join(self, owner: str, rest: Sequence[str]) -> tuple[str, ...]:
         rest = tuple(rest)
-        return rest[:self.owner_label] + (owner,) + rest[self.owner_label:]
+        return (*rest[:self.owner_label], owner, *rest[self.owner_label:])
 
     def _prefix_owners(self, prefix: tuple[str, ...]) -> tuple[str, ...]:
         """The owners a namespace prefix covers."""
@@ -216,8 +216,8 @@ class DreamMemoryStore(BaseStore):
         args = dict(namespace=namespace, key=meta["key"], value=dict(meta.get("value", {})),
                     created_at=created, updated_at=memory.updated_at)
         if scored:
-            return SearchItem(score=score, **args)  # type: ignore[arg-type]
-        return Item(**args)  # type: ignore[arg-type]
+            return SearchItem(score=score, **args)
+        return Item(**args)
 
     @staticmethod
     def _is(memory: VectorMemory, rest: tuple[str, ...], key: str) -> bool:

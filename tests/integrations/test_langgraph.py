@@ -10,13 +10,13 @@ import pytest
 
 pytest.importorskip("langgraph", reason="the langgraph extra is not installed")
 
-from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.store.base import BaseStore, InvalidNamespaceError  # noqa: E402
-from langgraph.store.memory import InMemoryStore  # noqa: E402
+from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import BaseStore, InvalidNamespaceError
+from langgraph.store.memory import InMemoryStore
 
-from dream_memory_actor.config import MemorySettings  # noqa: E402
-from dream_memory_actor.errors import InvalidOwnerId  # noqa: E402
-from dream_memory_actor.integrations.langgraph import DreamMemoryStore  # noqa: E402
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.errors import InvalidOwnerId
+from dream_memory_actor.integrations.langgraph import DreamMemoryStore
 
 
 @pytest.fixture

@@ -128,7 +128,7 @@ async def test_tools_resource_and_prompt_are_described(target: Target) -> None:
         info = c.server_info  # type: ignore[attr-defined]
         assert info.name == "dream-memory" and info.version == server_version() != ""
         tools = {t.name: t for t in (await c.list_tools()).tools}
-        assert set(tools) == {e.name for e in TOOLS} and REQUIRED <= set(tools)
+        assert set(tools) == {e.name for e in TOOLS} and set(tools) >= REQUIRED
         for t in tools.values():
             assert t.title and t.description and "``" not in t.description, t.name
             a = t.annotations
@@ -288,3 +288,62 @@ async def test_a_token_reaches_its_owners_only(target: Target) -> None:
     async with target.connect(ADMIN) as c:
         snap = ok(await c.call_tool("read_snapshot", {"owner": other}))
         assert snap["version"] == 0 and snap["rules"] == []
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+async def test_a_ray_mcp_process_serves_its_metrics(ray_suite_system: str,
+                                                    tmp_path: Any) -> None:
+    """``--ray-system`` with ``--metrics-port``: the counts of what its clients did."""
+    import asyncio
+    import subprocess
+
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from prometheus_client.parser import text_string_to_metric_families
+
+    f = tmp_path / "tokens.json"
+    f.write_text(json.dumps({"tokens": {hash_token(ADMIN): ["*"]}}), encoding="utf-8")
+    port, metrics_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAM_MEMORY_")}
+    env["PYTHONPATH"] = os.getcwd()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dream_memory_actor.mcp", "--transport", "http",
+         "--port", str(port), "--tokens", str(f), "--ray-system", SYSTEM,
+         "--ray-address", ray_suite_system, "--metrics-port", str(metrics_port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/mcp"
+    who = _owner()
+    try:
+        async with create_mcp_http_client() as http:
+            for _ in range(600):
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                try:
+                    if (await http.post(url, json={})).status_code == 401:
+                        break
+                except Exception:
+                    await asyncio.sleep(0.1)
+        async with create_mcp_http_client(headers={"Authorization": f"Bearer {ADMIN}"}) as h, \
+                Client(streamable_http_client(url, http_client=h)) as c:
+            ok(await c.call_tool("store", {"owner": who, "content": "went live on Kubernetes"}))
+            ok(await c.call_tool("read_snapshot", {"owner": who}))
+            ok(await c.call_tool("search", {"owner": who, "query": "Kubernetes"}))
+        async with create_mcp_http_client() as http:
+            text = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        if proc.stderr:
+            proc.stderr.close()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    def total(name: str, **labels: str) -> float:
+        return sum(v for (n, lab), v in samples.items()
+                   if n == name and labels.items() <= dict(lab).items())
+
+    assert total("dream_memory_operations_total", kind="store") >= 1
+    assert total("dream_memory_operations_total", kind="search") >= 1
+    assert total("dream_memory_snapshot_reads_total", source="actor") >= 1
+    assert total("dream_memory_mcp_tool_calls_total", tool="store", outcome="ok") >= 1
+    assert total("dream_memory_store_seconds_count") >= 1
