@@ -207,7 +207,11 @@ def run_mcp(argv: list[str]) -> int:
     """``dream_memory_actor.mcp.main(argv)``, or a clear message when it is not installed."""
     main: Any = None
     if importlib.util.find_spec("dream_memory_actor.mcp") is not None:
-        mod = importlib.import_module("dream_memory_actor.mcp")
+        try:
+            mod = importlib.import_module("dream_memory_actor.mcp")
+        except DreamMemoryError as exc:  # the mcp extra is not installed
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         main = getattr(mod, "main", None)
         if not callable(main):
             try:

@@ -133,3 +133,13 @@ def test_no_warning_on_a_headless_host() -> None:
             assert "Warning" not in done.stderr and "XDG" not in done.stderr, (argv, done.stderr)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_mcp_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    for name in [m for m in sys.modules if m.startswith("dream_memory_actor.mcp")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as if the mcp extra were not installed
+    rc, _, err = _run(capsys, "mcp", "--help")
+    assert rc == 1 and "pip install 'dream-memory-actor[mcp]'" in err
+    assert "Traceback" not in err
