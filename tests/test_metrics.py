@@ -188,3 +188,41 @@ async def test_mcp_tool_calls_rejected_tokens_and_snapshot_reads() -> None:
     from dream_memory_actor.mcp.tools import TOOLS
 
     assert tools <= {e.name for e in TOOLS} | {"other"}
+
+
+async def test_live_owners_are_counted_in_sharded_placement() -> None:
+    """The registry sets the gauge from its hosts' counts (the owners live in the hosts)."""
+    import asyncio
+
+    pytest.importorskip("ray", reason="the registry is part of the Ray runtime")
+    from prometheus_client import CollectorRegistry
+
+    from dream_memory_actor.metrics import set_metrics
+    from dream_memory_actor.runtime import registry as reg
+    from dream_memory_actor.runtime.spec import SystemSpec
+
+    class Host:
+        def __init__(self, live: int) -> None:
+            self.live = live
+            self.info = self
+
+        async def remote(self) -> dict[str, int]:
+            return {"live": self.live, "high_water": self.live, "passivated": 0}
+
+    collected = CollectorRegistry()
+    before = get_metrics()
+    set_metrics(Metrics("prometheus", registry=collected))
+    try:
+        r = reg.Registry(SystemSpec("m", MemorySettings(backend="memory", placement="sharded")))
+        r._hosts = [Host(3), Host(4)]
+        task = asyncio.create_task(r._count_live())
+        try:
+            for _ in range(100):
+                if collected.get_sample_value("dream_memory_live_owner_actors") == 7:
+                    break
+                await asyncio.sleep(0.02)
+            assert collected.get_sample_value("dream_memory_live_owner_actors") == 7
+        finally:
+            task.cancel()
+    finally:
+        set_metrics(before)
