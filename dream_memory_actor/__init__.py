@@ -27,7 +27,11 @@ from .errors import (
     UnknownStatusKey,
     UnsupportedBackend,
 )
+from .extraction import ExtractionReport, ExtractionService, HitlDecision
 from .models import (
+    AuditEntry,
+    ChatAppend,
+    ChatMessage,
     MemoryFact,
     MemoryPendingItem,
     MemoryRule,
@@ -41,12 +45,18 @@ from .scoring import Weights
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditEntry",
     "AuditNotWritable",
     "BackendError",
     "BackendUnavailable",
+    "ChatAppend",
+    "ChatMessage",
     "ConfigurationError",
     "DreamMemoryError",
     "EmbeddingError",
+    "ExtractionReport",
+    "ExtractionService",
+    "HitlDecision",
     "InvalidContent",
     "InvalidEmbedding",
     "InvalidInput",

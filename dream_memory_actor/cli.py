@@ -1,46 +1,82 @@
 """The ``dream-memory`` command line.
 
-``pending list|confirm|reject``, ``snapshot`` and ``search`` open the configured
-memory in this process (``MemorySettings()``: ``DREAM_MEMORY_*`` variables and the
-YAML file of ``DREAM_MEMORY_CONFIG_FILE``); ``doctor`` checks the installation and
-the configuration and says what is missing; ``system start|status|stop`` manages
-the detached memory system on a running Ray cluster; ``mcp`` runs the MCP server;
-``demo`` runs the multi-agent demo on the embedded default.
-Output is for people unless ``--json`` is given.
+Each command module listed in ``COMMAND_MODULES`` adds its subcommands with
+``register(sub)`` and gives each a handler (``set_defaults(run=...)``); a new
+module is one more name in that list.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
+#: The modules that add subcommands (each has ``register(sub)``), in help order.
+COMMAND_MODULES: tuple[str, ...] = ("cli_memory", "cli_ops")
+
+DESCRIPTION = """\
+Shared long-term memory for LLM agents, from the command line.
+
+Commands on one owner's memory (--owner) open the configured storage in this
+process (settings from DREAM_MEMORY_* variables and the YAML file named by
+DREAM_MEMORY_CONFIG_FILE), or go through a running memory system with
+--system NAME. Ids may be given by their start when only one id of the owner
+starts so. Every command prints text for people, or JSON with --json.
+"""
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("dream-memory-actor")
+    except PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dream-memory", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the multi-agent demo on the embedded default")
-    demo.set_defaults(run_demo=True)
-    from . import cli_ops
-
-    cli_ops.add_parsers(sub)
+    parser = argparse.ArgumentParser(prog="dream-memory", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"dream-memory {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__package__}.{name}").register(sub)
+    demo = sub.add_parser("demo", help="run the multi-agent demo (from a source checkout)")
+    demo.set_defaults(run=_demo)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["mcp"]:  # everything after "mcp" is the MCP server's own options
-        from . import cli_ops
-
-        return cli_ops.run_mcp(argv[1:])
-    args = build_parser().parse_args(argv)
-    if args.command == "demo":
+def _demo(args: argparse.Namespace) -> int:
+    try:
         from agents_demo.__main__ import main as demo_main
+    except ModuleNotFoundError:
+        print("error: the demo lives in the source repository (agents_demo/); run "
+              "python -m agents_demo from a checkout", file=sys.stderr)
+        return 1
+    result: int = demo_main()
+    return result
 
-        return demo_main()
+
+def quiet_platform_warnings() -> None:
+    """Silence the platform's note that XDG_RUNTIME_DIR is unset (a headless host):
+    the embedded server falls back to a private directory, nothing for a user to do."""
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    quiet_platform_warnings()
+    argv = list(sys.argv[1:] if argv is None else argv)
     from . import cli_ops
 
+    if argv[:1] == ["mcp"]:  # everything after "mcp" is the MCP server's own options
+        return cli_ops.run_mcp(argv[1:])
+    args = build_parser().parse_args(argv)
     handled: Any = cli_ops.run(args)
     return 2 if handled is None else int(handled)
 

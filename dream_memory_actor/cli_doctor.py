@@ -26,6 +26,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "local": ("sentence_transformers", "torch"),
     "metrics": ("prometheus_client",),
     "mcp": ("mcp",),
+    "langgraph": ("langgraph",),
 }
 
 

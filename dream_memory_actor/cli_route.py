@@ -24,7 +24,7 @@ def route_options() -> argparse.ArgumentParser:
     p.add_argument("--system", default=os.environ.get(SYSTEM_ENV) or None, metavar="NAME",
                    help=f"go through the running memory system NAME (default: ${SYSTEM_ENV}; "
                         "none: open the storage in this process)")
-    p.add_argument("--ray-address", dest="route_ray_address",
+    p.add_argument("--ray-address", dest="route_ray_address", metavar="ADDRESS",
                    default=os.environ.get("RAY_ADDRESS") or "auto",
                    help="the Ray cluster of --system (default: $RAY_ADDRESS, else auto)")
     return p
@@ -37,12 +37,3 @@ def owner_handle(args: argparse.Namespace) -> Any:
     system = MemorySystem.connect(args.system, ray_address=args.route_ray_address)
     return system.owner(args.owner)
 
-
-def pending(args: argparse.Namespace) -> Any:
-    """``pending list|confirm|reject`` through the named system."""
-    handle = owner_handle(args)
-    if args.pending_action == "list":
-        return handle.snapshot().pending
-    if args.pending_action == "confirm":
-        return handle.confirm(args.item_id, args.by, args.edit)
-    return handle.reject(args.item_id, args.by)

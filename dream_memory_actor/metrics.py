@@ -7,7 +7,8 @@ is a no-op, so instrumented code never needs to check. The metrics:
 name                                           type       labels
 =============================================  =========  ==================================
 ``dream_memory_operations_total``              counter    ``kind`` (store, search, apply,
-                                                          snapshot), ``backend``
+                                                          snapshot, delete, list, append,
+                                                          extract), ``backend``
 ``dream_memory_search_seconds``                histogram  ``backend``
 ``dream_memory_store_seconds``                 histogram  ``backend``
 ``dream_memory_errors_total``                  counter    ``type`` (exception class),
@@ -19,11 +20,18 @@ name                                           type       labels
 ``dream_memory_hitl_decisions_total``          counter    ``action`` (confirmed, rejected)
 ``dream_memory_pending_items``                 gauge      none
 ``dream_memory_live_owner_actors``             gauge      none
+``dream_memory_snapshot_reads_total``          counter    ``source`` (actor: served by an
+                                                          owner actor; store: read from
+                                                          the storage in this process)
+``dream_memory_mcp_tool_calls_total``          counter    ``tool`` (the server's own tool
+                                                          names), ``outcome`` (ok, error)
+``dream_memory_mcp_rejected_tokens_total``     counter    none
 ``dream_memory_extraction_tokens_total``       counter    ``type`` (prompt, completion)
 ``dream_memory_extraction_cost_usd_total``     counter    none
 =============================================  =========  ==================================
 
-Label values come from small fixed sets; owner ids are never labels (one series
+Label values come from small fixed sets (a value outside its set is counted as
+``other``); owner ids are never labels (one series
 per owner would explode). ``dream_memory_pending_items`` is the sum of the pending
 queue lengths of the owners this process has seen (each as of the last snapshot
 or write it saw; at most 10,000 owners are remembered).
@@ -211,6 +219,12 @@ class Metrics:
         self.pending = m("gauge", "pending_items",
                          "Pending items of the owners this process has seen")
         self.live_owners = m("gauge", "live_owner_actors", "Live owner actors")
+        self.snapshot_reads = m("counter", "snapshot_reads_total",
+                                "Snapshot reads by where they were served", "source")
+        self.tool_calls = m("counter", "mcp_tool_calls_total",
+                            "MCP tool calls by tool and outcome", "tool", "outcome")
+        self.rejected_tokens = m("counter", "mcp_rejected_tokens_total",
+                                 "MCP HTTP requests refused for a missing or unknown token")
         self.tokens = m("counter", "extraction_tokens_total",
                         "LLM tokens spent on extraction", "type")
         self.cost = m("counter", "extraction_cost_usd",
@@ -285,6 +299,29 @@ class Metrics:
 
     def set_live_owners(self, n: int) -> None:
         self.live_owners.set(n)
+
+    # -- reads and the MCP server ------------------------------------------------------
+
+    def snapshot_read(self, source: str) -> None:
+        """One snapshot read, served by an owner actor (``actor``) or from the storage
+        in this process (``store``)."""
+        self.snapshot_reads.labels(_bounded(source, SNAPSHOT_SOURCES)).inc()
+
+    def tool_call(self, tool: str, ok: bool, known: frozenset[str]) -> None:
+        """One call of MCP tool ``tool`` (one of ``known``, the server's tool names)."""
+        self.tool_calls.labels(_bounded(tool, known), "ok" if ok else "error").inc()
+
+    def rejected_token(self) -> None:
+        self.rejected_tokens.inc()
+
+
+#: The label values of ``snapshot_reads_total``.
+SNAPSHOT_SOURCES = frozenset({"actor", "store"})
+
+
+def _bounded(value: str, allowed: frozenset[str]) -> str:
+    """``value`` if it is one of ``allowed``, else ``other``: a label set stays bounded."""
+    return value if value in allowed else "other"
 
 
 _metrics: Metrics | None = None

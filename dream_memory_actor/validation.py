@@ -55,6 +55,8 @@ MAX_TTL_S = 10 * 365 * 86400
 MAX_NAME_CHARS = 64
 #: The largest list offset (beyond it every backend would answer empty anyway).
 MAX_OFFSET = 2**31 - 1
+#: The most messages one ``append_messages`` or ``extract`` call may carry.
+MAX_MESSAGES = 1000
 
 
 

@@ -137,3 +137,92 @@ def test_off_is_a_no_op() -> None:
     m.observe_pending("x", 3)
     m.gate_outcomes({"written": 1})
     assert get_metrics().enabled
+
+
+async def test_mcp_tool_calls_rejected_tokens_and_snapshot_reads() -> None:
+    """Counted by the MCP server of this process; label values from fixed sets only."""
+    from prometheus_client import REGISTRY
+
+    from dream_memory_actor.mcp import LocalBackend, TokenMap, build_server, hash_token
+    from dream_memory_actor.mcp.server import http_app
+    from dream_memory_actor.metrics import _bounded
+    from tests.mcp.conftest import HttpServer, free_port, serving
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    calls = ("dream_memory_mcp_tool_calls_total", "dream_memory_mcp_rejected_tokens_total",
+             "dream_memory_snapshot_reads_total")
+    before = {c: value(c) for c in calls}
+    ok0 = value(calls[0], tool="read_snapshot", outcome="ok")
+    err0 = value(calls[0], tool="store", outcome="error")
+    reads0 = value(calls[2], source="store")
+    rejected0 = value(calls[1])
+    backend = await LocalBackend.open(MemorySettings(backend="memory"))
+    port = free_port()
+    tokens = TokenMap.parse({hash_token("tok-metrics-0123456789"): ["alice"]})
+    app = http_app(build_server(backend, tokens, issuer_url=f"http://127.0.0.1:{port}"))
+    try:
+        async with serving(app, port):
+            server = HttpServer(f"http://127.0.0.1:{port}/mcp", backend)
+            async with server.client("tok-metrics-0123456789") as c:
+                assert not (await c.call_tool("read_snapshot", {"owner": "alice"})).is_error
+                assert (await c.call_tool("store", {"owner": "bob", "content": "x"})).is_error
+                assert (await c.call_tool("no_such_tool", {})).is_error  # not ours: not counted
+            import httpx
+
+            async with httpx.AsyncClient() as http:
+                for header in ({}, {"Authorization": "Bearer wrong"}):
+                    r = await http.post(server.url, json={}, headers=header)
+                    assert r.status_code == 401
+    finally:
+        await backend.close()
+    assert value(calls[0], tool="read_snapshot", outcome="ok") == ok0 + 1
+    assert value(calls[0], tool="store", outcome="error") == err0 + 1
+    assert value(calls[2], source="store") == reads0 + 1
+    assert value(calls[1]) == rejected0 + 2
+    assert before  # every series above exists with prometheus-client installed
+    assert _bounded("anything-else", frozenset({"a"})) == "other"
+    tools = {s.labels["tool"] for fam in REGISTRY.collect() for s in fam.samples
+             if s.name == "dream_memory_mcp_tool_calls_total"}
+    from dream_memory_actor.mcp.tools import TOOLS
+
+    assert tools <= {e.name for e in TOOLS} | {"other"}
+
+
+async def test_live_owners_are_counted_in_sharded_placement() -> None:
+    """The registry sets the gauge from its hosts' counts (the owners live in the hosts)."""
+    import asyncio
+
+    pytest.importorskip("ray", reason="the registry is part of the Ray runtime")
+    from prometheus_client import CollectorRegistry
+
+    from dream_memory_actor.metrics import set_metrics
+    from dream_memory_actor.runtime import registry as reg
+    from dream_memory_actor.runtime.spec import SystemSpec
+
+    class Host:
+        def __init__(self, live: int) -> None:
+            self.live = live
+            self.info = self
+
+        async def remote(self) -> dict[str, int]:
+            return {"live": self.live, "high_water": self.live, "passivated": 0}
+
+    collected = CollectorRegistry()
+    before = get_metrics()
+    set_metrics(Metrics("prometheus", registry=collected))
+    try:
+        r = reg.Registry(SystemSpec("m", MemorySettings(backend="memory", placement="sharded")))
+        r._hosts = [Host(3), Host(4)]
+        task = asyncio.create_task(r._count_live())
+        try:
+            for _ in range(100):
+                if collected.get_sample_value("dream_memory_live_owner_actors") == 7:
+                    break
+                await asyncio.sleep(0.02)
+            assert collected.get_sample_value("dream_memory_live_owner_actors") == 7
+        finally:
+            task.cancel()
+    finally:
+        set_metrics(before)

@@ -5,9 +5,17 @@ Run it with ``python -m dream_memory_actor.mcp`` (see :mod:`.entry`), or from co
     from dream_memory_actor.mcp import serve, TokenMap
     serve(MemorySettings(), "http", "127.0.0.1", 8765, TokenMap.load("tokens.json"))
 
+Tools, resource and prompt: see :mod:`.server` and :mod:`.tools`.
 Over HTTP a bearer token maps to the owners it may read and write (:mod:`.auth`);
 over stdio there is no token: the local user who started the process owns it.
 """
+
+try:
+    import mcp  # noqa: F401 - the SDK of the mcp extra
+except ImportError as exc:  # pragma: no cover - exercised via the extras message
+    from ..errors import missing_dependency
+
+    raise missing_dependency("mcp", "mcp") from exc
 
 from .auth import AccessDenied, Grant, TokenMap, hash_token
 from .backend import LocalBackend, MemoryBackend, RayBackend

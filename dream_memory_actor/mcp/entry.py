@@ -30,6 +30,9 @@ from .server import serve
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dream_memory_actor.mcp",
                                 description="Serve dream-memory over MCP (stdio or HTTP).")
+    from ..cli import version
+
+    p.add_argument("--version", action="version", version=f"dream-memory MCP server {version()}")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default local)")
     p.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
@@ -51,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ..cli import quiet_platform_warnings
+
+    quiet_platform_warnings()
     args = build_parser().parse_args(argv)
     if args.hash_token:
         token = sys.stdin.readline().rstrip("\r\n")

@@ -1,20 +1,27 @@
-"""The MCP server: memory as tools, over stdio or streamable HTTP.
+"""The MCP server: memory as tools, a resource and a prompt, over stdio or streamable HTTP.
 
-Tools: ``read_snapshot``, ``search``, ``store``, ``list_pending``, ``confirm_pending``,
-``reject_pending``. Every owner argument is checked (``validation``) and then
-authorized: over HTTP against the caller's bearer token (see :mod:`.auth`; no or an
-unknown token is answered with HTTP 401 before any tool runs), over stdio not at
-all (the local user owns the process). A server without a token map has no HTTP
-app unless the caller opts in for loopback (``http_app(..., allow_unauthenticated=True)``).
-Our typed errors become MCP tool errors
-(``is_error``) whose text is ``"<ErrorType>: <message>"``; anything unexpected is
-answered by the SDK with ``Error executing tool <name>``, never a traceback.
+Tools: the table of :mod:`.tools` (read_snapshot, search, store, add_rule, ...), each
+with a title, hints (read-only, destructive, idempotent), described and bounded
+parameters (:mod:`.params`) and a typed output schema. Resource: the snapshot of
+every owner, ``memory://{owner}/snapshot`` (JSON). Prompt: ``memory_prompt``, the
+owner's rules, facts and status as a system-prompt block.
+
+Every owner argument is checked (``validation``) and then authorized: over HTTP
+against the caller's bearer token (see :mod:`.auth`; no or an unknown token is
+answered with HTTP 401 before any tool runs), over stdio not at all (the local user
+owns the process). A server without a token map has no HTTP app unless the caller
+opts in for loopback (``http_app(..., allow_unauthenticated=True)``). Our typed
+errors become MCP tool errors (``is_error``) whose text is ``"<ErrorType>: <message>"``;
+anything unexpected is answered by the SDK with ``Error executing tool <name>``, never
+a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import ipaddress
+import json
 import socket
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -23,22 +30,48 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.tools.base import Tool
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, ToolAnnotations
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import validation as check
 from ..config import MemorySettings
-from ..errors import ConfigurationError, DreamMemoryError, InvalidQuery
+from ..errors import ConfigurationError, DreamMemoryError
+from ..metrics import get_metrics
 from .auth import LOCAL, AccessDenied, Grant, TokenMap, hash_token
 from .backend import LocalBackend, MemoryBackend, RayBackend
+from .params import document, plain, plain_schema
+from .tools import TOOLS, Door, ToolEntry
 
 Transport = Literal["stdio", "http"]
 SERVER_NAME = "dream-memory"
 MCP_PATH = "/mcp"
+SNAPSHOT_URI = "memory://{owner}/snapshot"
 _OWNERS_CLAIM = "dream_memory_owners"
+INSTRUCTIONS = (
+    "Shared long-term memory of the owners (users, teams) this connection may use. "
+    "At the start of a conversation read the owner's rules, facts and status "
+    "(read_snapshot, or the memory_prompt prompt) and follow the rules. When the user "
+    "says how agents should behave from now on, record it with add_rule; lasting facts "
+    "with add_fact; what is going on now with set_status. Store what is worth finding "
+    "later with store and find it with search. Send the conversation with "
+    "append_messages and end_conversation so that what the user said is extracted; "
+    "uncertain extractions wait for a person in list_pending.")
+
+
+def server_version() -> str:
+    """The installed package's version (its metadata), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dream-memory-actor")
+    except PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
 
 
 class _Verifier:
@@ -83,13 +116,46 @@ def public_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def _dump(model: BaseModel) -> dict[str, Any]:
-    out: dict[str, Any] = model.model_dump(mode="json")
-    return out
+def _annotations(entry: ToolEntry) -> ToolAnnotations:
+    return ToolAnnotations(readOnlyHint=entry.effect == "read",
+                           destructiveHint=entry.effect == "destructive",
+                           idempotentHint=entry.idempotent, openWorldHint=False)
+
+
+def make_tool(entry: ToolEntry, door: Door, settings: MemorySettings) -> Tool:
+    """The SDK tool of ``entry``: its function with the door bound, errors made tool
+    errors, each call counted; parameters described and bounded, descriptions plain."""
+    fn = entry.fn
+    known = frozenset(e.name for e in TOOLS)
+    metrics = get_metrics()
+
+    async def run(**kwargs: Any) -> Any:
+        ok = False
+        try:
+            with _tool_errors():
+                result = await fn(door, **kwargs)
+            ok = True
+            return result
+        finally:
+            metrics.tool_call(entry.name, ok, known)
+
+    sig = inspect.signature(fn, eval_str=True)
+    run.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])  # type: ignore[attr-defined]
+    run.__name__ = entry.name
+    run.__doc__ = fn.__doc__
+    tool = Tool.from_function(run, name=entry.name, title=entry.title,
+                              description=plain(inspect.cleandoc(fn.__doc__ or "")),
+                              annotations=_annotations(entry))
+    document(tool.parameters, settings, entry.params)
+    plain_schema(tool.parameters)
+    if tool.output_schema is not None:
+        plain_schema(tool.output_schema)
+    return tool
 
 
 def build_server(backend: MemoryBackend, token_map: TokenMap | None = None, *,
-                 issuer_url: str = "http://127.0.0.1") -> MCPServer:
+                 issuer_url: str = "http://127.0.0.1",
+                 tools: tuple[ToolEntry, ...] = TOOLS) -> MCPServer:
     """The MCP server over ``backend``. With ``token_map`` every call needs a bearer token
     (HTTP); without it every owner is allowed (stdio: the local user owns the process)."""
     auth = verifier = None
@@ -98,12 +164,6 @@ def build_server(backend: MemoryBackend, token_map: TokenMap | None = None, *,
             raise ConfigurationError("the MCP token map is empty: no token could call the server")
         auth = AuthSettings(issuer_url=issuer_url, resource_server_url=None)
         verifier = _Verifier(token_map)
-    server: MCPServer = MCPServer(
-        SERVER_NAME, instructions=(
-            "Shared long-term memory: read an owner's rules, facts and status "
-            "(read_snapshot), search and store semantic memories, and work the "
-            "human-in-the-loop queue (list_pending, confirm_pending, reject_pending)."),
-        auth=auth, token_verifier=verifier, log_level="WARNING")
 
     def grant() -> Grant:
         if token_map is None:
@@ -114,75 +174,41 @@ def build_server(backend: MemoryBackend, token_map: TokenMap | None = None, *,
             raise AccessDenied("authentication required")  # fail closed
         return Grant(name=token.client_id, owners=frozenset(claims[_OWNERS_CLAIM]))
 
-    def owner_ok(owner: str) -> tuple[str, Grant]:
-        checked = check.owner_id(owner)
-        who = grant()
-        who.check([checked])
-        return checked, who
-
-    @server.tool()
-    async def read_snapshot(owner: str) -> dict[str, Any]:
-        """The owner's structured memory: rules, facts, status, pending items, and the
-        prompt text an agent would put in its system prompt."""
-        with _tool_errors():
-            who, _ = owner_ok(owner)
-            snap = await backend.snapshot(who)
-            return {**_dump(snap), "prompt": snap.to_prompt()}
-
-    @server.tool()
-    async def search(query: str, owner: str | None = None, owners: list[str] | None = None,
-                     limit: int = 10) -> dict[str, Any]:
-        """Hybrid search over the semantic memories of one owner (``owner``) or several
-        (``owners``), best first."""
-        with _tool_errors():
-            if (owner is None) == (owners is None):
-                raise InvalidQuery("give exactly one of owner or owners")
-            who = check.owner_ids(owner if owner is not None else owners)
-            check.limit(limit)
-            grant().check(who)
-            hits = await backend.search(who, query, limit)
-            return {"hits": [_dump(h) for h in hits]}
-
-    @server.tool()
-    async def store(owner: str, content: str, metadata: dict[str, Any] | None = None
-                    ) -> dict[str, Any]:
-        """Store a semantic memory for the owner (merged into a near-duplicate if any)."""
-        with _tool_errors():
-            who, _ = owner_ok(owner)
-            check.content(content, backend.settings.max_content_bytes)
-            meta = check.metadata(metadata, backend.settings.limits)
-            return _dump(await backend.store(who, content, meta))
-
-    @server.tool()
-    async def list_pending(owner: str) -> dict[str, Any]:
-        """Extracted memories waiting for a person to confirm or reject them."""
-        with _tool_errors():
-            who, _ = owner_ok(owner)
-            items = await backend.pending(who)
-            return {"pending": [{**_dump(p), "description": p.describe()} for p in items]}
-
-    @server.tool()
-    async def confirm_pending(owner: str, pending_id: str, edited_content: str | None = None
-                              ) -> dict[str, Any]:
-        """Write a pending item (``edited_content`` replaces its text) and remove it from
-        the queue. Idempotent; an error if it was rejected."""
-        with _tool_errors():
-            who, by = owner_ok(owner)
-            check.ids([pending_id], "pending item id")
-            if edited_content is not None:
-                check.content(edited_content, backend.settings.max_content_bytes,
-                              "edited content")
-            return _dump(await backend.confirm(who, pending_id, by.name, edited_content))
-
-    @server.tool()
-    async def reject_pending(owner: str, pending_id: str) -> dict[str, Any]:
-        """Drop a pending item. Idempotent; an error if it was confirmed."""
-        with _tool_errors():
-            who, by = owner_ok(owner)
-            check.ids([pending_id], "pending item id")
-            return _dump(await backend.reject(who, pending_id, by.name))
-
+    door = Door(backend, grant)
+    server: MCPServer = MCPServer(
+        SERVER_NAME, title="dream-memory", version=server_version(),
+        description="Shared long-term memory for LLM agents: rules, facts, status, "
+                    "semantic search and a human-in-the-loop queue.",
+        instructions=INSTRUCTIONS, auth=auth, token_verifier=verifier, log_level="WARNING",
+        tools=[make_tool(e, door, backend.settings) for e in tools])
+    _add_snapshot_resource(server, door)
+    _add_prompt(server, door)
     return server
+
+
+def _add_snapshot_resource(server: MCPServer, door: Door) -> None:
+    @server.resource(SNAPSHOT_URI, name="snapshot", title="An owner's memory",
+                     description="The owner's rules, facts, status and pending items, "
+                                 "as JSON (what read_snapshot returns).",
+                     mime_type="application/json")
+    async def snapshot(owner: str) -> str:
+        try:
+            snap = await door.backend.snapshot(door.owner(owner))
+        except DreamMemoryError as exc:
+            raise ResourceError(public_message(exc)) from None
+        return json.dumps({**snap.model_dump(mode="json"), "prompt": snap.to_prompt()})
+
+
+def _add_prompt(server: MCPServer, door: Door) -> None:
+    @server.prompt(name="memory_prompt", title="The owner's memory for a system prompt",
+                   description="The owner's rules, facts and current status as the block "
+                               "to put in a system prompt.")
+    async def memory_prompt(owner: str) -> str:
+        try:
+            snap = await door.backend.snapshot(door.owner(owner))
+        except DreamMemoryError as exc:
+            raise MCPError(INVALID_PARAMS, public_message(exc)) from None
+        return snap.to_prompt()
 
 
 class UnauthenticatedHTTP(ConfigurationError):
@@ -216,6 +242,25 @@ class _LoopbackOnly:
         await self.app(scope, receive, send)
 
 
+class _CountRejected:
+    """ASGI middleware counting the requests answered 401 (no token, or an unknown one)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                get_metrics().rejected_token()
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+
 def http_app(server: MCPServer, host: str = "127.0.0.1", *,
              allow_unauthenticated: bool = False) -> Starlette:
     """The streamable HTTP ASGI app (endpoint ``/mcp``); run it with uvicorn.
@@ -238,6 +283,8 @@ def http_app(server: MCPServer, host: str = "127.0.0.1", *,
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
     if not authenticated:
         app.add_middleware(_LoopbackOnly)
+    else:
+        app.add_middleware(_CountRejected)
     return app
 
 

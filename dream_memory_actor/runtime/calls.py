@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: The most messages one ``append_messages`` or ``extract`` call may carry.
-MAX_MESSAGES = 1000
+MAX_MESSAGES = check.MAX_MESSAGES
 
 
 def same(value: Any) -> Any:

@@ -27,6 +27,7 @@ import ray
 from ..engine import MemoryEngine
 from ..errors import ExtractionError
 from ..extraction import ExtractionReport, ExtractionService, HitlDecision, open_extractor
+from ..metrics import get_metrics
 from ..models import (
     AuditAction,
     AuditEntry,
@@ -124,6 +125,7 @@ class OwnerHolder(abc.ABC):
         if mem is None or snap is None:
             return None
         lineage = _lineage(mem, snap)
+        get_metrics().snapshot_read("actor")
         if token == lineage and version == snap.version:
             return [lineage, snap.version, None]
         return [lineage, snap.version, snap]
@@ -134,6 +136,7 @@ class OwnerHolder(abc.ABC):
         ``min_epoch``, see ``MemorySnapshot.reached``)."""
         async with self._use(owner) as mem:
             snap: MemorySnapshot = await mem.snapshot(min_version, timeout_s, min_epoch)
+            get_metrics().snapshot_read("actor")
             return [_lineage(mem, snap), snap.version, snap]
 
     async def apply(self, owner: str, ops: Sequence[L1Op], op_id: str | None

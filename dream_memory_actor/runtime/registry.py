@@ -55,6 +55,10 @@ def _options(name: str, extra: Mapping[str, Any]) -> dict[str, Any]:
             "get_if_exists": True}
 
 
+#: How often the live-owner gauge is refreshed from the hosts (sharded placement).
+LIVE_GAUGE_INTERVAL_S = 5.0
+
+
 class Registry:
     """Private: see the module docstring. Methods are called by the client only."""
 
@@ -106,6 +110,8 @@ class Registry:
                 for i in range(spec.settings.shards)
             ]
             await asyncio.gather(*(h.ping.remote() for h in self._hosts))
+            # the hosts hold the owners: their count is asked for, the gauge kept current
+            self._sweeper = asyncio.get_running_loop().create_task(self._count_live())
         else:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
@@ -205,6 +211,17 @@ class Registry:
                 async with self._lock:
                     if owner in self._idle():
                         await self._passivate(owner)
+
+    async def _count_live(self) -> None:
+        """Sharded placement: set ``live_owner_actors`` from the hosts' counts, every
+        ``LIVE_GAUGE_INTERVAL_S`` (a host that does not answer keeps the last value)."""
+        while True:
+            with contextlib.suppress(Exception):
+                infos = await asyncio.wait_for(
+                    asyncio.gather(*(h.info.remote() for h in self._hosts)),
+                    self._spec.call_timeout_s)
+                get_metrics().set_live_owners(sum(i["live"] for i in infos))
+            await asyncio.sleep(LIVE_GAUGE_INTERVAL_S)
 
     async def passivate(self, owners: Sequence[str]) -> int:
         """Passivate these owners now (tests, admin); how many were live."""

@@ -14,7 +14,9 @@ from dream_memory_actor.storage.ops import AddPending
 
 from .conftest import TOKEN_ADMIN, TOKEN_ALICE, HttpServer, free_port, serving
 
-TOOLS = {"read_snapshot", "search", "store", "list_pending", "confirm_pending",
+TOOLS = {"read_snapshot", "search", "store", "list_pending", "confirm_pending", "add_rule",
+         "add_fact", "set_status", "delete_status", "remove_rule", "remove_fact",
+         "delete_memory", "list_memories", "append_messages", "end_conversation", "audit",
          "reject_pending"}
 
 

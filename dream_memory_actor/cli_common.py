@@ -1,0 +1,109 @@
+"""What the subcommands of ``dream-memory`` share: options, output, the memory they
+open, and short ids.
+
+A command module (``cli_ops``, ``cli_memory``, ...) has a ``register(sub)`` that adds
+its subcommands to ``sub`` and gives each a handler with ``set_defaults(run=...)``;
+``cli.COMMAND_MODULES`` lists the modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import cli_route
+from .access import LocalBackend, MemoryBackend
+from .errors import InvalidQuery
+
+T = TypeVar("T")
+if TYPE_CHECKING:
+    #: The type of what ``add_subparsers()`` returns.
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def json_option() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return p
+
+
+def owner_option() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--owner", required=True, help="the owner (user or team) id")
+    return p
+
+
+def memory_options() -> list[argparse.ArgumentParser]:
+    """The parents of a command on one owner's memory: --json, --owner, --system."""
+    return [json_option(), owner_option(), cli_route.route_options()]
+
+
+def default_by() -> str:
+    try:
+        return getpass.getuser()[:64] or "cli"
+    except Exception:  # no user name in some containers
+        return "cli"
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    """``data`` as JSON with ``--json``, else ``text``."""
+    if getattr(args, "json", False):
+        json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(text)
+
+
+def with_memory(args: argparse.Namespace, fn: Callable[[MemoryBackend], Awaitable[T]]) -> T:
+    """Run ``fn`` on the memory: the running system ``args.system`` if one is named,
+    else the configured storage opened in this process (and closed again)."""
+    if getattr(args, "system", None):
+        from .access import RayBackend
+        from .runtime import MemorySystem
+
+        system = MemorySystem.connect(args.system, ray_address=args.route_ray_address)
+
+        async def remote() -> T:
+            return await fn(RayBackend(system))
+
+        return asyncio.run(remote())
+
+    async def go() -> T:
+        from .config import MemorySettings
+        from .engine import MemoryEngine
+        from .extraction.rules import RuleBasedExtractor
+        from .extraction.service import ExtractionService
+
+        engine = await MemoryEngine.open(MemorySettings())
+        # the commands decide and read; the rule-based extractor is never called here
+        service = ExtractionService(engine, engine.structured, RuleBasedExtractor(),
+                                    engine.settings)
+        backend = LocalBackend(engine, service, owns_engine=True)
+        try:
+            return await fn(backend)
+        finally:
+            await backend.close()
+
+    return asyncio.run(go())
+
+
+def resolve(prefix: str, ids: Iterable[str] | Mapping[str, str], what: str) -> str | None:
+    """The one id of ``ids`` that starts with ``prefix`` (an id itself if it is one);
+    ``None`` if none does; ``InvalidQuery`` if several do or ``prefix`` is empty."""
+    if not prefix:
+        raise InvalidQuery(f"give the {what} id, or the start of it")
+    known = list(ids)
+    if prefix in known:
+        return prefix
+    found = sorted(i for i in known if i.startswith(prefix))
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise InvalidQuery(f"{len(found)} {what}s start with {prefix!r} ({shown}): "
+                           "give more of the id")
+    return found[0] if found else None
+

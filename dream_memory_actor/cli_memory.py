@@ -1,0 +1,191 @@
+"""The subcommands that read and write one owner's memory: store, list, add-rule,
+add-fact, set-status, delete and audit.
+
+Each goes through a running memory system when one is named (``--system``,
+``DREAM_MEMORY_SYSTEM``) and otherwise opens the configured storage in this
+process. An id may be given by its start, as long as only one of the owner's ids
+starts so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING, Any
+
+from . import validation as check
+from .access import MemoryBackend
+from .cli_common import emit, memory_options, resolve, with_memory
+from .errors import InvalidMetadata, MemoryNotFound
+from .storage.ops import AddFact, AddRule, DeleteStatus, L1Op, RemoveFact, RemoveRule, SetStatus
+
+if TYPE_CHECKING:
+    from .cli_common import Subparsers
+
+#: How many memories ``delete`` looks through for an id prefix (pages of 1000).
+MAX_SCAN = 100_000
+
+
+def register(sub: Subparsers) -> None:
+    """Add store, list, add-rule, add-fact, set-status, delete and audit to ``sub``."""
+    parents = memory_options()
+    p = sub.add_parser("store", parents=parents, help="store a semantic memory",
+                       description="Store a semantic memory for the owner; a near-duplicate "
+                                   "of an existing one is merged into it.")
+    p.add_argument("content", help="the text to remember")
+    p.add_argument("--metadata", default=None, metavar="JSON",
+                   help='a JSON object kept with the memory, e.g. {"agent": "deploy"}')
+    p.set_defaults(run=_store)
+
+    p = sub.add_parser("list", parents=parents, help="list an owner's semantic memories",
+                       description="List the owner's semantic memories, newest first.")
+    p.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    p.add_argument("--offset", type=int, default=0, help="how many to skip (default 0)")
+    p.set_defaults(run=_list)
+
+    for name, kind in (("add-rule", "rule"), ("add-fact", "fact")):
+        example = ("In code review, look at security first" if kind == "rule"
+                   else "The user is a Java developer")
+        p = sub.add_parser(name, parents=parents, help=f"add a {kind}",
+                           description=f"Add a {kind} to the owner's memory, for example "
+                                       f"{example!r}. The same text twice is kept once.")
+        p.add_argument("content", help=f"the {kind}")
+        p.add_argument("--source", default="user", help="where it comes from (default user)")
+        p.set_defaults(run=_add, kind=kind)
+
+    p = sub.add_parser("set-status", parents=parents, help="set a status entry",
+                       description="Set a current-status entry, such as "
+                                   "current_project=dream-saas.")
+    p.add_argument("key", help="letters, digits and _ . -, starting with a letter or _")
+    p.add_argument("value")
+    p.add_argument("--ttl", type=float, default=None, metavar="SECONDS",
+                   help="the entry disappears by itself after this many seconds")
+    p.set_defaults(run=_set_status)
+
+    p = sub.add_parser("delete", parents=parents,
+                       help="delete a memory, a rule, a fact or a status entry",
+                       description="Delete the semantic memory, rule or fact with this id "
+                                   "(or the start of it), or with --status a status entry.")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("item_id", nargs="?", metavar="ID",
+                        help="the id, or its start (unique within the owner)")
+    target.add_argument("--status", metavar="KEY", help="delete this status entry instead")
+    p.set_defaults(run=_delete)
+
+    p = sub.add_parser("audit", parents=parents, help="show the decisions on pending items",
+                       description="Who confirmed or rejected which pending item, and when, "
+                                   "newest first.")
+    p.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    p.set_defaults(run=_audit)
+
+
+def _store(args: argparse.Namespace) -> int:
+    meta: Any = None
+    if args.metadata is not None:
+        try:
+            meta = json.loads(args.metadata)
+        except ValueError as exc:
+            raise InvalidMetadata(f"--metadata is not JSON: {exc}") from None
+
+    async def go(m: MemoryBackend) -> Any:
+        s = m.settings
+        check.content(args.content, s.max_content_bytes)
+        return await m.store(check.owner_id(args.owner), args.content,
+                             check.metadata(meta, s.limits))
+
+    result = with_memory(args, go)
+    how = (f"merged into {result.memory.id} (similarity {result.similarity:.2f})"
+           if result.merged else f"stored {result.memory.id}")
+    emit(args, result.model_dump(mode="json"), how)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    async def go(m: MemoryBackend) -> Any:
+        return await m.list_memories(check.owner_id(args.owner), check.limit(args.limit),
+                                     check.offset(args.offset))
+
+    memories = with_memory(args, go)
+    lines = [f"{len(memories)} memory(ies) of {args.owner}"]
+    lines += [f"  {x.id}  {x.updated_at:%Y-%m-%d %H:%M}  {x.content}" for x in memories]
+    emit(args, [x.model_dump(mode="json") for x in memories], "\n".join(lines))
+    return 0
+
+
+def _apply(args: argparse.Namespace, ops: list[L1Op]) -> Any:
+    async def go(m: MemoryBackend) -> Any:
+        s = m.settings
+        return await m.apply(check.owner_id(args.owner),
+                             check.ops(ops, s.max_content_bytes, s.limits))
+
+    return with_memory(args, go)
+
+
+def _add(args: argparse.Namespace) -> int:
+    op: L1Op = (AddRule if args.kind == "rule" else AddFact)(args.content,
+                                                             check.source(args.source))
+    snap = _apply(args, [op])
+    items = snap.rules if args.kind == "rule" else snap.facts
+    text = check.content(args.content, 1 << 62)
+    item = next((i for i in items if i.content == text), items[-1] if items else None)
+    data = {args.kind: None if item is None else item.model_dump(mode="json"),
+            "version": snap.version}
+    emit(args, data, f"{args.kind} {getattr(item, 'id', '?')} of {args.owner}, "
+                     f"version {snap.version}: {text}")
+    return 0
+
+
+def _set_status(args: argparse.Namespace) -> int:
+    snap = _apply(args, [SetStatus(args.key, args.value, args.ttl)])
+    until = snap.status_expires_at.get(args.key)
+    text = f"{args.key}={args.value} for {args.owner}, version {snap.version}"
+    if until is not None:
+        text += f" (until {until:%Y-%m-%d %H:%M} UTC)"
+    emit(args, {"version": snap.version, "status": dict(snap.status)}, text)
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    if args.status is not None:
+        snap = _apply(args, [DeleteStatus(args.status)])
+        emit(args, {"deleted": "status", "key": args.status, "version": snap.version},
+             f"deleted status {args.status} of {args.owner}")
+        return 0
+
+    async def go(m: MemoryBackend) -> dict[str, Any]:
+        owner = check.owner_id(args.owner)
+        snap = await m.snapshot(owner)
+        kinds = {r.id: "rule" for r in snap.rules} | {f.id: "fact" for f in snap.facts}
+        offset = 0
+        while offset < MAX_SCAN:
+            page = await m.list_memories(owner, 1000, offset)
+            kinds.update({x.id: "memory" for x in page})
+            if len(page) < 1000:
+                break
+            offset += 1000
+        found = resolve(args.item_id, kinds, "item")
+        if found is None:
+            raise MemoryNotFound(f"{owner} has no memory, rule or fact whose id starts with "
+                                 f"{args.item_id!r}")
+        kind = kinds[found]
+        if kind == "memory":
+            await m.delete(owner, found)
+        else:
+            await m.apply(owner, [RemoveRule(found) if kind == "rule" else RemoveFact(found)])
+        return {"deleted": kind, "id": found}
+
+    done = with_memory(args, go)
+    emit(args, done, f"deleted {done['deleted']} {done['id']} of {args.owner}")
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    async def go(m: MemoryBackend) -> Any:
+        return await m.audit(check.owner_id(args.owner), check.limit(args.limit))
+
+    entries = with_memory(args, go)
+    lines = [f"{len(entries)} decision(s) for {args.owner}"]
+    lines += [f"  {e.at:%Y-%m-%d %H:%M}  {e.action} by {e.by}: {e.item.describe()}"
+              for e in entries]
+    emit(args, [e.model_dump(mode="json") for e in entries], "\n".join(lines))
+    return 0

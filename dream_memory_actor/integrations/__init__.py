@@ -1,0 +1,1 @@
+"""Adapters of the memory to agent frameworks (each needs its extra: ``langgraph``)."""

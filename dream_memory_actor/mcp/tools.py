@@ -1,0 +1,337 @@
+"""The MCP tools: one function and one table entry each.
+
+A tool is an async function whose first parameter is the :class:`Door` (the
+memory backend and the caller's grant) and whose other parameters are what the
+client sends; its return type is a pydantic model, which becomes the tool's
+output schema. :data:`TOOLS` lists them with their titles and hints; the server
+registers every entry (``server.build_server``), describes the parameters from
+``params.PARAMS`` and counts each call. Adding an operation means adding a
+function and a :class:`ToolEntry`, nothing else.
+
+Every owner argument is checked and then authorized against the caller's grant
+before the backend is called; every other argument is checked by the library's
+own rules (``validation``), so a bad one is a typed error and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .. import validation as check
+from ..errors import FactNotFound, InvalidQuery, NotFound, RuleNotFound
+from ..extraction.service import ExtractionReport, HitlDecision
+from ..models import (
+    AuditEntry,
+    ChatAppend,
+    ChatMessage,
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    MemorySnapshot,
+    SearchHit,
+    StoreResult,
+    VectorMemory,
+)
+from ..storage.ops import (
+    AddFact,
+    AddRule,
+    DeleteStatus,
+    L1Op,
+    RemoveFact,
+    RemoveRule,
+    SetStatus,
+)
+from ..text import content_hash
+from .auth import Grant
+from .backend import MemoryBackend
+from .params import Param
+
+
+@dataclass(frozen=True)
+class Door:
+    """What a tool works with: the backend, and who is calling (their grant)."""
+
+    backend: MemoryBackend
+    grant: Callable[[], Grant]
+
+    def owner(self, owner: object) -> str:
+        """``owner`` checked and granted to the caller."""
+        checked = check.owner_id(owner)
+        self.grant().check([checked])
+        return checked
+
+    def by(self) -> str:
+        """The caller's name, recorded as the decider of confirmations and rejections."""
+        return self.grant().name
+
+    async def apply(self, owner: str, ops: list[L1Op]) -> MemorySnapshot:
+        s = self.backend.settings
+        return await self.backend.apply(owner, check.ops(ops, s.max_content_bytes, s.limits))
+
+
+# -- outputs ---------------------------------------------------------------------------
+
+
+class SnapshotView(MemorySnapshot):
+    """The owner's structured memory and the text for a system prompt."""
+
+    prompt: str = Field(description="The rules, facts and status as a system-prompt block")
+
+
+class SearchResults(BaseModel):
+    hits: list[SearchHit] = Field(description="Best first")
+
+
+class PendingView(MemoryPendingItem):
+    description: str = Field(description="One line for the person deciding")
+
+
+class PendingList(BaseModel):
+    pending: list[PendingView]
+
+
+class RuleAdded(BaseModel):
+    rule: MemoryRule = Field(description="The rule (an existing one with the same text "
+                                         "is kept rather than added twice)")
+    version: int = Field(description="The snapshot version after the write")
+
+
+class FactAdded(BaseModel):
+    fact: MemoryFact = Field(description="The fact (an existing one with the same text "
+                                         "is kept rather than added twice)")
+    version: int = Field(description="The snapshot version after the write")
+
+
+class Written(BaseModel):
+    """An L1 write: the snapshot version after it and the owner's status now."""
+
+    version: int
+    status: dict[str, str]
+
+
+class Deleted(BaseModel):
+    deleted: bool = Field(description="False if there was no such memory")
+
+
+class MemoryList(BaseModel):
+    memories: list[VectorMemory] = Field(description="Newest first")
+
+
+class MessageIn(BaseModel):
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str
+
+
+class ConversationEnded(BaseModel):
+    report: ExtractionReport | None = Field(
+        description="What extraction did with the last window (none if it was empty)")
+
+
+class AuditTrail(BaseModel):
+    entries: list[AuditEntry] = Field(description="Newest first")
+
+
+def _written(snap: MemorySnapshot) -> Written:
+    return Written(version=snap.version, status=dict(snap.status))
+
+
+# -- reads -----------------------------------------------------------------------------
+
+
+async def read_snapshot(door: Door, owner: str) -> SnapshotView:
+    """The owner's rules, facts, status and pending items, and the prompt text an agent
+    puts in its system prompt. Read it at the start of a conversation."""
+    snap = await door.backend.snapshot(door.owner(owner))
+    return SnapshotView(**dict(snap), prompt=snap.to_prompt())
+
+
+async def search(door: Door, query: str, owner: str | None = None,
+                 owners: list[str] | None = None, limit: int = 10) -> SearchResults:
+    """Search the semantic memories of one owner (owner) or several (owners) by meaning
+    and by words, best first. Each hit carries its score and the signals behind it."""
+    if (owner is None) == (owners is None):
+        raise InvalidQuery("give exactly one of owner or owners")
+    who = check.owner_ids(owner if owner is not None else owners)
+    check.limit(limit)
+    door.grant().check(who)
+    # A metadata filter joins here as one more parameter once the backends take one.
+    return SearchResults(hits=await door.backend.search(who, query, limit))
+
+
+async def list_memories(door: Door, owner: str, limit: int = 100, offset: int = 0
+                        ) -> MemoryList:
+    """The owner's semantic memories, newest first, a page at a time."""
+    who = door.owner(owner)
+    check.limit(limit)
+    check.offset(offset)
+    return MemoryList(memories=await door.backend.list_memories(who, limit, offset))
+
+
+async def list_pending(door: Door, owner: str) -> PendingList:
+    """Extracted memories waiting for a person to confirm or reject them."""
+    items = await door.backend.pending(door.owner(owner))
+    return PendingList(pending=[PendingView(**dict(p), description=p.describe())
+                                for p in items])
+
+
+async def audit(door: Door, owner: str, limit: int = 100) -> AuditTrail:
+    """Who confirmed or rejected which pending item, and when, newest first."""
+    who = door.owner(owner)
+    check.limit(limit)
+    return AuditTrail(entries=await door.backend.audit(who, limit))
+
+
+# -- writes ----------------------------------------------------------------------------
+
+
+async def store(door: Door, owner: str, content: str, metadata: dict[str, Any] | None = None
+                ) -> StoreResult:
+    """Remember something from the conversation as a semantic memory. A near-duplicate
+    of an existing memory is merged into it instead (merged is true)."""
+    who = door.owner(owner)
+    s = door.backend.settings
+    check.content(content, s.max_content_bytes)
+    meta = check.metadata(metadata, s.limits)
+    return await door.backend.store(who, content, meta)
+
+
+async def add_rule(door: Door, owner: str, content: str, source: str = "user") -> RuleAdded:
+    """Record how the agents should behave from now on for this owner ("in code review,
+    look at security first"). Every agent of the owner sees it in read_snapshot."""
+    snap = await door.apply(door.owner(owner), [AddRule(content, check.source(source))])
+    return RuleAdded(rule=_find(snap.rules, content, RuleNotFound), version=snap.version)
+
+
+async def add_fact(door: Door, owner: str, content: str, source: str = "user") -> FactAdded:
+    """Record a lasting fact about the owner or their environment ("the user is a Java
+    developer")."""
+    snap = await door.apply(door.owner(owner), [AddFact(content, check.source(source))])
+    return FactAdded(fact=_find(snap.facts, content, FactNotFound), version=snap.version)
+
+
+def _find(items: tuple[Any, ...], content: str, missing: type[NotFound]) -> Any:
+    h = content_hash(check.content(content, 1 << 62))
+    found = next((i for i in items if content_hash(i.content) == h), None)
+    if found is None:  # removed by another writer between the write and this answer
+        raise missing("it was added, then removed by another writer before this answer")
+    return found
+
+
+async def remove_rule(door: Door, owner: str, rule_id: str) -> Written:
+    """Remove a rule that no longer holds."""
+    return _written(await door.apply(door.owner(owner), [RemoveRule(rule_id)]))
+
+
+async def remove_fact(door: Door, owner: str, fact_id: str) -> Written:
+    """Remove a fact that no longer holds."""
+    return _written(await door.apply(door.owner(owner), [RemoveFact(fact_id)]))
+
+
+async def set_status(door: Door, owner: str, key: str, value: str,
+                     ttl_s: float | None = None) -> Written:
+    """Set a current-status entry (current_project=dream-saas), optionally for a while
+    only (ttl_s)."""
+    return _written(await door.apply(door.owner(owner), [SetStatus(key, value, ttl_s)]))
+
+
+async def delete_status(door: Door, owner: str, key: str) -> Written:
+    """Delete a status entry; an unknown key is an error (UnknownStatusKey)."""
+    return _written(await door.apply(door.owner(owner), [DeleteStatus(key)]))
+
+
+async def delete_memory(door: Door, owner: str, memory_id: str) -> Deleted:
+    """Delete one semantic memory."""
+    who = door.owner(owner)
+    check.ids([memory_id], "memory id")
+    return Deleted(deleted=await door.backend.delete(who, memory_id))
+
+
+async def confirm_pending(door: Door, owner: str, pending_id: str,
+                          edited_content: str | None = None) -> HitlDecision:
+    """Write a pending item (edited_content replaces its text) and remove it from the
+    queue, recording who decided. Calling it again changes nothing; an error if the
+    item was rejected."""
+    who = door.owner(owner)
+    check.ids([pending_id], "pending item id")
+    if edited_content is not None:
+        check.content(edited_content, door.backend.settings.max_content_bytes,
+                      "edited content")
+    return await door.backend.confirm(who, pending_id, door.by(), edited_content)
+
+
+async def reject_pending(door: Door, owner: str, pending_id: str) -> HitlDecision:
+    """Drop a pending item, recording who decided. Calling it again changes nothing;
+    an error if the item was confirmed."""
+    who = door.owner(owner)
+    check.ids([pending_id], "pending item id")
+    return await door.backend.reject(who, pending_id, door.by())
+
+
+async def append_messages(door: Door, owner: str, conversation: str,
+                          messages: list[MessageIn]) -> ChatAppend:
+    """Add the new messages of a conversation to its chat window. What falls out of the
+    window is extracted into memories: rules and facts the user stated, through the
+    confidence gate (sure ones are written, less sure ones wait in list_pending)."""
+    who = door.owner(owner)
+    conv = check.conversation_id(conversation)
+    msgs = check.messages([ChatMessage(role=m.role, content=m.content) for m in messages],
+                          max_count=check.MAX_MESSAGES, empty_ok=False)
+    limit = door.backend.settings.max_content_bytes
+    checked = [check.message(m, limit) for m in msgs]
+    return await door.backend.append_messages(who, conv, checked)
+
+
+async def end_conversation(door: Door, owner: str, conversation: str) -> ConversationEnded:
+    """End a conversation: its chat window is extracted into memories (through the same
+    gate) and deleted. Returns what extraction did."""
+    who = door.owner(owner)
+    conv = check.conversation_id(conversation)
+    return ConversationEnded(report=await door.backend.end_conversation(who, conv))
+
+
+# -- the table -------------------------------------------------------------------------
+
+Effect = Literal["read", "write", "destructive"]
+
+
+@dataclass(frozen=True)
+class ToolEntry:
+    """One tool: its function, a title, what it does to the memory (``read``: nothing;
+    ``write``: adds or updates; ``destructive``: removes or replaces), and whether a
+    repeated call with the same arguments changes nothing more (``idempotent``)."""
+
+    fn: Callable[..., Any]
+    title: str
+    effect: Effect
+    idempotent: bool
+    #: Descriptions for parameters outside the shared vocabulary (``params.PARAMS``).
+    params: Mapping[str, Param] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__
+
+
+TOOLS: tuple[ToolEntry, ...] = (
+    ToolEntry(read_snapshot, "Read an owner's memory", "read", True),
+    ToolEntry(search, "Search memories", "read", True),
+    ToolEntry(list_memories, "List semantic memories", "read", True),
+    ToolEntry(list_pending, "List pending items", "read", True),
+    ToolEntry(audit, "Read the decisions on pending items", "read", True),
+    ToolEntry(store, "Store a memory", "write", False),
+    ToolEntry(add_rule, "Add a rule", "write", True),
+    ToolEntry(add_fact, "Add a fact", "write", True),
+    ToolEntry(set_status, "Set a status entry", "write", True),
+    ToolEntry(delete_status, "Delete a status entry", "destructive", True),
+    ToolEntry(remove_rule, "Remove a rule", "destructive", True),
+    ToolEntry(remove_fact, "Remove a fact", "destructive", True),
+    ToolEntry(delete_memory, "Delete a memory", "destructive", True),
+    ToolEntry(confirm_pending, "Confirm a pending item", "write", True),
+    ToolEntry(reject_pending, "Reject a pending item", "destructive", True),
+    ToolEntry(append_messages, "Add messages to a conversation", "write", False),
+    ToolEntry(end_conversation, "End a conversation and extract from it", "destructive", True),
+)
