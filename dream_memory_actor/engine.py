@@ -20,7 +20,15 @@ from .config import MemorySettings
 from .embedding import CachedEmbedder, open_embedder
 from .errors import SystemClosed
 from .metrics import get_metrics
-from .models import AuditAction, AuditEntry, MemorySnapshot, SearchHit, StoreResult, VectorMemory
+from .models import (
+    AuditAction,
+    AuditEntry,
+    MemorySnapshot,
+    SearchHit,
+    StoreResult,
+    Tombstone,
+    VectorMemory,
+)
 from .scoring import Weights
 from .storage import open_stores
 from .storage.base import StructuredStore, VectorStore
@@ -182,3 +190,16 @@ class MemoryEngine:
     async def list(self, owner: str, *, limit: int = 100, offset: int = 0) -> list[VectorMemory]:
         self._open()
         return await self.vector.list(owner, limit=limit, offset=offset)
+
+    # -- the owner as a whole --------------------------------------------------------
+
+    async def forget(self, owner: str, *, by: str, op_id: str | None = None) -> Tombstone:
+        """Erase everything of ``owner`` on every layer (see ``storage.erasure``) and
+        return the tombstone left in its place; a retry with the same ``op_id``
+        returns the same tombstone. ``by`` names who asked for it."""
+        from .storage.erasure import forget_owner
+
+        self._open()
+        with self.metrics.operation("forget", self.settings.backend):
+            return await forget_owner(self.structured, self.vector, check_owner(owner), by=by,
+                                      op_id=op_id)

@@ -100,6 +100,11 @@ class VectorStore(_Lifecycle, ABC):
     async def count(self, owner: str) -> int:
         """How many memories ``owner`` has."""
 
+    @abstractmethod
+    async def _forget(self, owner: str) -> int:
+        """Delete the owner's memories, their embeddings, texts, term counts and
+        operation ids; return how many memories went. Safe to repeat."""
+
     # -- the public, validated API ------------------------------------------------
 
     async def store(
@@ -179,6 +184,11 @@ class VectorStore(_Lifecycle, ABC):
         stats = await self._term_stats(owners, found)
         kept, kept_weights = strongest_terms(found, term_weights(found, stats), stats)
         return kept, kept_weights, stats
+
+    async def forget(self, owner: str) -> int:
+        """Remove ``owner``'s L2 layer (see ``StructuredStore.forget`` for the rest);
+        return how many memories went."""
+        return await self._forget(check.owner_id(owner))
 
     def _materialize(self, payload: Any) -> VectorMemory:
         """The memory a candidate's payload stands for (backends with raw rows override)."""

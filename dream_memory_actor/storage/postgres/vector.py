@@ -294,9 +294,22 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                     ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3""", owner, limit, offset)
         return [_memory(r) for r in rows]
 
+    async def _forget(self, owner: str) -> int:
+        from .erase import L2_TABLES, erase
+
+        async with self.backend.transaction() as conn:
+            await self._lock_owner(conn, owner)
+            gone = await self._count_in(conn, owner)
+            await erase(conn, self._s, owner, L2_TABLES)
+            await conn.execute(f"""DELETE FROM {self._s}.applied_ops
+                                   WHERE owner_id = $1 AND kind NOT IN ('l1', 'l3')""", owner)
+        return gone
+
+    async def _count_in(self, conn: Any, owner: str) -> int:
+        n = await conn.fetchval(
+            f"SELECT memories FROM {self._s}.owner_memory_counts WHERE owner_id = $1", owner)
+        return int(n or 0)
+
     async def count(self, owner: str) -> int:
         async with self.backend.connection() as conn:
-            n = await conn.fetchval(
-                f"SELECT memories FROM {self._s}.owner_memory_counts WHERE owner_id = $1",
-                owner)
-        return int(n or 0)
+            return await self._count_in(conn, owner)

@@ -279,6 +279,17 @@ class RedisVectorStore(VectorStore):
         with translate("count"):
             return int(await self._r.zcard(self._keys.l2_ids(owner)))
 
+    async def _forget(self, owner: str) -> int:
+        from .erase import erase
+
+        k = self._keys
+        async with self._locks.hold(owner):
+            with translate("forget"):
+                gone = int(await self._r.zcard(k.l2_ids(owner)))
+                await erase(self._r, k.l2_doc_prefix(owner), k.owner(owner) + "l2:")
+            self._cache.drop(owner)
+        return gone
+
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
         k = self._keys
         docs, counts = 0, [0] * len(terms)
