@@ -12,7 +12,7 @@ it is also usable on its own in a single process (scripts, tests)::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -193,13 +193,21 @@ class MemoryEngine:
 
     # -- the owner as a whole --------------------------------------------------------
 
-    async def forget(self, owner: str, *, by: str, op_id: str | None = None) -> Tombstone:
+    async def forget(self, owner: str, *, by: str, op_id: str | None = None,
+                     memories: Callable[[str], Awaitable[int]] | None = None) -> Tombstone:
         """Erase everything of ``owner`` on every layer (see ``storage.erasure``) and
         return the tombstone left in its place; a retry with the same ``op_id``
-        returns the same tombstone. ``by`` names who asked for it."""
+        returns the same tombstone. ``by`` names who asked for it; ``memories`` is how
+        the L2 layer is erased (``forget_memories`` here, the VectorIndex's in a
+        memory system)."""
         from .storage.erasure import forget_owner
 
         self._open()
         with self.metrics.operation("forget", self.settings.backend):
-            return await forget_owner(self.structured, self.vector, check_owner(owner), by=by,
-                                      op_id=op_id)
+            return await forget_owner(self.structured, memories or self.forget_memories,
+                                      check_owner(owner), by=by, op_id=op_id)
+
+    async def forget_memories(self, owner: str) -> int:
+        """Erase ``owner``'s L2 layer only; how many memories went."""
+        self._open()
+        return await self.vector.forget(owner)

@@ -21,6 +21,7 @@ from ..models import (
     MemorySnapshot,
     SearchHit,
     StoreResult,
+    Tombstone,
     VectorMemory,
     new_id,
 )
@@ -180,3 +181,10 @@ def reject(owner: str, pending_id: str, by: str) -> Call[HitlDecision]:
 
 def audit(owner: str, limit: int) -> Call[list[AuditEntry]]:
     return _owner(owner, "audit", (check.limit(limit),), same)
+
+
+# -- the owner as a whole -------------------------------------------------------------------
+
+
+def forget(owner: str, by: str, op_id: str | None) -> Call[Tombstone]:
+    return _owner(owner, "forget", (check.decider(by), _op_id(op_id)), same)

@@ -20,6 +20,7 @@ from ..models import (
     MemorySnapshot,
     SearchHit,
     StoreResult,
+    Tombstone,
     VectorMemory,
 )
 from ..storage.ops import AddFact, AddRule, DeleteStatus, L1Op, RemoveFact, RemoveRule, SetStatus
@@ -293,3 +294,16 @@ class OwnerHandle:
 
     async def audit_async(self, limit: int = 100) -> Audit:
         return await self._run_async(calls.audit(self.owner, limit))
+
+    # -- the owner as a whole ----------------------------------------------------------------
+
+    def forget(self, *, by: str, op_id: str | None = None) -> Tombstone:
+        """Erase everything of this owner on every layer (rules, facts, status and
+        pending items, memories and their embeddings, chat windows, operation ids, the
+        audit trail) and return the tombstone left: who, when, how many of each kind,
+        and nothing that names the owner. Background extractions of the owner are
+        cancelled first. Idempotent: a retry (same ``op_id``) returns the same tombstone."""
+        return self._run(calls.forget(self.owner, by, op_id))
+
+    async def forget_async(self, *, by: str, op_id: str | None = None) -> Tombstone:
+        return await self._run_async(calls.forget(self.owner, by, op_id))

@@ -34,6 +34,7 @@ from ..models import (
     ChatMessage,
     MemorySnapshot,
     StoreResult,
+    Tombstone,
 )
 from ..storage.ops import L1Op
 from .follow import Follower
@@ -152,6 +153,16 @@ class OwnerHolder(abc.ABC):
         async with self._use(owner) as mem:
             deleted: bool = await mem.delete(memory_id)
             return deleted
+
+    async def forget(self, owner: str, by: str, op_id: str | None) -> Tombstone:
+        """Erase the owner. Its background extractions are cancelled first: what they
+        would write comes from what is being erased."""
+        for task in list(self._extracting.get(owner, ())):
+            task.cancel()
+        await self.flush_extractions(owner)
+        async with self._use(owner) as mem:
+            tombstone: Tombstone = await mem.forget(by, op_id)
+            return tombstone
 
     async def ping(self) -> None:  # noqa: B027 - a real no-op, not a hook
         """A no-op (benchmarks compare against it; the registry probes with it)."""

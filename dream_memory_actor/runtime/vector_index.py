@@ -71,6 +71,9 @@ class IndexActor:
     async def delete(self, owner: str, memory_id: str) -> bool:
         return await (await self._open()).delete(owner, memory_id)
 
+    async def forget_memories(self, owner: str) -> int:
+        return await (await self._open()).forget_memories(owner)
+
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         return await (await self._open()).get(owner, memory_id)
 
@@ -121,6 +124,11 @@ class IndexL2:
         deleted: bool = await _remote(self._for(owner).delete.remote(owner, memory_id), "delete",
                                       self._timeout_s)
         return deleted
+
+    async def forget_memories(self, owner: str) -> int:
+        gone: int = await _remote(self._for(owner).forget_memories.remote(owner), "forget",
+                                  self._timeout_s)
+        return gone
 
 
 async def _remote(ref: Any, what: str, timeout_s: float) -> Any:

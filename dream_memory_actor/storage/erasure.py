@@ -10,8 +10,10 @@ from which neither can be read back.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from .. import validation as check
 from ..models import Tombstone, new_epoch
 from .changes import Change
 
@@ -41,18 +43,29 @@ def forgotten(owner: str) -> Change:
     return Change(owner, 0, new_epoch())
 
 
-async def forget_owner(structured: StructuredStore, vector: VectorStore, owner: str, *,
+async def forget_owner(structured: StructuredStore,
+                       memories: VectorStore | Callable[[str], Awaitable[int]], owner: str, *,
                        by: str, op_id: str | None = None) -> Tombstone:
     """Erase ``owner`` from both layers; the tombstone counts what there was, by kind.
+    ``memories`` is the vector store, or what erases the L2 layer and says how many
+    memories went.
 
     L2 goes first: an erasure stopped half way is finished by a retry (same
-    ``op_id``), which finds the rest and records the one tombstone.
+    ``op_id``), which finds the rest and records the one tombstone (whose memory
+    count is then what the retry found).
     """
+    from .vector import VectorStore
+
+    check.owner_id(owner)
+    check.decider(by)
+    if op_id is not None:
+        check.op_id(op_id)
     snap = await structured.load(owner)
+    audit = await structured._audit(owner, _ALL, None)
     counts = {"rules": len(snap.rules), "facts": len(snap.facts), "status": len(snap.status),
-              "pending": len(snap.pending), "memories": await vector.count(owner),
-              "audit": len(await structured._audit(owner, _ALL, None))}
-    await vector.forget(owner)
+              "pending": len(snap.pending), "audit": len(audit)}
+    erase_l2 = memories.forget if isinstance(memories, VectorStore) else memories
+    counts["memories"] = await erase_l2(owner)
     return await structured.forget(owner, by=by, counts=counts, op_id=op_id)
 
 
