@@ -225,6 +225,19 @@ class InMemoryVectorStore(VectorStore):
     async def count(self, owner: str) -> int:
         return len(self._rows.get(owner, {}))
 
+    async def _dump(self, owner: str) -> list[tuple[VectorMemory, list[float] | None]]:
+        return [(r.memory, None if r.vec is None else [float(x) for x in r.vec])
+                for r in self._rows.get(owner, {}).values()]
+
+    async def _restore(self, owner: str,
+                       items: Sequence[tuple[VectorMemory, list[float] | None]]) -> None:
+        async with self._locks[owner]:
+            rows = self._rows[owner]
+            for mem, vec in items:
+                rows[mem.id] = _Row(mem, None if vec is None else np.asarray(vec),
+                                    fold(mem.content))
+                _bump(self._df[owner], df_delta(None, mem.content))
+
     async def _forget(self, owner: str) -> int:
         async with self._locks[owner]:
             gone = len(self._rows.pop(owner, {}))
