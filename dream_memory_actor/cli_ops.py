@@ -76,6 +76,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     system.add_argument("--ray-address", default="auto",
                         help="the cluster to join (default: auto, the one of this node)")
 
+    from . import cli_owner
+
+    cli_owner.add_parsers(sub, common, _default_by())
+
     mcp = sub.add_parser("mcp", help="run the MCP server (the arguments after it are its own; "
                                      "see dream-memory mcp --help)", add_help=False)
     mcp.add_argument("mcp_args", nargs=argparse.REMAINDER)
@@ -87,10 +91,12 @@ def run(args: argparse.Namespace) -> int | None:
         "pending": _pending, "snapshot": _snapshot, "search": _search, "doctor": _doctor,
         "mcp": _mcp, "system": _system,
     }
+    from . import cli_owner
+
     handler = handlers.get(args.command)
-    if handler is None:
-        return None
     try:
+        if handler is None:
+            return cli_owner.run(args, _emit, _with_engine)
         return handler(args)
     except DreamMemoryError as exc:
         print(f"error: {exc}", file=sys.stderr)

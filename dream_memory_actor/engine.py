@@ -11,8 +11,9 @@ it is also usable on its own in a single process (scripts, tests)::
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -211,3 +212,18 @@ class MemoryEngine:
         """Erase ``owner``'s L2 layer only; how many memories went."""
         self._open()
         return await self.vector.forget(owner)
+
+    async def export(self, owner: str) -> builtins.list[str]:
+        """The owner's export document, line by line (see ``portability``)."""
+        from .portability import export_owner
+
+        self._open()
+        return await export_owner(self, owner)
+
+    async def import_document(self, lines: Iterable[str | bytes]) -> dict[str, int]:
+        """Import an export document into its owner, which must be empty; how many
+        records of each kind were written (see ``portability``)."""
+        from .portability import import_owner
+
+        self._open()
+        return await import_owner(self, lines)

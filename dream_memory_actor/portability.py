@@ -195,13 +195,15 @@ async def import_owner(engine: MemoryEngine, lines: Iterable[str | bytes]) -> di
     ops += [(r.created_at, AddRule(r.content, r.source, r.id)) for r in doc.items("rule")]
     ops += [(f.created_at, AddFact(f.content, f.source, f.id)) for f in doc.items("fact")]
     ops += [(p.created_at, AddPending(p)) for p in doc.items("pending")]
-    check.ops([op for _, op in ops], st.max_content_bytes, st.limits)
+    if ops:
+        check.ops([op for _, op in ops], st.max_content_bytes, st.limits)
     now = utcnow()
     status = [r for r in doc.records if r["type"] == "status"
               and (r["expires_at"] is None or r["expires_at"] > now)]
     status_ops = [SetStatus(r["key"], r["value"], None if r["expires_at"] is None
                             else (r["expires_at"] - now).total_seconds()) for r in status]
-    check.ops(status_ops, st.max_content_bytes, st.limits)
+    if status_ops:
+        check.ops(status_ops, st.max_content_bytes, st.limits)
     audit = [check.audit_entry(e, st.max_content_bytes) for e in doc.items("audit")]
     memories = list(zip(doc.items("memory"), embeddings, strict=True))
     # Each item is applied at the time it was made, so its created_at is kept.

@@ -164,6 +164,27 @@ class OwnerHolder(abc.ABC):
             tombstone: Tombstone = await mem.forget(by, op_id)
             return tombstone
 
+    async def export(self, owner: str) -> list[str]:
+        """The owner's export document, read while no write of the owner runs. The
+        VectorIndex makes it (and imports), since it holds the embedder and knows the
+        model; the owner's actor holds the owner meanwhile."""
+        async with self._use(owner) as mem:
+            lines: list[str] = await mem.exclusive(lambda: self._l2.export(owner))
+            return lines
+
+    async def import_document(self, owner: str, lines: list[str]) -> dict[str, int]:
+        """Import a document of ``owner`` (its header must name it) into it."""
+        from ..portability import parse
+
+        if parse(lines).owner != owner:
+            from ..errors import InvalidImport
+
+            raise InvalidImport(f"the document is not of owner {owner!r}")
+        async with self._use(owner) as mem:
+            counts: dict[str, int] = await mem.exclusive(
+                lambda: self._l2.import_document(lines), replaces=True)
+            return counts
+
     async def ping(self) -> None:  # noqa: B027 - a real no-op, not a hook
         """A no-op (benchmarks compare against it; the registry probes with it)."""
 

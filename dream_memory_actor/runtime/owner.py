@@ -14,6 +14,7 @@ locks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -243,6 +244,23 @@ class OwnerMemory:
     async def delete(self, memory_id: str) -> bool:
         async with self._lock:
             return await self._l2.delete(self.owner, memory_id)
+
+    async def exclusive(self, call: Callable[[], Awaitable[Any]], *, replaces: bool = False
+                        ) -> Any:
+        """Run ``call`` while no write of the owner runs. ``replaces``: it writes around
+        the snapshot (an import), which is then loaded again under a new lineage."""
+        async with self._lock:
+            try:
+                return await call()
+            finally:
+                if replaces:
+                    await self._reload_new_lineage()
+
+    async def _reload_new_lineage(self) -> None:
+        self._snap = None
+        self.token = new_id()
+        with contextlib.suppress(Exception):  # the next read loads it otherwise
+            self._set(await self._l1.snapshot(self.owner))
 
     async def forget(self, by: str, op_id: str | None) -> Tombstone:
         """Erase the owner on both layers (L2 through the same path as its writes)."""

@@ -55,3 +55,23 @@ def test_a_cached_snapshot_of_the_same_version_is_not_confirmed(system: MemorySy
     owner.forget(by="admin")
     owner.add_rule("the rule after")  # version 1 again, of a new lineage
     assert [r.content for r in owner.snapshot().rules] == ["the rule after"]
+
+
+def test_export_and_import_through_the_owner_actor(system: MemorySystem) -> None:
+    from dream_memory_actor.errors import InvalidImport, OwnerNotEmpty
+
+    owner = system.owner("rt-porter")
+    owner.add_rule("Reply in Chinese")
+    owner.store("went live on Kubernetes with helm", {"agent": "deploy"})
+    before, memories = owner.snapshot(), owner.list()
+    lines = owner.export()
+    with pytest.raises(OwnerNotEmpty):
+        owner.import_document(lines)
+    with pytest.raises(InvalidImport):  # another owner's document, refused here
+        system.owner("rt-someone-else").import_document(lines)
+    owner.forget(by="admin")
+    assert owner.import_document(lines)["memory"] == 1
+    after = owner.snapshot()  # the actor holds the imported state, not the erased one
+    assert (after.rules, after.facts, dict(after.status)) == (
+        before.rules, before.facts, dict(before.status))
+    assert owner.list() == memories
