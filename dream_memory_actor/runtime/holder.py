@@ -168,6 +168,7 @@ class OwnerHolder(abc.ABC):
         """The owner's export document, read while no write of the owner runs. The
         VectorIndex makes it (and imports), since it holds the embedder and knows the
         model; the owner's actor holds the owner meanwhile."""
+        self._one_storage("export")
         async with self._use(owner) as mem:
             lines: list[str] = await mem.exclusive(lambda: self._l2.export(owner))
             return lines
@@ -180,10 +181,19 @@ class OwnerHolder(abc.ABC):
             from ..errors import InvalidImport
 
             raise InvalidImport(f"the document is not of owner {owner!r}")
+        self._one_storage("import")
         async with self._use(owner) as mem:
             counts: dict[str, int] = await mem.exclusive(
                 lambda: self._l2.import_document(lines), replaces=True)
             return counts
+
+    def _one_storage(self, what: str) -> None:
+        if self._spec.settings.backend == "memory":
+            from ..errors import UnsupportedBackend
+
+            raise UnsupportedBackend(
+                f"{what} in a memory system needs a shared storage (postgres or redis): "
+                "backend 'memory' keeps L1 in the owner actors and L2 in the VectorIndex")
 
     async def ping(self) -> None:  # noqa: B027 - a real no-op, not a hook
         """A no-op (benchmarks compare against it; the registry probes with it)."""
