@@ -205,7 +205,8 @@ async def import_owner(engine: MemoryEngine, lines: Iterable[str | bytes]) -> di
     if status_ops:
         check.ops(status_ops, st.max_content_bytes, st.limits)
     audit = [check.audit_entry(e, st.max_content_bytes) for e in doc.items("audit")]
-    memories = list(zip(doc.items("memory"), embeddings, strict=True))
+    memories = engine.vector.check_restore(
+        owner, list(zip(doc.items("memory"), embeddings, strict=True)))
     # Each item is applied at the time it was made, so its created_at is kept.
     for at, op in sorted(ops, key=lambda t: t[0]):
         await st.apply(owner, [op], now=at)

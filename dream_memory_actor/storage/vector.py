@@ -204,10 +204,23 @@ class VectorStore(_Lifecycle, ABC):
                       items: Sequence[tuple[VectorMemory, Sequence[float] | None]]) -> int:
         """Insert exported memories as they were (ids, times, metadata, embeddings;
         no dedup) into ``owner``, which must have none (``OwnerNotEmpty``). Every item
-        is checked before anything is written; how many were written."""
+        is checked (``check_restore``) before anything is written; how many were written."""
+        from ..errors import OwnerNotEmpty
+
+        checked = self.check_restore(owner, items)
+        if await self.count(owner):
+            raise OwnerNotEmpty(f"owner {owner!r} has memories already; forget it first")
+        if checked:
+            await self._restore(owner, checked)
+        return len(checked)
+
+    def check_restore(self, owner: str,
+                      items: Sequence[tuple[VectorMemory, Sequence[float] | None]]
+                      ) -> builtins.list[tuple[VectorMemory, list[float] | None]]:
+        """The items ``restore`` would write, checked; ``InvalidInput`` if one is not fit."""
         import uuid
 
-        from ..errors import InvalidImport, OwnerNotEmpty
+        from ..errors import InvalidImport
 
         check.owner_id(owner)
         checked: builtins.list[tuple[VectorMemory, list[float] | None]] = []
@@ -227,11 +240,7 @@ class VectorStore(_Lifecycle, ABC):
             vec = self._check_embedding(emb)
             checked.append((mem.model_copy(update={"content": text, "metadata": meta,
                                                    "has_embedding": vec is not None}), vec))
-        if await self.count(owner):
-            raise OwnerNotEmpty(f"owner {owner!r} has memories already; forget it first")
-        if checked:
-            await self._restore(owner, checked)
-        return len(checked)
+        return checked
 
     async def forget(self, owner: str) -> int:
         """Remove ``owner``'s L2 layer (see ``StructuredStore.forget`` for the rest);
