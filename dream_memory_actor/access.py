@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import MemorySettings
+from .errors import InvalidImport
 from .metrics import get_metrics
 from .models import (
     AuditEntry,
@@ -26,6 +27,7 @@ from .models import (
     MemorySnapshot,
     SearchHit,
     StoreResult,
+    Tombstone,
     VectorMemory,
 )
 from .storage.ops import L1Op
@@ -68,6 +70,12 @@ class MemoryBackend(Protocol):
                                ) -> ExtractionReport | None: ...
 
     async def audit(self, owner: str, limit: int) -> list[AuditEntry]: ...
+
+    async def forget(self, owner: str, by: str) -> Tombstone: ...
+
+    async def export(self, owner: str) -> list[str]: ...
+
+    async def import_document(self, owner: str, lines: Sequence[str]) -> dict[str, int]: ...
 
     async def close(self) -> None: ...
 
@@ -138,6 +146,20 @@ class LocalBackend:
 
     async def audit(self, owner: str, limit: int) -> list[AuditEntry]:
         return await self.service.audit(owner, limit=limit)
+
+    async def forget(self, owner: str, by: str) -> Tombstone:
+        return await self.engine.forget(owner, by=by)
+
+    async def export(self, owner: str) -> list[str]:
+        return await self.engine.export(owner)
+
+    async def import_document(self, owner: str, lines: Sequence[str]) -> dict[str, int]:
+        """Import ``lines``, a document of ``owner`` (``InvalidImport`` if of another)."""
+        from .portability import parse
+
+        if parse(lines).owner != owner:
+            raise InvalidImport(f"the document is not of owner {owner!r}")
+        return await self.engine.import_document(lines)
 
     async def close(self) -> None:
         if self._owns_engine:
@@ -229,6 +251,17 @@ class RayBackend:
 
     async def audit(self, owner: str, limit: int) -> list[AuditEntry]:
         return await self.system.owner(owner).audit_async(limit)
+
+    async def forget(self, owner: str, by: str) -> Tombstone:
+        with self._op("forget"):
+            return await self.system.owner(owner).forget_async(by=by)
+
+    async def export(self, owner: str) -> list[str]:
+        return await self.system.owner(owner).export_async()
+
+    async def import_document(self, owner: str, lines: Sequence[str]) -> dict[str, int]:
+        with self._op("import"):
+            return await self.system.owner(owner).import_document_async(lines)
 
     async def close(self) -> None:
         """Nothing to do: the system keeps running for its other clients."""

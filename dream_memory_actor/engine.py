@@ -11,8 +11,9 @@ it is also usable on its own in a single process (scripts, tests)::
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +21,15 @@ from .config import MemorySettings
 from .embedding import CachedEmbedder, open_embedder
 from .errors import SystemClosed
 from .metrics import get_metrics
-from .models import AuditAction, AuditEntry, MemorySnapshot, SearchHit, StoreResult, VectorMemory
+from .models import (
+    AuditAction,
+    AuditEntry,
+    MemorySnapshot,
+    SearchHit,
+    StoreResult,
+    Tombstone,
+    VectorMemory,
+)
 from .scoring import Weights
 from .storage import open_stores
 from .storage.base import StructuredStore, VectorStore
@@ -182,3 +191,39 @@ class MemoryEngine:
     async def list(self, owner: str, *, limit: int = 100, offset: int = 0) -> list[VectorMemory]:
         self._open()
         return await self.vector.list(owner, limit=limit, offset=offset)
+
+    # -- the owner as a whole --------------------------------------------------------
+
+    async def forget(self, owner: str, *, by: str, op_id: str | None = None,
+                     memories: Callable[[str], Awaitable[int]] | None = None) -> Tombstone:
+        """Erase everything of ``owner`` on every layer (see ``storage.erasure``) and
+        return the tombstone left in its place; a retry with the same ``op_id``
+        returns the same tombstone. ``by`` names who asked for it; ``memories`` is how
+        the L2 layer is erased (``forget_memories`` here, the VectorIndex's in a
+        memory system)."""
+        from .storage.erasure import forget_owner
+
+        self._open()
+        with self.metrics.operation("forget", self.settings.backend):
+            return await forget_owner(self.structured, memories or self.forget_memories,
+                                      check_owner(owner), by=by, op_id=op_id)
+
+    async def forget_memories(self, owner: str) -> int:
+        """Erase ``owner``'s L2 layer only; how many memories went."""
+        self._open()
+        return await self.vector.forget(owner)
+
+    async def export(self, owner: str) -> builtins.list[str]:
+        """The owner's export document, line by line (see ``portability``)."""
+        from .portability import export_owner
+
+        self._open()
+        return await export_owner(self, owner)
+
+    async def import_document(self, lines: Iterable[str | bytes]) -> dict[str, int]:
+        """Import an export document into its owner, which must be empty; how many
+        records of each kind were written (see ``portability``)."""
+        from .portability import import_owner
+
+        self._open()
+        return await import_owner(self, lines)

@@ -12,6 +12,8 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── InvalidMetadata
     │   ├── InvalidQuery
     │   ├── DuplicateId                      an id the owner uses for other content
+    │   ├── InvalidImport                    an export document that cannot be imported
+    │   ├── OwnerNotEmpty                    an import into an owner that holds data
     │   └── AuditNotWritable                 the audit trail is written by decisions only
     ├── NotFound (also a LookupError)
     │   ├── UnknownStatusKey
@@ -74,6 +76,15 @@ class DuplicateId(InvalidInput):
 class AuditNotWritable(InvalidInput):
     """An ``AddAudit`` operation from a caller: audit entries are written only by the
     decisions themselves (confirm and reject), never through ``apply``."""
+
+
+class InvalidImport(InvalidInput):
+    """An export document that cannot be imported (unknown format or version, a record
+    of another owner, a wrong embedding dimension, a malformed or missing record)."""
+
+
+class OwnerNotEmpty(InvalidInput):
+    """An import into an owner that already holds data (forget it first)."""
 
 
 class NotFound(DreamMemoryError, LookupError):

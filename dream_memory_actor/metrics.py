@@ -8,7 +8,8 @@ name                                           type       labels
 =============================================  =========  ==================================
 ``dream_memory_operations_total``              counter    ``kind`` (store, search, apply,
                                                           snapshot, delete, list, append,
-                                                          extract), ``backend``
+                                                          extract, forget, import),
+                                                          ``backend``
 ``dream_memory_search_seconds``                histogram  ``backend``
 ``dream_memory_store_seconds``                 histogram  ``backend``
 ``dream_memory_errors_total``                  counter    ``type`` (exception class),

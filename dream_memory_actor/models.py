@@ -268,3 +268,17 @@ class AuditEntry(_Frozen):
     at: datetime = Field(default_factory=utcnow)
     item: MemoryPendingItem
     written: str | None = None
+
+
+class Tombstone(_Frozen):
+    """What erasing an owner leaves: who did it, when, and how much went.
+
+    Nothing in it names the owner or quotes its contents; keep the id the erasure
+    returned to show later that it happened. ``counts`` are the owner's items by kind
+    (rules, facts, status, pending, memories, audit) just before they were removed.
+    """
+
+    id: str = Field(default_factory=new_id)
+    by: str
+    at: datetime = Field(default_factory=utcnow)
+    counts: dict[str, int] = Field(default_factory=dict)

@@ -15,8 +15,6 @@ own rules (``validation``), so a bad one is a typed error and writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -40,38 +38,13 @@ from ..storage.ops import (
     AddFact,
     AddRule,
     DeleteStatus,
-    L1Op,
     RemoveFact,
     RemoveRule,
     SetStatus,
 )
 from ..text import content_hash
-from .auth import Grant
-from .backend import MemoryBackend
-from .params import Param
-
-
-@dataclass(frozen=True)
-class Door:
-    """What a tool works with: the backend, and who is calling (their grant)."""
-
-    backend: MemoryBackend
-    grant: Callable[[], Grant]
-
-    def owner(self, owner: object) -> str:
-        """``owner`` checked and granted to the caller."""
-        checked = check.owner_id(owner)
-        self.grant().check([checked])
-        return checked
-
-    def by(self) -> str:
-        """The caller's name, recorded as the decider of confirmations and rejections."""
-        return self.grant().name
-
-    async def apply(self, owner: str, ops: list[L1Op]) -> MemorySnapshot:
-        s = self.backend.settings
-        return await self.backend.apply(owner, check.ops(ops, s.max_content_bytes, s.limits))
-
+from .door import Door, Effect, ToolEntry
+from .owner_tools import OWNER_TOOLS
 
 # -- outputs ---------------------------------------------------------------------------
 
@@ -295,28 +268,7 @@ async def end_conversation(door: Door, owner: str, conversation: str) -> Convers
 
 # -- the table -------------------------------------------------------------------------
 
-Effect = Literal["read", "write", "destructive"]
-
-
-@dataclass(frozen=True)
-class ToolEntry:
-    """One tool: its function, a title, what it does to the memory (``read``: nothing;
-    ``write``: adds or updates; ``destructive``: removes or replaces), and whether a
-    repeated call with the same arguments changes nothing more (``idempotent``)."""
-
-    fn: Callable[..., Any]
-    title: str
-    effect: Effect
-    idempotent: bool
-    #: Descriptions for parameters outside the shared vocabulary (``params.PARAMS``).
-    params: Mapping[str, Param] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return self.fn.__name__
-
-
-TOOLS: tuple[ToolEntry, ...] = (
+_CORE: tuple[ToolEntry, ...] = (
     ToolEntry(read_snapshot, "Read an owner's memory", "read", True),
     ToolEntry(search, "Search memories", "read", True),
     ToolEntry(list_memories, "List semantic memories", "read", True),
@@ -335,3 +287,8 @@ TOOLS: tuple[ToolEntry, ...] = (
     ToolEntry(append_messages, "Add messages to a conversation", "write", False),
     ToolEntry(end_conversation, "End a conversation and extract from it", "destructive", True),
 )
+
+#: Every tool the server registers, in the order clients list them.
+TOOLS: tuple[ToolEntry, ...] = _CORE + OWNER_TOOLS
+
+__all__ = ["TOOLS", "Door", "Effect", "ToolEntry"]

@@ -21,6 +21,7 @@ from ..models import (
     MemorySnapshot,
     SearchHit,
     StoreResult,
+    Tombstone,
     VectorMemory,
     new_id,
 )
@@ -180,3 +181,25 @@ def reject(owner: str, pending_id: str, by: str) -> Call[HitlDecision]:
 
 def audit(owner: str, limit: int) -> Call[list[AuditEntry]]:
     return _owner(owner, "audit", (check.limit(limit),), same)
+
+
+# -- the owner as a whole -------------------------------------------------------------------
+
+
+def forget(owner: str, by: str, op_id: str | None) -> Call[Tombstone]:
+    return _owner(owner, "forget", (check.decider(by), _op_id(op_id)), same)
+
+
+def export(owner: str) -> Call[list[str]]:
+    return _owner(owner, "export", (), same)
+
+
+def import_document(owner: str, lines: Iterable[str]) -> Call[dict[str, int]]:
+    from ..portability import parse
+
+    document = [line if isinstance(line, str) else line.decode("utf-8") for line in lines]
+    if parse(document).owner != owner:  # checked here too: a bad document stays here
+        from ..errors import InvalidImport
+
+        raise InvalidImport(f"the document is not of owner {owner!r}")
+    return _owner(owner, "import_document", (document,), same)

@@ -20,6 +20,7 @@ from ..models import (
     MemorySnapshot,
     SearchHit,
     StoreResult,
+    Tombstone,
     VectorMemory,
 )
 from ..storage.ops import AddFact, AddRule, DeleteStatus, L1Op, RemoveFact, RemoveRule, SetStatus
@@ -36,6 +37,8 @@ T = TypeVar("T")
 Hits = list[SearchHit]
 Memories = list[VectorMemory]
 Audit = list[AuditEntry]
+#: An export document, line by line.
+Lines = list[str]
 
 #: Kept importable from here: the search call ``MemorySystem.search`` makes too.
 search_call = calls.search
@@ -293,3 +296,37 @@ class OwnerHandle:
 
     async def audit_async(self, limit: int = 100) -> Audit:
         return await self._run_async(calls.audit(self.owner, limit))
+
+    # -- the owner as a whole ----------------------------------------------------------------
+
+    def forget(self, *, by: str, op_id: str | None = None) -> Tombstone:
+        """Erase everything of this owner on every layer (rules, facts, status and
+        pending items, memories and their embeddings, chat windows, operation ids, the
+        audit trail) and return the tombstone left: who, when, how many of each kind,
+        and nothing that names the owner. Background extractions of the owner are
+        cancelled first. Idempotent: a retry (same ``op_id``) returns the same tombstone."""
+        return self._run(calls.forget(self.owner, by, op_id))
+
+    async def forget_async(self, *, by: str, op_id: str | None = None) -> Tombstone:
+        return await self._run_async(calls.forget(self.owner, by, op_id))
+
+    def export(self) -> Lines:
+        """This owner's export document, line by line: a versioned JSON Lines document
+        with its rules, facts, status, pending items, audit trail and memories (with
+        their embeddings and the model that made them). See ``portability``."""
+        lines: Lines = self._run(calls.export(self.owner))
+        return lines
+
+    async def export_async(self) -> Lines:
+        lines: Lines = await self._run_async(calls.export(self.owner))
+        return lines
+
+    def import_document(self, lines: Iterable[str]) -> dict[str, int]:
+        """Import an export document of this owner (its header must name it) into it;
+        the owner must be empty. Checked whole before anything is written."""
+        counts: dict[str, int] = self._run(calls.import_document(self.owner, lines))
+        return counts
+
+    async def import_document_async(self, lines: Iterable[str]) -> dict[str, int]:
+        counts: dict[str, int] = await self._run_async(calls.import_document(self.owner, lines))
+        return counts

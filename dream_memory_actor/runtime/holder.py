@@ -35,6 +35,7 @@ from ..models import (
     ChatMessage,
     MemorySnapshot,
     StoreResult,
+    Tombstone,
 )
 from ..storage.ops import L1Op
 from .follow import Follower
@@ -155,6 +156,47 @@ class OwnerHolder(abc.ABC):
         async with self._use(owner) as mem:
             deleted: bool = await mem.delete(memory_id)
             return deleted
+
+    async def forget(self, owner: str, by: str, op_id: str | None) -> Tombstone:
+        """Erase the owner. Its background extractions are cancelled first: what they
+        would write comes from what is being erased."""
+        for task in list(self._extracting.get(owner, ())):
+            task.cancel()
+        await self.flush_extractions(owner)
+        async with self._use(owner) as mem:
+            tombstone: Tombstone = await mem.forget(by, op_id)
+            return tombstone
+
+    async def export(self, owner: str) -> list[str]:
+        """The owner's export document, read while no write of the owner runs. The
+        VectorIndex makes it (and imports), since it holds the embedder and knows the
+        model; the owner's actor holds the owner meanwhile."""
+        self._one_storage("export")
+        async with self._use(owner) as mem:
+            lines: list[str] = await mem.exclusive(lambda: self._l2.export(owner))
+            return lines
+
+    async def import_document(self, owner: str, lines: list[str]) -> dict[str, int]:
+        """Import a document of ``owner`` (its header must name it) into it."""
+        from ..portability import parse
+
+        if parse(lines).owner != owner:
+            from ..errors import InvalidImport
+
+            raise InvalidImport(f"the document is not of owner {owner!r}")
+        self._one_storage("import")
+        async with self._use(owner) as mem:
+            counts: dict[str, int] = await mem.exclusive(
+                lambda: self._l2.import_document(lines), replaces=True)
+            return counts
+
+    def _one_storage(self, what: str) -> None:
+        if self._spec.settings.backend == "memory":
+            from ..errors import UnsupportedBackend
+
+            raise UnsupportedBackend(
+                f"{what} in a memory system needs a shared storage (postgres or redis): "
+                "backend 'memory' keeps L1 in the owner actors and L2 in the VectorIndex")
 
     async def ping(self) -> None:  # noqa: B027 - a real no-op, not a hook
         """A no-op (benchmarks compare against it; the registry probes with it)."""

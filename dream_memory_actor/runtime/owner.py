@@ -14,13 +14,22 @@ locks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from ..errors import InvalidInput, NotFound
-from ..models import AuditAction, AuditEntry, MemorySnapshot, StoreResult, new_id, utcnow
+from ..models import (
+    AuditAction,
+    AuditEntry,
+    MemorySnapshot,
+    StoreResult,
+    Tombstone,
+    new_id,
+    utcnow,
+)
 from ..storage.ops import L1Op
 from .errors import OwnerMoved, RuntimeTimeout
 from .placement import LiveSet
@@ -39,6 +48,10 @@ class L1Engine(Protocol):
                      edited: str | None = None, op_id: str | None = None
                      ) -> tuple[MemorySnapshot, AuditEntry] | None: ...
 
+    async def forget(self, owner: str, *, by: str, op_id: str | None = None,
+                     memories: Callable[[str], Awaitable[int]] | None = None
+                     ) -> Tombstone: ...
+
 
 class L2Path(Protocol):
     """Where an owner's semantic memories are written: the VectorIndex (or an engine)."""
@@ -47,6 +60,8 @@ class L2Path(Protocol):
                     op_id: str | None) -> StoreResult: ...
 
     async def delete(self, owner: str, memory_id: str) -> bool: ...
+
+    async def forget_memories(self, owner: str) -> int: ...
 
 
 class OwnerMemory:
@@ -229,6 +244,39 @@ class OwnerMemory:
     async def delete(self, memory_id: str) -> bool:
         async with self._lock:
             return await self._l2.delete(self.owner, memory_id)
+
+    async def exclusive(self, call: Callable[[], Awaitable[Any]], *, replaces: bool = False
+                        ) -> Any:
+        """Run ``call`` while no write of the owner runs. ``replaces``: it writes around
+        the snapshot (an import), which is then loaded again under a new lineage."""
+        async with self._lock:
+            try:
+                return await call()
+            finally:
+                if replaces:
+                    await self._reload_new_lineage()
+
+    async def _reload_new_lineage(self) -> None:
+        self._snap = None
+        self.token = new_id()
+        with contextlib.suppress(Exception):  # the next read loads it otherwise
+            self._set(await self._l1.snapshot(self.owner))
+
+    async def forget(self, by: str, op_id: str | None) -> Tombstone:
+        """Erase the owner on both layers (L2 through the same path as its writes)."""
+        async with self._lock:
+            try:
+                tombstone = await self._l1.forget(self.owner, by=by, op_id=op_id,
+                                                  memories=self._l2.forget_memories)
+            except (InvalidInput, NotFound):
+                raise
+            finally:
+                # Whatever happened, the held snapshot may be of erased state; a copy a
+                # reader caches is of the old lineage and must not be confirmed again.
+                self._snap = None
+                self.token = new_id()
+            self._set(await self._l1.snapshot(self.owner))
+            return tombstone
 
 
 class OwnerTable:

@@ -71,6 +71,15 @@ class IndexActor:
     async def delete(self, owner: str, memory_id: str) -> bool:
         return await (await self._open()).delete(owner, memory_id)
 
+    async def forget_memories(self, owner: str) -> int:
+        return await (await self._open()).forget_memories(owner)
+
+    async def export(self, owner: str) -> list[str]:
+        return await (await self._open()).export(owner)
+
+    async def import_document(self, lines: list[str]) -> dict[str, int]:
+        return await (await self._open()).import_document(lines)
+
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         return await (await self._open()).get(owner, memory_id)
 
@@ -121,6 +130,24 @@ class IndexL2:
         deleted: bool = await _remote(self._for(owner).delete.remote(owner, memory_id), "delete",
                                       self._timeout_s)
         return deleted
+
+    async def forget_memories(self, owner: str) -> int:
+        gone: int = await _remote(self._for(owner).forget_memories.remote(owner), "forget",
+                                  self._timeout_s)
+        return gone
+
+    async def export(self, owner: str) -> list[str]:
+        lines: list[str] = await _remote(self._for(owner).export.remote(owner), "export",
+                                         self._timeout_s)
+        return lines
+
+    async def import_document(self, lines: list[str]) -> dict[str, int]:
+        from ..portability import parse
+
+        owner = parse(lines).owner
+        counts: dict[str, int] = await _remote(
+            self._for(owner).import_document.remote(lines), "import", self._timeout_s)
+        return counts
 
 
 async def _remote(ref: Any, what: str, timeout_s: float) -> Any:

@@ -28,6 +28,7 @@ from ..models import (
     MemoryFact,
     MemoryRule,
     MemorySnapshot,
+    Tombstone,
     utcnow,
 )
 from .changes import ChangeCallback, Unwatch, no_feed
@@ -165,6 +166,39 @@ class StructuredStore(_Lifecycle, ABC):
         if pending_id is not None:
             check.ids([pending_id], "pending item id")
         return await self._audit(owner, n, pending_id)
+
+    # -- forgetting an owner ------------------------------------------------------------
+
+    async def forget(self, owner: str, *, by: str, counts: dict[str, int] | None = None,
+                     op_id: str | None = None) -> Tombstone:
+        """Remove every record of ``owner`` from this storage: rules, facts, status,
+        pending items, chat windows, operation ids, the audit trail and, where the L2
+        layer shares the storage, whatever of it is left. Leaves one tombstone (who,
+        when, ``counts``) and returns it; a retry with the same ``op_id`` removes what
+        may be left and returns the first tombstone instead of writing a second."""
+        from . import erasure
+
+        check.owner_id(owner)
+        who = check.decider(by)
+        if op_id is not None:
+            check.op_id(op_id)
+        tombstone = Tombstone(by=erasure.actor(who, owner), counts=dict(counts or {}))
+        return await self._forget(owner, tombstone, erasure.op_key(owner, op_id))
+
+    async def tombstones(self, *, limit: int = 100) -> list[Tombstone]:
+        """The tombstones of forgotten owners, newest first."""
+        return await self._tombstones(check.limit(limit))
+
+    @abstractmethod
+    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
+                      ) -> Tombstone:
+        """Delete every record of ``owner``; then record ``tombstone`` unless one is
+        recorded under ``op_key`` already (return that one). Atomic where the backend
+        has transactions; otherwise safe to repeat."""
+
+    @abstractmethod
+    async def _tombstones(self, limit: int) -> list[Tombstone]:
+        """Recorded tombstones, newest first."""
 
     # -- conveniences: each builds one operation ------------------------------------
 

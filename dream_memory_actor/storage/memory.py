@@ -16,7 +16,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import MemoryNotFound
-from ..models import AuditEntry, ChatMessage, MemorySnapshot, StoreResult, VectorMemory, utcnow
+from ..models import (
+    AuditEntry,
+    ChatMessage,
+    MemorySnapshot,
+    StoreResult,
+    Tombstone,
+    VectorMemory,
+    utcnow,
+)
 from ..scoring import Candidate, TermStats, cosine, keyword_order
 from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
@@ -38,6 +46,7 @@ class InMemoryStructuredStore(StructuredStore):
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._windows: dict[tuple[str, str], list[ChatMessage]] = {}
         self._audit_log: defaultdict[str, list[AuditEntry]] = defaultdict(list)
+        self._erased: dict[str, Tombstone] = {}  # tombstones by op key (or own id)
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         snap = self._snapshots.get(owner) or MemorySnapshot(owner=owner)
@@ -86,6 +95,19 @@ class InMemoryStructuredStore(StructuredStore):
         entries = [e for e in reversed(self._audit_log.get(owner, []))
                    if pending_id is None or e.pending_id == pending_id]
         return entries[:limit]
+
+    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
+                      ) -> Tombstone:
+        async with self._locks[owner]:
+            self._snapshots.pop(owner, None)
+            self._ops = {k for k in self._ops if k[0] != owner}
+            for key in [k for k in self._windows if k[0] == owner]:
+                del self._windows[key]
+            self._audit_log.pop(owner, None)
+            return self._erased.setdefault(op_key or tombstone.id, tombstone)
+
+    async def _tombstones(self, limit: int) -> list[Tombstone]:
+        return sorted(self._erased.values(), key=lambda t: t.at, reverse=True)[:limit]
 
 
 class _Row(NamedTuple):
@@ -203,6 +225,27 @@ class InMemoryVectorStore(VectorStore):
     async def count(self, owner: str) -> int:
         return len(self._rows.get(owner, {}))
 
+    async def _dump(self, owner: str) -> list[tuple[VectorMemory, list[float] | None]]:
+        return [(r.memory, None if r.vec is None else [float(x) for x in r.vec])
+                for r in self._rows.get(owner, {}).values()]
+
+    async def _restore(self, owner: str,
+                       items: Sequence[tuple[VectorMemory, list[float] | None]]) -> None:
+        async with self._locks[owner]:
+            rows = self._rows[owner]
+            for mem, vec in items:
+                rows[mem.id] = _Row(mem, None if vec is None else np.asarray(vec),
+                                    fold(mem.content))
+                _bump(self._df[owner], df_delta(None, mem.content))
+
+    async def _forget(self, owner: str) -> int:
+        async with self._locks[owner]:
+            gone = len(self._rows.pop(owner, {}))
+            self._df.pop(owner, None)
+            for key in [k for k in self._ops if k[0] == owner]:
+                del self._ops[key]
+            return gone
+
 
 def _bump(df: Counter[str], delta: Mapping[str, int]) -> None:
     """Apply a ``df_delta``, dropping the terms no memory has any more."""
@@ -212,3 +255,4 @@ def _bump(df: Counter[str], delta: Mapping[str, int]) -> None:
             df[t] = n
         else:
             del df[t]
+

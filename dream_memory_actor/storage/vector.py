@@ -100,6 +100,21 @@ class VectorStore(_Lifecycle, ABC):
     async def count(self, owner: str) -> int:
         """How many memories ``owner`` has."""
 
+    @abstractmethod
+    async def _dump(self, owner: str) -> builtins.list[tuple[VectorMemory, list[float] | None]]:
+        """Every memory of ``owner`` with its embedding (``None`` if it has none)."""
+
+    @abstractmethod
+    async def _restore(self, owner: str,
+                       items: Sequence[tuple[VectorMemory, list[float] | None]]) -> None:
+        """Insert ``items`` as they are (ids, times, metadata; no dedup) for an owner
+        that has no memories, atomically where the backend has transactions."""
+
+    @abstractmethod
+    async def _forget(self, owner: str) -> int:
+        """Delete the owner's memories, their embeddings, texts, term counts and
+        operation ids; return how many memories went. Safe to repeat."""
+
     # -- the public, validated API ------------------------------------------------
 
     async def store(
@@ -179,6 +194,58 @@ class VectorStore(_Lifecycle, ABC):
         stats = await self._term_stats(owners, found)
         kept, kept_weights = strongest_terms(found, term_weights(found, stats), stats)
         return kept, kept_weights, stats
+
+    async def dump(self, owner: str) -> builtins.list[tuple[VectorMemory, list[float] | None]]:
+        """Every memory of ``owner`` with its embedding, oldest first (for export)."""
+        items = await self._dump(check.owner_id(owner))
+        return sorted(items, key=lambda i: (i[0].created_at, i[0].id))
+
+    async def restore(self, owner: str,
+                      items: Sequence[tuple[VectorMemory, Sequence[float] | None]]) -> int:
+        """Insert exported memories as they were (ids, times, metadata, embeddings;
+        no dedup) into ``owner``, which must have none (``OwnerNotEmpty``). Every item
+        is checked (``check_restore``) before anything is written; how many were written."""
+        from ..errors import OwnerNotEmpty
+
+        checked = self.check_restore(owner, items)
+        if await self.count(owner):
+            raise OwnerNotEmpty(f"owner {owner!r} has memories already; forget it first")
+        if checked:
+            await self._restore(owner, checked)
+        return len(checked)
+
+    def check_restore(self, owner: str,
+                      items: Sequence[tuple[VectorMemory, Sequence[float] | None]]
+                      ) -> builtins.list[tuple[VectorMemory, list[float] | None]]:
+        """The items ``restore`` would write, checked; ``InvalidInput`` if one is not fit."""
+        import uuid
+
+        from ..errors import InvalidImport
+
+        check.owner_id(owner)
+        checked: builtins.list[tuple[VectorMemory, list[float] | None]] = []
+        seen: set[str] = set()
+        for mem, emb in items:
+            if mem.owner != owner:
+                raise InvalidImport(f"a memory of owner {mem.owner!r} among those of {owner!r}")
+            try:
+                uuid.UUID(mem.id)
+            except ValueError:
+                raise InvalidImport(f"memory id {mem.id!r} is not a UUID") from None
+            if mem.id in seen:
+                raise InvalidImport(f"memory id {mem.id!r} appears twice")
+            seen.add(mem.id)
+            text = check.content(mem.content, self.max_content_bytes)
+            meta = check.metadata(mem.metadata, self.limits)
+            vec = self._check_embedding(emb)
+            checked.append((mem.model_copy(update={"content": text, "metadata": meta,
+                                                   "has_embedding": vec is not None}), vec))
+        return checked
+
+    async def forget(self, owner: str) -> int:
+        """Remove ``owner``'s L2 layer (see ``StructuredStore.forget`` for the rest);
+        return how many memories went."""
+        return await self._forget(check.owner_id(owner))
 
     def _materialize(self, payload: Any) -> VectorMemory:
         """The memory a candidate's payload stands for (backends with raw rows override)."""

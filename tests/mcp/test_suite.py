@@ -31,7 +31,8 @@ SYSTEM = "test-mcp-suite"
 #: Every agent-facing operation has a tool (the table may only grow).
 REQUIRED = {"read_snapshot", "search", "store", "add_rule", "add_fact", "set_status",
             "delete_status", "delete_memory", "list_memories", "list_pending",
-            "confirm_pending", "reject_pending", "append_messages", "end_conversation", "audit"}
+            "confirm_pending", "reject_pending", "append_messages", "end_conversation", "audit",
+            "export_owner", "forget_owner"}
 
 Connect = Callable[[str | None], AbstractAsyncContextManager[Client]]
 
@@ -196,6 +197,23 @@ async def test_store_search_list_delete(target: Target) -> None:
         assert ok(await c.call_tool("list_memories", {"owner": who}))["memories"] == []
 
 
+async def test_export_and_forget_an_owner(target: Target) -> None:
+    who = _owner()
+    async with target.connect(None) as c:
+        ok(await c.call_tool("add_rule", {"owner": who, "content": "Reply in Chinese"}))
+        ok(await c.call_tool("store", {"owner": who, "content": "went live on Kubernetes"}))
+        lines = ok(await c.call_tool("export_owner", {"owner": who}))["lines"]
+        header = json.loads(lines[0])
+        assert header["owner"] == who and json.loads(lines[-1])["type"] == "end"
+        assert any(json.loads(line)["type"] == "memory" for line in lines)
+        tomb = ok(await c.call_tool("forget_owner", {"owner": who}))["tombstone"]
+        assert tomb["by"] == target.by and tomb["counts"]["memories"] == 1
+        assert tomb["counts"]["rules"] == 1 and who not in json.dumps(tomb)
+        snap = ok(await c.call_tool("read_snapshot", {"owner": who}))
+        assert snap["version"] == 0 and snap["rules"] == []
+        assert ok(await c.call_tool("list_memories", {"owner": who}))["memories"] == []
+
+
 async def test_conversation_extraction_pending_and_audit(target: Target) -> None:
     who = _owner()
     async with target.connect(None) as c:
@@ -274,6 +292,7 @@ async def test_a_token_reaches_its_owners_only(target: Target) -> None:
         ("append_messages", {"conversation": "c", "messages": [
             {"role": "user", "content": "From now on, answer in French."}]}),
         ("end_conversation", {"conversation": "c"}),
+        ("export_owner", {}), ("forget_owner", {}),
     ]
     assert {t for t, _ in calls} == {e.name for e in TOOLS}
     async with target.connect(NARROW) as c:

@@ -152,6 +152,19 @@ ALTER TABLE {s}.rules DROP CONSTRAINT rules_pkey, ADD PRIMARY KEY (owner_id, id)
 ALTER TABLE {s}.facts DROP CONSTRAINT facts_pkey, ADD PRIMARY KEY (owner_id, id);
 ALTER TABLE {s}.pending DROP CONSTRAINT pending_pkey, ADD PRIMARY KEY (owner_id, id);
 """),
+    (8, "tombstones of forgotten owners", """
+-- What erasing an owner leaves (storage/postgres/erase.py): no owner_id column, so
+-- no erasure finds it; op_key (a digest of owner and operation id) makes a retried
+-- erasure return its first tombstone.
+CREATE TABLE {s}.tombstones (
+    seq    bigserial PRIMARY KEY,
+    id     text NOT NULL UNIQUE,
+    op_key text UNIQUE,
+    actor  text NOT NULL,
+    at     timestamptz NOT NULL,
+    counts jsonb NOT NULL
+);
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

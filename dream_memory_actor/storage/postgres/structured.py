@@ -21,6 +21,7 @@ from ...models import (
     MemoryPendingItem,
     MemoryRule,
     MemorySnapshot,
+    Tombstone,
     utcnow,
 )
 from ...text import content_hash
@@ -285,6 +286,28 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                            by=r["actor"], at=r["at"], written=r["written"],
                            item=MemoryPendingItem.model_validate_json(r["item"]))
                 for r in rows]
+
+    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
+                      ) -> Tombstone:
+        from . import erase
+
+        s = self._s
+        async with self.backend.transaction() as conn:
+            for layer in ("l1", "l2"):  # no write of the owner runs meanwhile
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                                   _lock_key(s, layer, owner))
+            await erase.erase(conn, s, owner, await erase.owner_tables(conn, s))
+            await conn.execute("SELECT pg_notify($1, $2)", self.backend.channel,
+                               erase.forgotten(owner).encode())
+            return await erase.record(conn, s, tombstone, op_key)
+
+    async def _tombstones(self, limit: int) -> list[Tombstone]:
+        from .erase import from_row
+
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(f"""SELECT id, actor, at, counts FROM {self._s}.tombstones
+                                       ORDER BY seq DESC LIMIT $1""", limit)
+        return [from_row(r) for r in rows]
 
 
 def _messages(rows: Sequence[Any]) -> list[ChatMessage]:

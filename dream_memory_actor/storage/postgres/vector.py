@@ -294,9 +294,49 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                     ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3""", owner, limit, offset)
         return [_memory(r) for r in rows]
 
+    async def _dump(self, owner: str) -> list[tuple[VectorMemory, list[float] | None]]:
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(
+                f"""SELECT {MEMORY_COLUMNS}, embedding FROM {self._s}.memories
+                    WHERE owner_id = $1""", owner)
+        return [(_memory(r), None if r["embedding"] is None
+                 else [float(x) for x in r["embedding"].to_list()]) for r in rows]
+
+    async def _restore(self, owner: str,
+                       items: Sequence[tuple[VectorMemory, list[float] | None]]) -> None:
+        s = self._s
+        async with self.backend.transaction() as conn:
+            await self._lock_owner(conn, owner)
+            await conn.executemany(
+                f"""INSERT INTO {s}.memories (id, owner_id, content, content_hash,
+                        metadata, embedding, embedding_dim, created_at, updated_at)
+                    VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9)""",
+                [(uuid.UUID(m.id), owner, m.content, content_hash(m.content),
+                  json.dumps(m.metadata), vec, None if vec is None else self.dim,
+                  m.created_at, m.updated_at) for m, vec in items])
+            await conn.executemany(
+                f"""INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
+                    VALUES ($1, $2, $3, $4)""",
+                [(uuid.UUID(m.id), owner, fold(m.content), m.updated_at) for m, _ in items])
+            await add_memories(conn, s, owner, len(items))
+            await add_terms(conn, s, owner, term_delta(added=[m.content for m, _ in items]))
+
+    async def _forget(self, owner: str) -> int:
+        from .erase import L2_TABLES, erase
+
+        async with self.backend.transaction() as conn:
+            await self._lock_owner(conn, owner)
+            gone = await self._count_in(conn, owner)
+            await erase(conn, self._s, owner, L2_TABLES)
+            await conn.execute(f"""DELETE FROM {self._s}.applied_ops
+                                   WHERE owner_id = $1 AND kind NOT IN ('l1', 'l3')""", owner)
+        return gone
+
+    async def _count_in(self, conn: Any, owner: str) -> int:
+        n = await conn.fetchval(
+            f"SELECT memories FROM {self._s}.owner_memory_counts WHERE owner_id = $1", owner)
+        return int(n or 0)
+
     async def count(self, owner: str) -> int:
         async with self.backend.connection() as conn:
-            n = await conn.fetchval(
-                f"SELECT memories FROM {self._s}.owner_memory_counts WHERE owner_id = $1",
-                owner)
-        return int(n or 0)
+            return await self._count_in(conn, owner)

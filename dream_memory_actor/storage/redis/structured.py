@@ -57,6 +57,7 @@ from ...models import (
     MemoryPendingItem,
     MemoryRule,
     MemorySnapshot,
+    Tombstone,
     utcnow,
 )
 from ..base import StructuredStore
@@ -345,6 +346,24 @@ class RedisStructuredStore(StructuredStore):
                 raw = await self._audit_script([k.l1_audit_ids(owner)],
                                                [limit, k.l1_audit_prefix(owner)])
         return [AuditEntry.model_validate_json(r) for r in raw if r is not None]
+
+    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
+                      ) -> Tombstone:
+        from ..erasure import forgotten
+        from . import erase
+
+        async with self._locks.hold(owner):
+            with translate("forget"):
+                await erase.erase(self._r, self._keys.owner(owner))
+                recorded = await erase.record(self._r, self._keys.prefix, tombstone, op_key)
+                await self._r.publish(self._channel, forgotten(owner).encode())
+                return recorded
+
+    async def _tombstones(self, limit: int) -> list[Tombstone]:
+        from .erase import recorded
+
+        with translate("tombstones"):
+            return await recorded(self._r, self._keys.prefix, limit)
 
 
 def _chat(raw: Sequence[bytes]) -> list[ChatMessage]:

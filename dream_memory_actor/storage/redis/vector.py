@@ -279,6 +279,58 @@ class RedisVectorStore(VectorStore):
         with translate("count"):
             return int(await self._r.zcard(self._keys.l2_ids(owner)))
 
+    async def _dump(self, owner: str) -> list[tuple[VectorMemory, list[float] | None]]:
+        with translate("export"):
+            rows = await self._rows(self._r, owner)
+        return [(r.memory, None if r.vec is None else [float(x) for x in r.vec])
+                for r in rows.rows.values()]
+
+    async def _restore(self, owner: str,
+                       items: Sequence[tuple[VectorMemory, list[float] | None]]) -> None:
+        from collections import Counter
+
+        from redis.exceptions import WatchError
+
+        k = self._keys
+        counts: Counter[str] = Counter()
+        for mem, _ in items:
+            counts.update(df_delta(None, mem.content))
+        async with self._locks.hold(owner):
+            with translate("import"):
+                for _ in range(MAX_TX_ATTEMPTS):
+                    async with self._r.pipeline(transaction=True) as pipe:
+                        try:
+                            await pipe.watch(k.l2_version(owner))
+                        except WatchError:
+                            continue
+                        pipe.multi()
+                        for mem, vec in items:
+                            self._queue_write(pipe, make_row(
+                                mem, None if vec is None else np.asarray(vec, dtype=np.float64)),
+                                is_new=True)
+                        df.queue_rebuild(pipe, k.l2_df(owner), counts, len(items))
+                        pipe.set(k.l2_version(owner), _token())
+                        try:
+                            await pipe.execute()
+                        except WatchError as exc:
+                            if lost_connection(exc):
+                                raise commit_lost(exc) from exc
+                            continue
+                    self._cache.drop(owner)
+                    return
+        raise BackendError(f"owner {owner!r}: too many concurrent writers, import gave up")
+
+    async def _forget(self, owner: str) -> int:
+        from .erase import erase
+
+        k = self._keys
+        async with self._locks.hold(owner):
+            with translate("forget"):
+                gone = int(await self._r.zcard(k.l2_ids(owner)))
+                await erase(self._r, k.l2_doc_prefix(owner), k.owner(owner) + "l2:")
+            self._cache.drop(owner)
+        return gone
+
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
         k = self._keys
         docs, counts = 0, [0] * len(terms)

@@ -1,0 +1,78 @@
+"""``dream-memory forget|export|import``: an owner's data as a whole.
+
+Like the other commands on one owner they open the configured storage in this process
+(``DREAM_MEMORY_*`` settings), or go through a running memory system when one is named
+(``--system``, ``DREAM_MEMORY_SYSTEM``), so the owner's actor applies them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import cli_route
+from .cli_common import default_by, emit, json_option, memory_options, with_memory
+
+if TYPE_CHECKING:
+    from .cli_common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
+    """Add ``forget``, ``export`` and ``import`` to ``sub``."""
+    forget = sub.add_parser(
+        "forget", parents=memory_options(),
+        help="erase everything of an owner (rules, facts, status, pending items, memories, "
+             "chat windows, audit trail); leaves a tombstone without the owner's id")
+    forget.add_argument("--yes", action="store_true",
+                        help="really erase (required: there is no undo)")
+    forget.add_argument("--by", default=default_by(),
+                        help="who asks for the erasure (default: the login name)")
+    forget.set_defaults(run=_forget)
+
+    export = sub.add_parser("export", parents=memory_options(),
+                            help="write an owner's data to a JSON Lines file")
+    export.add_argument("--output", required=True, help="the file to write ('-': stdout)")
+    export.set_defaults(run=_export)
+
+    imp = sub.add_parser("import", parents=[json_option(), cli_route.route_options()],
+                         help="read an export file into its owner, which must be empty")
+    imp.add_argument("--input", required=True, help="the file to read ('-': stdin)")
+    imp.set_defaults(run=_import)
+
+
+def _forget(args: argparse.Namespace) -> int:
+    if not args.yes:
+        print(f"error: forgetting {args.owner!r} erases all of its data for good; "
+              "add --yes to do it", file=sys.stderr)
+        return 2
+    tomb = with_memory(args, lambda memory: memory.forget(args.owner, args.by))
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(tomb.counts.items()))
+    emit(args, tomb.model_dump(mode="json"),
+         f"forgot {args.owner} ({counts}); tombstone {tomb.id}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    lines = with_memory(args, lambda memory: memory.export(args.owner))
+    text = "".join(line + "\n" for line in lines)
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    Path(args.output).write_text(text, encoding="utf-8")
+    emit(args, {"owner": args.owner, "records": len(lines) - 2, "output": args.output},
+         f"exported {args.owner}: {len(lines) - 2} record(s) to {args.output}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from .portability import parse
+
+    raw = sys.stdin.read() if args.input == "-" else Path(args.input).read_text("utf-8")
+    lines = raw.splitlines()
+    owner = parse(lines).owner
+    counts = with_memory(args, lambda memory: memory.import_document(owner, lines))
+    text = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    emit(args, {"owner": owner, "counts": counts}, f"imported {owner}: {text}")
+    return 0

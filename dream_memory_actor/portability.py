@@ -1,0 +1,256 @@
+"""Export an owner to a JSON Lines document, and import it on any backend.
+
+The document is versioned and self-describing, one JSON object a line::
+
+    {"type": "header", "format": "dream-memory-export", "version": 1, "owner": "alice",
+     "exported_at": "...", "embedding_model": "local:multilingual-e5-small", "dim": 384}
+    {"type": "rule", "owner": "alice", "item": {"id": ..., "content": ..., ...}}
+    {"type": "fact" | "pending" | "audit", "owner": "alice", "item": {...}}
+    {"type": "status", "owner": "alice", "key": ..., "value": ..., "expires_at": ...}
+    {"type": "memory", "owner": "alice", "item": {...}, "embedding": [...] | null}
+    {"type": "end", "counts": {"rule": 2, ...}}
+
+Every record names its owner, and an import refuses a record of another owner than
+the header's: a document cannot write into someone else's memory. The closing
+``end`` record counts the records, so a truncated file is refused too. Everything is
+checked before anything is written, and the target owner must be empty (forget it
+first). Ids, times, sources and metadata are kept; embeddings are kept when the
+importing system uses the model that made them, and made again otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from . import validation as check
+from .errors import InvalidImport, OwnerNotEmpty
+from .models import (
+    AuditEntry,
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    VectorMemory,
+    utcnow,
+)
+from .storage.ops import AddAudit, AddFact, AddPending, AddRule, L1Op, SetStatus
+
+if TYPE_CHECKING:
+    from .engine import MemoryEngine
+
+FORMAT = "dream-memory-export"
+VERSION = 1
+#: The longest line an import reads (a memory of 32 KiB with a 1,536-dim embedding
+#: fits several times over).
+MAX_LINE_BYTES = 4 * 1024 * 1024
+
+_ITEMS: dict[str, type[Any]] = {"rule": MemoryRule, "fact": MemoryFact,
+                               "pending": MemoryPendingItem, "audit": AuditEntry,
+                               "memory": VectorMemory}
+
+
+async def export_owner(engine: MemoryEngine, owner: str) -> list[str]:
+    """The export document of ``owner``, line by line (no trailing newlines)."""
+    check.owner_id(owner)
+    snap = await engine.structured.load(owner)
+    audit = await engine.structured._audit(owner, 2**31 - 1, None)
+    memories = await engine.vector.dump(owner)
+    records: list[dict[str, Any]] = []
+    records += [{"type": "rule", "item": r.model_dump(mode="json")} for r in snap.rules]
+    records += [{"type": "fact", "item": f.model_dump(mode="json")} for f in snap.facts]
+    for key, value in snap.status.items():
+        expires = snap.status_expires_at.get(key)
+        records.append({"type": "status", "key": key, "value": value,
+                        "expires_at": None if expires is None else expires.isoformat()})
+    records += [{"type": "pending", "item": p.model_dump(mode="json")} for p in snap.pending]
+    records += [{"type": "audit", "item": e.model_dump(mode="json")}
+                for e in reversed(audit)]  # oldest first, as they were written
+    records += [{"type": "memory", "item": m.model_dump(mode="json"), "embedding": emb}
+                for m, emb in memories]
+    header = {"type": "header", "format": FORMAT, "version": VERSION, "owner": owner,
+              "exported_at": utcnow().isoformat(),
+              "embedding_model": _model(engine),
+              "dim": engine.vector.dim}
+    counts = Counter(r["type"] for r in records)
+    lines = [json.dumps(header, ensure_ascii=False)]
+    lines += [json.dumps({"type": r["type"], "owner": owner,
+                          **{k: v for k, v in r.items() if k != "type"}}, ensure_ascii=False)
+              for r in records]
+    lines.append(json.dumps({"type": "end", "counts": dict(sorted(counts.items()))}))
+    return lines
+
+
+class _Document:
+    """A parsed, checked export document."""
+
+    def __init__(self, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
+        self.header = header
+        self.owner: str = header["owner"]
+        self.records = records
+
+    def items(self, kind: str) -> list[Any]:
+        return [r["item"] for r in self.records if r["type"] == kind]
+
+
+def parse(lines: Iterable[str | bytes]) -> _Document:
+    """Read and check a document: format, version, every record's owner and shape."""
+    header: dict[str, Any] | None = None
+    records: list[dict[str, Any]] = []
+    end: dict[str, Any] | None = None
+    for n, raw in enumerate(lines, 1):
+        if len(raw) > MAX_LINE_BYTES:
+            raise InvalidImport(f"line {n} is longer than {MAX_LINE_BYTES} bytes")
+        text = raw.decode("utf-8", "strict") if isinstance(raw, bytes) else raw
+        if not text.strip():
+            continue
+        if end is not None:
+            raise InvalidImport(f"line {n}: a record after the end record")
+        try:
+            rec = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidImport(f"line {n} is not JSON: {exc}") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+            raise InvalidImport(f"line {n} is not a record (an object with a type)")
+        if header is None:
+            header = _header(rec)
+            continue
+        if rec["type"] == "end":
+            end = rec
+            continue
+        records.append(_record(rec, header["owner"], n))
+    if header is None:
+        raise InvalidImport("the document is empty: no header")
+    if end is None:
+        raise InvalidImport("the document has no end record: it may be truncated")
+    counts = dict(Counter(r["type"] for r in records))
+    if end.get("counts") != dict(sorted(counts.items())):
+        raise InvalidImport(f"the end record counts {end.get('counts')!r}, the document "
+                            f"holds {counts!r}: it is incomplete")
+    return _Document(header, records)
+
+
+def _header(rec: dict[str, Any]) -> dict[str, Any]:
+    if rec.get("type") != "header" or rec.get("format") != FORMAT:
+        raise InvalidImport(f"not a {FORMAT} document (the first line is not its header)")
+    if rec.get("version") != VERSION:
+        raise InvalidImport(f"export version {rec.get('version')!r} is not supported "
+                            f"(this library reads version {VERSION})")
+    check.owner_id(rec.get("owner"))
+    dim = rec.get("dim")
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+        raise InvalidImport(f"invalid embedding dimension {dim!r} in the header")
+    return rec
+
+
+def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
+    kind = rec["type"]
+    if rec.get("owner") != owner:
+        raise InvalidImport(f"line {n}: a record of owner {rec.get('owner')!r} in the "
+                            f"document of {owner!r}")
+    if kind == "status":
+        try:
+            expires = rec.get("expires_at")
+            at = None if expires is None else datetime.fromisoformat(expires)
+        except (TypeError, ValueError):
+            raise InvalidImport(f"line {n}: invalid expires_at") from None
+        if not isinstance(rec.get("key"), str) or not isinstance(rec.get("value"), str):
+            raise InvalidImport(f"line {n}: a status record needs a key and a value")
+        return {"type": kind, "key": rec["key"], "value": rec["value"], "expires_at": at}
+    model = _ITEMS.get(kind)
+    if model is None:
+        raise InvalidImport(f"line {n}: unknown record type {kind!r}")
+    try:
+        item = model.model_validate(rec.get("item"))
+    except ValidationError as exc:
+        raise InvalidImport(f"line {n}: invalid {kind}: {exc.errors()[0]['msg']}") from None
+    out = {"type": kind, "item": item}
+    if kind == "memory":
+        if item.owner != owner:
+            raise InvalidImport(f"line {n}: a memory of owner {item.owner!r}")
+        emb = rec.get("embedding")
+        if emb is not None and not (isinstance(emb, list)
+                                    and all(isinstance(x, (int, float)) for x in emb)):
+            raise InvalidImport(f"line {n}: the embedding is not a list of numbers")
+        out["embedding"] = emb
+    return out
+
+
+async def import_owner(engine: MemoryEngine, lines: Iterable[str | bytes]) -> dict[str, int]:
+    """Import a document into its owner, which must be empty; how many of each kind
+    were written. Nothing is written when the document or the owner is refused."""
+    doc = parse(lines)
+    owner = doc.owner
+    embeddings = await _embeddings(engine, doc)
+    snap = await engine.structured.load(owner)
+    if snap.version or await engine.vector.count(owner):
+        raise OwnerNotEmpty(f"owner {owner!r} holds data already; forget it first")
+    st = engine.structured
+    # Checked as one batch first (content limits, ids): a refusal writes nothing.
+    ops: list[tuple[datetime, L1Op]] = []
+    ops += [(r.created_at, AddRule(r.content, r.source, r.id)) for r in doc.items("rule")]
+    ops += [(f.created_at, AddFact(f.content, f.source, f.id)) for f in doc.items("fact")]
+    ops += [(p.created_at, AddPending(p)) for p in doc.items("pending")]
+    if ops:
+        check.ops([op for _, op in ops], st.max_content_bytes, st.limits)
+    now = utcnow()
+    status = [r for r in doc.records if r["type"] == "status"
+              and (r["expires_at"] is None or r["expires_at"] > now)]
+    status_ops = [SetStatus(r["key"], r["value"], None if r["expires_at"] is None
+                            else (r["expires_at"] - now).total_seconds()) for r in status]
+    if status_ops:
+        check.ops(status_ops, st.max_content_bytes, st.limits)
+    audit = [check.audit_entry(e, st.max_content_bytes) for e in doc.items("audit")]
+    memories = engine.vector.check_restore(
+        owner, list(zip(doc.items("memory"), embeddings, strict=True)))
+    # Each item is applied at the time it was made, so its created_at is kept.
+    for at, op in sorted(ops, key=lambda t: t[0]):
+        await st.apply(owner, [op], now=at)
+    if status_ops:
+        await st.apply(owner, status_ops, now=now)
+    if audit:  # the decisions as they were taken (``apply`` refuses to write audit entries)
+        await st._apply(owner, [AddAudit(e) for e in audit], now, None)
+    written = await engine.vector.restore(owner, memories)
+    counts = Counter(r["type"] for r in doc.records)
+    counts["status"] = len(status_ops)
+    counts["memory"] = written
+    return dict(sorted(counts.items()))
+
+
+async def _embeddings(engine: MemoryEngine, doc: _Document) -> list[list[float] | None]:
+    """The embeddings to store: the exported ones when this engine uses the model that
+    made them, made again when it uses another, none without an embedder."""
+    mems = doc.items("memory")
+    given = [r.get("embedding") for r in doc.records if r["type"] == "memory"]
+    if doc.header.get("embedding_model") == _model(engine):
+        dim = engine.vector.dim
+        for mem, emb in zip(mems, given, strict=True):
+            if emb is not None and len(emb) != dim:
+                raise InvalidImport(f"memory {mem.id}: an embedding of {len(emb)} dimensions "
+                                    f"for a store of {dim}")
+        return [None if e is None else [float(x) for x in e] for e in given]
+    if engine.embedder is None:
+        return [None] * len(mems)
+    out: list[list[float] | None] = []
+    for start in range(0, len(mems), _EMBED_BATCH):
+        out += await engine.embedder.embed([m.content for m in mems[start:start + _EMBED_BATCH]])
+    return out
+
+
+def _model(engine: MemoryEngine) -> str | None:
+    """The name of the model that makes this engine's embeddings (``None``: given ones)."""
+    return engine.settings.embedding_model if engine.embedder is not None else None
+
+
+#: Memories embedded per call when an import re-embeds.
+_EMBED_BATCH = 64
+
+
+def write_lines(lines: Iterable[str]) -> Iterator[str]:
+    """The lines with their newlines, for writing to a file."""
+    for line in lines:
+        yield line + "\n"

@@ -1,0 +1,151 @@
+"""Export and import: a round trip between every pair of backends, and bad documents."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.errors import InvalidContent, InvalidImport, InvalidOwnerId, OwnerNotEmpty
+from dream_memory_actor.models import MemoryPendingItem, utcnow
+from dream_memory_actor.portability import export_owner, import_owner
+from dream_memory_actor.storage.ops import AddPending, SetStatus
+from tests.conftest import BACKENDS, DIM, make_stores
+
+OWNER = "porter"
+
+
+def vec(i: int) -> list[float]:
+    return [1.0 if j == i % DIM else 0.1 for j in range(DIM)]
+
+
+def engine_on(stores, **settings: object) -> MemoryEngine:  # type: ignore[no-untyped-def]
+    return MemoryEngine(MemorySettings(backend="memory", **settings), stores.structured,
+                        stores.vector)
+
+
+async def fill(engine: MemoryEngine) -> None:
+    s, v = engine.structured, engine.vector
+    await s.add_rule(OWNER, "Reply in Chinese")
+    await s.add_fact(OWNER, "The user is a Java developer 用户是 Java 开发者")
+    await s.apply(OWNER, [SetStatus("project", "dream-saas"),
+                          SetStatus("sprint", "42", ttl_s=3600)])
+    waiting = MemoryPendingItem(kind="fact", content="Likes green tea", confidence=0.6,
+                                evidence="I like green tea")
+    decided = MemoryPendingItem(kind="rule", content="Look at security first", confidence=0.7)
+    await s.apply(OWNER, [AddPending(waiting), AddPending(decided)])
+    await s.decide(OWNER, decided.id, "confirmed", "reviewer", edited="Security first")
+    old = utcnow() - timedelta(days=40)
+    await v.store(OWNER, "went live on Kubernetes with helm", embedding=vec(1),
+                  metadata={"agent": "deploy"}, now=old)
+    await v.store(OWNER, "上线了新的部署流程", embedding=vec(2), metadata={"lang": "zh"})
+    await v.store(OWNER, "keyword only memory")  # no embedding
+
+
+def comparable(snap):  # type: ignore[no-untyped-def]
+    return (snap.rules, snap.facts, dict(snap.status), snap.pending)
+
+
+@pytest.mark.parametrize("target", BACKENDS)
+async def test_round_trip(stores, request: pytest.FixtureRequest, target: str) -> None:  # type: ignore[no-untyped-def]
+    source = engine_on(stores)
+    await fill(source)
+    lines = await export_owner(source, OWNER)
+    assert json.loads(lines[0])["format"] == "dream-memory-export"
+
+    other = await make_stores(target, request)
+    try:
+        dest = engine_on(other)
+        counts = await import_owner(dest, lines)
+        assert counts == {"audit": 1, "fact": 1, "memory": 3, "pending": 1, "rule": 2,
+                          "status": 2}
+        a, b = await source.structured.load(OWNER), await dest.structured.load(OWNER)
+        assert comparable(a) == comparable(b)
+        assert await source.structured.audit(OWNER) == await dest.structured.audit(OWNER)
+        assert await source.vector.list(OWNER) == await dest.vector.list(OWNER)
+        for query, emb in (("Kubernetes helm deploy", vec(1)), ("部署", vec(2)),
+                           ("keyword memory", None)):
+            now = utcnow()
+            ha = await source.vector.search(OWNER, query, embedding=emb, now=now)
+            hb = await dest.vector.search(OWNER, query, embedding=emb, now=now)
+            assert [(h.memory.id, round(h.score, 6)) for h in ha] == [
+                (h.memory.id, round(h.score, 6)) for h in hb]
+        # an import never writes over what is there
+        with pytest.raises(OwnerNotEmpty):
+            await import_owner(dest, lines)
+        # and the imported owner exports the same document, but for its time stamp
+        again = [json.loads(line) for line in (await export_owner(dest, OWNER))[1:]]
+        first = [json.loads(line) for line in lines[1:]]
+        # (PostgreSQL keeps embeddings in single precision)
+        for a_rec, b_rec in zip(first, again, strict=True):
+            ea, eb = a_rec.pop("embedding", None), b_rec.pop("embedding", None)
+            assert a_rec == b_rec
+            assert (ea is None) == (eb is None)
+            if ea is not None:
+                assert max(abs(x - y) for x, y in zip(ea, eb, strict=True)) < 1e-6
+    finally:
+        await other.structured.close()
+        await other.vector.close()
+
+
+def doc(lines: list[str], i: int, **change: object) -> list[str]:
+    rec = json.loads(lines[i])
+    rec.update(change)
+    return [*lines[:i], json.dumps(rec), *lines[i + 1:]]
+
+
+async def test_bad_documents_write_nothing(stores) -> None:  # type: ignore[no-untyped-def]
+    source = engine_on(stores)
+    await fill(source)
+    lines = await export_owner(source, OWNER)
+    target = await make_stores("memory", None)  # type: ignore[arg-type]
+    dest = engine_on(target)
+    mem_line = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "memory")
+    rule_line = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "rule")
+    forged = json.loads(lines[mem_line])
+    forged["item"]["owner"] = "victim"
+    bad = {
+        "unknown version": doc(lines, 0, version=99),
+        "not an export": doc(lines, 0, format="something-else"),
+        "forged owner in a record": doc(lines, rule_line, owner="victim"),
+        "forged owner in a memory": [*lines[:mem_line], json.dumps(forged),
+                                     *lines[mem_line + 1:]],
+        "wrong dimension": doc(lines, mem_line, embedding=[0.5] * (DIM + 1)),
+        "truncated": lines[:-2],
+        "no end": lines[:-1],
+        "unknown record": [*lines[:-1], json.dumps({"type": "x", "owner": OWNER}), lines[-1]],
+        "not json": [lines[0], "{nope", *lines[1:]],
+        "empty": [],
+        "oversized content": doc(lines, rule_line, item={
+            **json.loads(lines[rule_line])["item"], "content": "x" * 40_000}),
+    }
+    for name, document in bad.items():
+        with pytest.raises(InvalidContent if name == "oversized content" else InvalidImport):
+            await import_owner(dest, document)
+        assert (await target.structured.load(OWNER)).version == 0, name
+        assert await target.vector.count(OWNER) == 0, name
+    with pytest.raises(InvalidOwnerId):
+        await import_owner(dest, doc(lines, 0, owner="{bad}"))
+
+
+async def test_import_re_embeds_for_another_model(stores) -> None:  # type: ignore[no-untyped-def]
+    source = engine_on(stores)
+    await fill(source)
+    lines = doc(await export_owner(source, OWNER), 0, embedding_model="some-other-model")
+
+    class Embedder:
+        hits = misses = 0
+        calibration = None
+
+        async def embed(self, texts):  # type: ignore[no-untyped-def]
+            return [vec(7) for _ in texts]
+
+    target = await make_stores("memory", None)  # type: ignore[arg-type]
+    dest = MemoryEngine(MemorySettings(backend="memory", embedding_model="mine"),
+                        target.structured, target.vector, Embedder())  # type: ignore[arg-type]
+    await import_owner(dest, lines)
+    dumped = await target.vector.dump(OWNER)
+    assert [e for _, e in dumped] == [vec(7)] * 3
