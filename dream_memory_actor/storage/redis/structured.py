@@ -11,6 +11,7 @@ Keys of owner ``o`` (prefix ``p``)::
     p:{o}:l1:au         list    pending ids that have an audit entry, newest first
     p:{o}:l1:ad:<pid>   string  JSON of the audit entry of pending item <pid>
     p:{o}:l3:w:<conv>   list    JSON of the messages in the window of <conv>, oldest first
+    p:{o}:l1:hx, p:{o}:l1:sh:<key>, p:{o}:l1:shk    the history (see ``history``)
 
 None of these is a hash: the search module indexes every hash under ``p:{``.
 
@@ -61,6 +62,7 @@ from ...models import (
 )
 from ..base import StructuredStore
 from ..changes import Change, ChangeCallback, Feeds, Unwatch
+from ...history import HistoryLog, ItemVersion, StatusChange
 from ..ops import AddAudit, L1Op, apply_ops
 from .common import (
     MAX_TX_ATTEMPTS,
@@ -74,6 +76,7 @@ from .common import (
     translate,
 )
 from .feed import RedisChangeFeed, channel_name
+from .history import RedisHistory, queue_history
 
 # KEYS: document, status key set, pending id list. ARGV[1]: the owner's key prefix.
 # Reply: {doc or false, n_status, key1, entry1, ..., id1, item1, ...}. The entry
@@ -133,6 +136,7 @@ class RedisStructuredStore(StructuredStore):
         self._audit_script = client.register_script(_AUDIT)
         self._channel = channel_name(prefix)
         self._feeds = Feeds()
+        self._history = RedisHistory(client, self._keys)
 
     async def close(self) -> None:
         if not self._closed:
@@ -182,9 +186,12 @@ class RedisStructuredStore(StructuredStore):
                             continue  # the connection dropped before any write: again
                         if seen:
                             return current.live(now)  # a retry of an applied operation
-                        new = apply_ops(current, ops, now, self.limits.status_keys)  # raises first
+                        log = HistoryLog()
+                        new = apply_ops(current, ops, now, self.limits.status_keys,
+                                        log)  # raises first
                         pipe.multi()
                         self._write(pipe, owner, current, new)
+                        queue_history(pipe, k, owner, log, self.limits.status_history)
                         self._write_audit(pipe, owner, audits, audited)
                         if op_id is not None:
                             pipe.set(k.l1_op(owner, op_id), _ms(now), ex=OP_ID_RETENTION_S)
@@ -263,6 +270,14 @@ class RedisStructuredStore(StructuredStore):
         pipe.delete(k.l1_pending_ids(owner))
         if new.pending:
             pipe.rpush(k.l1_pending_ids(owner), *(p.id for p in new.pending))
+
+    async def _item_history(self, owner: str) -> list[ItemVersion]:
+        with translate("history"):
+            return await self._history.closed(owner)
+
+    async def _status_history(self, owner: str, key: str | None) -> list[StatusChange]:
+        with translate("status_history"):
+            return await self._history.status(owner, key)
 
     # -- L3 chat window and audit trail ----------------------------------------------
 
