@@ -37,6 +37,7 @@ from ..models import (
 )
 from ..storage.ops import L1Op
 from .follow import Follower
+from .history import HolderHistory
 from .owner import OwnerMemory
 from .placement import parse_read_task_name
 from .spec import SystemSpec, open_owner_engine
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 SnapshotReply = list[Any]
 
 
-class OwnerHolder(abc.ABC):
+class OwnerHolder(HolderHistory, abc.ABC):
     """What the two kinds of owner-holding actors share: the engine and the calls."""
 
     def __init__(self, spec: SystemSpec) -> None:
@@ -153,7 +154,7 @@ class OwnerHolder(abc.ABC):
             deleted: bool = await mem.delete(memory_id)
             return deleted
 
-    async def ping(self) -> None:  # noqa: B027 - a real no-op, not a hook
+    async def ping(self) -> None:
         """A no-op (benchmarks compare against it; the registry probes with it)."""
 
     # -- extraction and the L3 chat window ------------------------------------------------

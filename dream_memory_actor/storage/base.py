@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import ClassVar, TypeVar
 
 from .. import validation as check
+from ..errors import ItemNotFound
 from ..models import (
     AuditAction,
     AuditEntry,
@@ -30,7 +31,6 @@ from ..models import (
     MemorySnapshot,
     utcnow,
 )
-from ..errors import ItemNotFound
 from .changes import ChangeCallback, Unwatch, no_feed
 from .history import HistoryReads
 from .lifecycle import DEFAULT_MAX_CONTENT_BYTES, _Lifecycle

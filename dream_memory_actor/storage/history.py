@@ -14,7 +14,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from .. import validation as check
 from ..errors import DuplicateId, InvalidQuery, ItemNotFound, ItemSuperseded, SupersessionCycle
@@ -22,9 +21,6 @@ from ..history import ItemHistory, ItemVersion, StatusChange, ancestors, as_of, 
 from ..models import MemoryFact, MemoryRule, MemorySnapshot, utcnow
 from ..text import content_hash
 from .ops import L1Op, Supersede
-
-if TYPE_CHECKING:
-    pass
 
 
 class HistoryReads(ABC):
@@ -120,7 +116,8 @@ class HistoryReads(ABC):
 def new_item(snap: MemorySnapshot, text: str) -> MemoryRule | MemoryFact:
     """The current rule (else fact) of ``snap`` with the text ``text``."""
     h = content_hash(text)
-    for item in (*snap.rules, *snap.facts):
+    items: list[MemoryRule | MemoryFact] = [*snap.rules, *snap.facts]
+    for item in items:
         if content_hash(item.content) == h:
             return item
     raise ItemNotFound("the new item was superseded or removed before this retry answered")

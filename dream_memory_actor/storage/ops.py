@@ -11,19 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TypeVar, Union
+from typing import Any, Union
 
 from ..errors import (
     DuplicateId,
     FactNotFound,
     InvalidContent,
-    ItemNotFound,
-    SupersessionCycle,
     InvalidStatusKey,
+    ItemNotFound,
     PendingItemNotFound,
     RuleNotFound,
+    SupersessionCycle,
     UnknownStatusKey,
 )
+from ..history import HistoryLog, ItemKind, StatusChange, closed_version
 from ..models import (
     AuditEntry,
     FrozenMap,
@@ -34,7 +35,6 @@ from ..models import (
     new_epoch,
     new_id,
 )
-from ..history import HistoryLog, ItemKind, StatusChange, closed_version
 from ..text import content_hash
 
 
@@ -232,11 +232,8 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
     )
 
 
-_Item = TypeVar("_Item", MemoryRule, MemoryFact)
-
-
-def supersede_in(owner: str, kind: ItemKind, items: list[_Item], op: Supersede,
-                 now: datetime, log: HistoryLog | None) -> list[_Item]:
+def supersede_in(owner: str, kind: ItemKind, items: Sequence[MemoryRule | MemoryFact],
+                 op: Supersede, now: datetime, log: HistoryLog | None) -> list[Any]:
     """``items`` (the owner's current rules, or facts) after ``op``; the closed item is
     appended to ``log``. Every backend's supersession is this function."""
     old = next((i for i in items if i.id == op.item_id), None)
@@ -247,14 +244,14 @@ def supersede_in(owner: str, kind: ItemKind, items: list[_Item], op: Supersede,
         raise InvalidContent(f"the new content of {kind} {op.item_id!r} is its current content")
     if op.id == op.item_id:
         raise SupersessionCycle(f"{kind} {op.item_id!r} cannot supersede itself")
-    kept = [i for i in items if i.id != old.id]
+    kept: list[MemoryRule | MemoryFact] = [i for i in items if i.id != old.id]
     target = next((i for i in kept if content_hash(i.content) == h), None)
     if target is None:
         new_item_id = op.id or new_id()
         _unused_id(owner, kind, new_item_id, kept)
         cls = MemoryRule if kind == "rule" else MemoryFact
         target = cls(id=new_item_id, content=op.content, source=op.source, created_at=now)
-        kept.append(target)  # type: ignore[arg-type]
+        kept.append(target)
     if log is not None:
         log.closed.append(closed_version(kind, old, now, target.id, op.by, op.reason))
     return kept

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ...history import HistoryLog, ItemKind, ItemVersion, StatusChange
-from ...models import MemorySnapshot
+from ...models import MemoryFact, MemoryRule, MemorySnapshot
 from ...text import content_hash
 from ..ops import Supersede, supersede_in
 
@@ -27,7 +27,7 @@ async def supersede(conn: Any, schema: str, snap: MemorySnapshot, op: Supersede,
     s = schema
     owner = snap.owner
     kind: ItemKind = "rule" if any(r.id == op.item_id for r in snap.rules) else "fact"
-    items = list(snap.rules if kind == "rule" else snap.facts)
+    items: list[MemoryRule | MemoryFact] = [*(snap.rules if kind == "rule" else snap.facts)]
     log = HistoryLog()
     after = supersede_in(owner, kind, items, op, now, log)  # raises before any write
     closed = log.closed[0]

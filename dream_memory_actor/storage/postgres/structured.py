@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ...errors import FactNotFound, PendingItemNotFound, RuleNotFound, UnknownStatusKey
+from ...history import ItemVersion, StatusChange
 from ...models import (
     AuditEntry,
     ChatMessage,
@@ -23,7 +24,6 @@ from ...models import (
     MemorySnapshot,
     utcnow,
 )
-from ...history import ItemVersion, StatusChange
 from ...text import content_hash
 from ..base import StructuredStore
 from ..changes import Change, ChangeCallback, Unwatch

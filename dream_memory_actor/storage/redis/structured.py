@@ -50,6 +50,7 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import BackendError, BackendUnavailable
+from ...history import HistoryLog, ItemVersion, StatusChange
 from ...models import (
     AuditEntry,
     ChatMessage,
@@ -62,7 +63,6 @@ from ...models import (
 )
 from ..base import StructuredStore
 from ..changes import Change, ChangeCallback, Feeds, Unwatch
-from ...history import HistoryLog, ItemVersion, StatusChange
 from ..ops import AddAudit, L1Op, apply_ops
 from .common import (
     MAX_TX_ATTEMPTS,
