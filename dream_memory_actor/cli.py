@@ -22,9 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the multi-agent demo on the embedded default")
     demo.set_defaults(run_demo=True)
-    from . import cli_ops
+    from . import cli_lifecycle, cli_ops
 
     cli_ops.add_parsers(sub)
+    cli_lifecycle.add_parsers(sub)
     return parser
 
 
@@ -39,9 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from agents_demo.__main__ import main as demo_main
 
         return demo_main()
-    from . import cli_ops
+    from . import cli_lifecycle, cli_ops
 
-    handled: Any = cli_ops.run(args)
+    handled: Any = cli_lifecycle.run(args)
+    handled = cli_ops.run(args) if handled is None else handled
     return 2 if handled is None else int(handled)
 
 
