@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...history import HistoryLog, ItemVersion, StatusChange
-from .common import Keys
+from .common import Keys, translate
 
 # KEYS: the set of status keys with a history. ARGV[1]: the owner's key prefix.
 # Reply: {key1, {change, ...}, key2, ...}.
@@ -80,3 +80,17 @@ class RedisHistory:
         out = [StatusChange.model_validate_json(r)
                for i in range(1, len(reply), 2) for r in reply[i]]
         return sorted(out, key=lambda c: c.at)
+
+
+class RedisHistoryReads:
+    """The two history primitives of ``RedisStructuredStore`` (mixed into it)."""
+
+    _history: RedisHistory
+
+    async def _item_history(self, owner: str) -> list[ItemVersion]:
+        with translate("history"):
+            return await self._history.closed(owner)
+
+    async def _status_history(self, owner: str, key: str | None) -> list[StatusChange]:
+        with translate("status_history"):
+            return await self._history.status(owner, key)

@@ -50,7 +50,7 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import BackendError, BackendUnavailable
-from ...history import HistoryLog, ItemVersion, StatusChange
+from ...history import HistoryLog
 from ...models import (
     AuditEntry,
     ChatMessage,
@@ -76,7 +76,7 @@ from .common import (
     translate,
 )
 from .feed import RedisChangeFeed, channel_name
-from .history import RedisHistory, queue_history
+from .history import RedisHistory, RedisHistoryReads, queue_history
 
 # KEYS: document, status key set, pending id list. ARGV[1]: the owner's key prefix.
 # Reply: {doc or false, n_status, key1, entry1, ..., id1, item1, ...}. The entry
@@ -120,7 +120,7 @@ def _ms(t: datetime) -> int:
     return max(1, math.ceil(t.timestamp() * 1000))
 
 
-class RedisStructuredStore(StructuredStore):
+class RedisStructuredStore(RedisHistoryReads, StructuredStore):
     """L1 on a Redis server (any Redis >= 7.0; no module needed)."""
 
     supports_change_feed = True
@@ -270,14 +270,6 @@ class RedisStructuredStore(StructuredStore):
         pipe.delete(k.l1_pending_ids(owner))
         if new.pending:
             pipe.rpush(k.l1_pending_ids(owner), *(p.id for p in new.pending))
-
-    async def _item_history(self, owner: str) -> list[ItemVersion]:
-        with translate("history"):
-            return await self._history.closed(owner)
-
-    async def _status_history(self, owner: str, key: str | None) -> list[StatusChange]:
-        with translate("status_history"):
-            return await self._history.status(owner, key)
 
     # -- L3 chat window and audit trail ----------------------------------------------
 
