@@ -17,7 +17,7 @@ still wait for a person (they also read as plain statements, "我把代码改成
 phrasing                                    kind    confidence  replaces
 ==========================================  ======  ==========  ===========================
 "from now on X instead of Y"                rule    0.90        Y
-"X, not Y anymore" / "X, not Y any more"    rule    0.75        Y ("I ..." gives a fact)
+"X, not Y anymore" (the comma is needed)    rule    0.75        Y ("I ..." gives a fact)
 "从现在开始/以后 X 而不是 Y"                    rule    0.90        Y
 "以后不要X" / "以后别X" / "不要再X了"             rule    0.85        X
 "(把)X改成Y" / "X改为Y"                        rule    0.75        X
@@ -98,7 +98,7 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction(re.compile(r"^from now on\b[\s,:]*(?P<new>.+?)\s+instead of\s+(?P<old>.+)$",
                           re.IGNORECASE | re.DOTALL), 0.90, _rule,
                lambda new, old: _cap(f"{new} instead of {old}")),
-    Correction(re.compile(r"^(?P<new>.+?),?\s+not\s+(?P<old>.+?)\s+any\s?more$",
+    Correction(re.compile(r"^(?P<new>.+?),\s*(?:but\s+)?not\s+(?P<old>.+?)\s+any\s?more$",
                           re.IGNORECASE | re.DOTALL), 0.75, _rule_or_fact,
                lambda new, old: _cap(f"{new}, not {old}")),
     Correction(re.compile(r"^(?:从现在开始|从现在起|从今以后|今后|以后)[，,：:\s]*(?P<new>.+?)"

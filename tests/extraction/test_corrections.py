@@ -44,6 +44,7 @@ def test_plain_statements_are_not_corrections() -> None:
     item = match_sentence("From now on, reply in Chinese.")
     assert item is not None and item.supersedes is None
     assert match_sentence("Should I use tabs instead of spaces?") is None
+    assert match_correction("I do not smoke anymore") is None  # a negation, not a correction
 
 
 def test_resolve_by_id_text_and_words() -> None:
