@@ -84,6 +84,13 @@ __all__ = [
     "Weights",
 ]
 
+# Superseding and history.
+from .errors import ItemNotFound, ItemSuperseded, SupersessionCycle
+from .history import ItemHistory, ItemVersion, StatusChange
+
+__all__ += ["ItemHistory", "ItemNotFound", "ItemSuperseded", "ItemVersion", "StatusChange",
+            "SupersessionCycle"]
+
 # The Ray runtime is an optional extra (``ray``): imported on first use, not here.
 __all__ += ["MemorySystem", "OwnerHandle"]
 

@@ -14,16 +14,20 @@ both classes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import MemorySettings
 from .errors import InvalidImport
+from .history import ItemHistory, StatusChange
 from .metrics import get_metrics
 from .models import (
     AuditEntry,
     ChatAppend,
     ChatMessage,
+    MemoryFact,
     MemoryPendingItem,
+    MemoryRule,
     MemorySnapshot,
     SearchHit,
     StoreResult,
@@ -70,6 +74,15 @@ class MemoryBackend(Protocol):
                                ) -> ExtractionReport | None: ...
 
     async def audit(self, owner: str, limit: int) -> list[AuditEntry]: ...
+
+    async def supersede(self, owner: str, item_id: str, content: str, by: str,
+                        reason: str | None) -> MemoryRule | MemoryFact: ...
+
+    async def history(self, owner: str, item_id: str) -> ItemHistory: ...
+
+    async def status_history(self, owner: str, key: str) -> list[StatusChange]: ...
+
+    async def snapshot_as_of(self, owner: str, at: datetime) -> MemorySnapshot: ...
 
     async def forget(self, owner: str, by: str) -> Tombstone: ...
 
@@ -146,6 +159,19 @@ class LocalBackend:
 
     async def audit(self, owner: str, limit: int) -> list[AuditEntry]:
         return await self.service.audit(owner, limit=limit)
+
+    async def supersede(self, owner: str, item_id: str, content: str, by: str,
+                        reason: str | None) -> MemoryRule | MemoryFact:
+        return await self.engine.supersede(owner, item_id, content, by=by, reason=reason)
+
+    async def history(self, owner: str, item_id: str) -> ItemHistory:
+        return await self.engine.history(owner, item_id)
+
+    async def status_history(self, owner: str, key: str) -> list[StatusChange]:
+        return await self.engine.status_history(owner, key)
+
+    async def snapshot_as_of(self, owner: str, at: datetime) -> MemorySnapshot:
+        return await self.engine.snapshot(owner, as_of=at)
 
     async def forget(self, owner: str, by: str) -> Tombstone:
         return await self.engine.forget(owner, by=by)
@@ -251,6 +277,21 @@ class RayBackend:
 
     async def audit(self, owner: str, limit: int) -> list[AuditEntry]:
         return await self.system.owner(owner).audit_async(limit)
+
+    async def supersede(self, owner: str, item_id: str, content: str, by: str,
+                        reason: str | None) -> MemoryRule | MemoryFact:
+        with self._op("apply"):
+            return await self.system.owner(owner).supersede_async(item_id, content, by=by,
+                                                                  reason=reason)
+
+    async def history(self, owner: str, item_id: str) -> ItemHistory:
+        return await self.system.owner(owner).history_async(item_id)
+
+    async def status_history(self, owner: str, key: str) -> list[StatusChange]:
+        return await self.system.owner(owner).status_history_async(key)
+
+    async def snapshot_as_of(self, owner: str, at: datetime) -> MemorySnapshot:
+        return await self.system.owner(owner).snapshot_as_of_async(at)
 
     async def forget(self, owner: str, by: str) -> Tombstone:
         with self._op("forget"):

@@ -91,6 +91,8 @@ class MemorySettings(BaseSettings):
     max_status_keys: int = Field(256, ge=1, le=100_000)
     # at least 8000: the evidence of an extracted item (2000 characters) always fits
     max_pending_field_bytes: int = Field(8 * 1024, ge=8000, le=1024 * 1024)
+    # values each status key keeps in its history, the current one included
+    max_status_history: int = Field(20, ge=1, le=10_000)
 
     # human-in-the-loop gate
     hitl_write_threshold: float = Field(0.82, ge=0, le=1)

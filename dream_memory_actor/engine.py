@@ -20,10 +20,13 @@ from typing import Any
 from .config import MemorySettings
 from .embedding import CachedEmbedder, open_embedder
 from .errors import SystemClosed
+from .history import ItemHistory, StatusChange
 from .metrics import get_metrics
 from .models import (
     AuditAction,
     AuditEntry,
+    MemoryFact,
+    MemoryRule,
     MemorySnapshot,
     SearchHit,
     StoreResult,
@@ -92,8 +95,12 @@ class MemoryEngine:
     # The stores check every argument of their writes and searches; ``load`` and ``get``
     # are implemented by each backend directly, so those two check the owner id here.
 
-    async def snapshot(self, owner: str) -> MemorySnapshot:
+    async def snapshot(self, owner: str, *, as_of: datetime | None = None) -> MemorySnapshot:
+        """The owner's current snapshot; with ``as_of``, what it held at that time
+        (rules, facts and status; see ``history.as_of``)."""
         self._open()
+        if as_of is not None:
+            return await self.structured.load_as_of(check_owner(owner), as_of)
         with self.metrics.operation("snapshot", self.settings.backend):
             snap = await self.structured.load(check_owner(owner))
         self.metrics.observe_pending(owner, len(snap.pending))
@@ -120,6 +127,31 @@ class MemoryEngine:
         if done is not None:
             self.metrics.observe_pending(owner, len(done[0].pending))
         return done
+
+    # -- superseding and history ----------------------------------------------------
+    #
+    # Rules and facts here; an id that is neither is an ``ItemNotFound``. This is the
+    # one place where an item id would be routed to another layer's items.
+
+    async def supersede(self, owner: str, item_id: str, new_content: str, *, by: str,
+                        reason: str | None = None, op_id: str | None = None
+                        ) -> MemoryRule | MemoryFact:
+        """Replace the current rule or fact ``item_id`` by ``new_content`` (the old one is
+        closed and kept in the history); the new item. Idempotent under ``op_id``."""
+        self._open()
+        with self.metrics.operation("apply", self.settings.backend):
+            return await self.structured.supersede(owner, item_id, new_content, by=by,
+                                                   reason=reason, op_id=op_id)
+
+    async def history(self, owner: str, item_id: str) -> ItemHistory:
+        """The chain of versions of the rule or fact ``item_id``, oldest first."""
+        self._open()
+        return await self.structured.history(owner, item_id)
+
+    async def status_history(self, owner: str, key: str) -> list[StatusChange]:
+        """The kept values of status ``key``, oldest first (``None``: deleted)."""
+        self._open()
+        return await self.structured.status_history(owner, key)
 
     # -- L2 ------------------------------------------------------------------------
 

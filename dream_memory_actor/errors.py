@@ -14,13 +14,16 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── DuplicateId                      an id the owner uses for other content
     │   ├── InvalidImport                    an export document that cannot be imported
     │   ├── OwnerNotEmpty                    an import into an owner that holds data
-    │   └── AuditNotWritable                 the audit trail is written by decisions only
+    │   ├── AuditNotWritable                 the audit trail is written by decisions only
+    │   └── SupersessionCycle                a supersession that would close a loop
     ├── NotFound (also a LookupError)
     │   ├── UnknownStatusKey
     │   ├── MemoryNotFound
     │   ├── RuleNotFound / FactNotFound
-    │   └── PendingItemNotFound
-    │       └── PendingItemDecided           confirmed or rejected already (the other way)
+    │   ├── PendingItemNotFound
+    │   │   └── PendingItemDecided           confirmed or rejected already (the other way)
+    │   └── ItemNotFound                     no current rule or fact with that id
+    │       └── ItemSuperseded               the item was superseded already
     ├── ConfigurationError                   the settings cannot work
     │   ├── UnsupportedBackend
     │   └── MissingDependency                an optional extra is not installed
@@ -109,6 +112,18 @@ class FactNotFound(NotFound):
 
 class PendingItemNotFound(NotFound):
     """No pending item with that id for this owner."""
+
+
+class SupersessionCycle(InvalidInput):
+    """A supersession whose new item would be one of the items it descends from."""
+
+
+class ItemNotFound(NotFound):
+    """No current rule or fact with that id for this owner (superseding, history)."""
+
+
+class ItemSuperseded(ItemNotFound):
+    """The item was superseded already: only the current item of a chain can be."""
 
 
 class ConfigurationError(DreamMemoryError):

@@ -33,13 +33,16 @@ class Limits:
     status_keys: int = 256
     #: ``evidence`` and ``source`` of one pending item, UTF-8 bytes each.
     pending_field_bytes: int = 8 * 1024
+    #: Earlier values each status key of an owner keeps (its current value included).
+    status_history: int = 20
 
     @classmethod
     def of(cls, settings: Any) -> Limits:
         """The limits of a ``MemorySettings``."""
         return cls(settings.max_metadata_bytes, settings.max_metadata_keys,
                    settings.max_merge_history, settings.max_merge_history_bytes,
-                   settings.max_status_keys, settings.max_pending_field_bytes)
+                   settings.max_status_keys, settings.max_pending_field_bytes,
+                   status_history=settings.max_status_history)
 
 
 DEFAULT_LIMITS = Limits()

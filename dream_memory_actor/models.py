@@ -121,11 +121,18 @@ class MemoryPendingItem(_Frozen):
     expires_at: datetime | None = None
     #: The words of the conversation the item was extracted from, for the person deciding.
     evidence: str | None = None
+    #: The id of the current rule or fact this item would replace when confirmed (a
+    #: correction), and that item's text when it was queued.
+    supersedes: str | None = None
+    supersedes_content: str | None = None
 
     def describe(self) -> str:
         """One line for a person deciding on the item."""
         what = f"{self.key}={self.value}" if self.kind == "status" else (self.content or "")
-        return f"[{self.kind}] {what} (confidence {self.confidence:.2f})"
+        line = f"[{self.kind}] {what} (confidence {self.confidence:.2f})"
+        if self.supersedes is not None:
+            line += f" replacing {self.supersedes_content or self.supersedes!r}"
+        return line
 
 
 class MemorySnapshot(_Frozen):

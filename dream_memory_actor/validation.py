@@ -337,8 +337,16 @@ def _op(op: object, max_bytes: int, limits: Limits) -> L1Op:
         RemovePending,
         RemoveRule,
         SetStatus,
+        Supersede,
     )
 
+    if isinstance(op, Supersede):
+        ids([op.item_id], "item id")
+        if op.id is not None:
+            ids([op.id])
+        reason = None if op.reason is None else pending_field(op.reason, "reason", limits)
+        return Supersede(op.item_id, content(op.content, max_bytes), decider(op.by), reason,
+                         source(op.source), op.id)
     if isinstance(op, (AddRule, AddFact)):
         text = content(op.content, max_bytes)
         ids([op.id])
@@ -395,6 +403,14 @@ def pending_item(item: object, max_bytes: int, limits: Limits = DEFAULT_LIMITS
         })
     if item.key is not None or item.value is not None:
         raise InvalidQuery(f"a {item.kind} pending item has content, not a key and value")
+    if item.supersedes is not None or item.supersedes_content is not None:
+        if item.kind not in ("rule", "fact") or item.supersedes is None:
+            raise InvalidQuery("only a rule or fact pending item supersedes, and it names "
+                               "the id of the item it replaces")
+        ids([item.supersedes], "superseded item id")
+        if item.supersedes_content is not None:
+            sides["supersedes_content"] = pending_field(item.supersedes_content,
+                                                        "superseded content", limits)
     return item.model_copy(update={"content": content(item.content, max_bytes), **sides})
 
 

@@ -5,7 +5,10 @@ of :class:`ExtractedItem` (kind, content or key/value, confidence, evidence)
 with the tokens and cost it took. The LLM's reply must be one JSON object::
 
     {"items": [{"kind": "rule", "content": "Reply in Chinese",
-                "confidence": 0.93, "evidence": "from now on answer in Chinese"}]}
+                "confidence": 0.93, "evidence": "from now on answer in Chinese",
+                "supersedes": "Reply in English"}]}
+
+(``supersedes`` is optional: what the rule or fact corrects, see ``corrections``.)
 
 :func:`parse_reply` accepts exactly that (a Markdown code fence around it is
 tolerated) and raises :class:`~dream_memory_actor.errors.MalformedExtraction`
@@ -55,9 +58,15 @@ class ExtractedItem(BaseModel):
     value: StrictStr | None = None
     confidence: float = Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True)
     evidence: StrictStr = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS)
+    #: What a rule or fact replaces: the id or the words of an existing item (see
+    #: ``corrections``); ignored for status and memory items.
+    supersedes: StrictStr | None = Field(None, max_length=MAX_EVIDENCE_CHARS)
 
     @model_validator(mode="after")
     def _shape(self) -> ExtractedItem:
+        if self.supersedes is not None and (self.kind not in ("rule", "fact")
+                                            or not self.supersedes.strip()):
+            object.__setattr__(self, "supersedes", None)
         if self.kind == "status":
             if self.key is None or not check.STATUS_KEY_PATTERN.fullmatch(self.key):
                 raise ValueError(

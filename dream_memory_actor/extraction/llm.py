@@ -63,10 +63,15 @@ statements; 0.55 to 0.8 for reasonable inferences; below 0.5 for guesses. \
 "evidence" is the exact words of the conversation, copied verbatim, that support \
 the item. Write "content" as a short statement in the language of the conversation.
 
+When the user corrects an earlier rule or fact ("use tabs instead of spaces", \
+"I don't live in Paris anymore"), give the new rule or fact with "supersedes": \
+the earlier one, in the words the conversation uses for it (or its id if known). \
+Leave "supersedes" out otherwise.
+
 Reply with one JSON object and nothing else:
 {"items": [{"kind": "rule" | "fact" | "status" | "memory", "content": "...", \
 "key": "... (status only)", "value": "... (status only)", "confidence": 0.0, \
-"evidence": "..."}]}
+"evidence": "...", "supersedes": "... (optional, rule or fact only)"}]}
 Reply {"items": []} when there is nothing to remember."""
 
 #: HTTP statuses worth retrying later.

@@ -18,9 +18,14 @@ from ..models import MemoryPendingItem, MemorySnapshot
 from ..storage.ops import AddFact, AddPending, AddRule, L1Op, SetStatus, pending_fingerprint
 from ..text import content_hash
 from .candidates import ExtractedItem
+from .corrections import resolve
 
 Result = Literal["written", "queued", "already_pending", "duplicate", "skipped"]
 RESULTS: tuple[Result, ...] = ("written", "queued", "already_pending", "duplicate", "skipped")
+
+
+#: How much of the replaced item's text a queued correction shows (a pending side field).
+SHOWN_CHARS = 2000
 
 
 class ItemOutcome(BaseModel):
@@ -63,12 +68,22 @@ class Plan:
         return h in mine or (any_kind and h in (self.rules | self.facts))
 
     def add(self, item: ExtractedItem, outcome: str, reason: str) -> None:
+        replaced = resolve(self.snap, item.kind, item.supersedes)
+        if replaced is not None and content_hash(replaced.content) == content_hash(item.text):
+            replaced = None  # "replacing" an item by its own text changes nothing
         pending = MemoryPendingItem(
             kind=item.kind, content=None if item.kind == "status" else item.text,
             key=item.key if item.kind == "status" else None,
             value=item.value if item.kind == "status" else None, confidence=item.confidence,
-            source=self.source, expires_at=self.expires_at, evidence=item.evidence)
+            source=self.source, expires_at=self.expires_at, evidence=item.evidence,
+            supersedes=None if replaced is None else replaced.id,
+            supersedes_content=None if replaced is None else replaced.content[:SHOWN_CHARS])
         fp = pending_fingerprint(pending)
+        if replaced is not None:
+            # A correction replaces what a person confirmed or said: whatever its
+            # confidence, a person decides.
+            self._queue(item, pending, fp, f"would replace {item.kind} {replaced.id!r}")
+            return
         if outcome == "skip":
             self._out(item, "skipped", reason)
         elif fp in self.seen:
@@ -93,13 +108,19 @@ class Plan:
             self.seen.add(fp)
             if self._known(item, any_kind=True):
                 self._out(item, "duplicate", "already a rule, fact or status")
-            elif fp in self.queued:
-                self._out(item, "already_pending", reason, self.queued[fp])
             else:
-                self.ops.append(AddPending(pending))
-                self.queued[fp] = pending.id
-                self.mine[len(self.outcomes)] = fp
-                self._out(item, "queued", reason, pending.id)
+                self._queue(item, pending, fp, reason)
+
+    def _queue(self, item: ExtractedItem, pending: MemoryPendingItem, fp: str, reason: str
+               ) -> None:
+        self.seen.add(fp)
+        if fp in self.queued:
+            self._out(item, "already_pending", reason, self.queued[fp])
+        else:
+            self.ops.append(AddPending(pending))
+            self.queued[fp] = pending.id
+            self.mine[len(self.outcomes)] = fp
+            self._out(item, "queued", reason, pending.id)
 
     def settle(self, snap: MemorySnapshot) -> None:
         """Correct "queued" outcomes whose twin a concurrent extraction queued first."""

@@ -19,7 +19,9 @@ phrasing (sentence start)                 kind    confidence  why
 ========================================  ======  ==========  ======================================
 
 With the default gate the first two are written and the others wait for a
-person. The evidence of each item is the sentence it came from.
+person. The evidence of each item is the sentence it came from. Explicit
+corrections ("from now on X instead of Y", "以后不要...", "...改成...") are
+matched first: see ``corrections`` for their forms.
 
 >>> import asyncio
 >>> from dream_memory_actor.models import ChatMessage
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 
 from ..models import ChatMessage, PendingKind
 from .candidates import ExtractedItem, ExtractionResult
+from .corrections import match_correction
 
 # A sentence ends at . ! ? ; (ASCII or full-width) or a line break.
 _SENTENCE = re.compile(r"[^.!?;。！？；\n]+[.!?;。！？；]*")
@@ -86,6 +89,9 @@ def match_sentence(sentence: str) -> ExtractedItem | None:
     if sentence.rstrip().endswith(("?", "？")):
         return None
     body = _LEADING.sub("", sentence.strip()).rstrip(_TRAILING)
+    correction = match_correction(body, sentence)
+    if correction is not None:
+        return correction
     for p in PHRASINGS:
         m = p.pattern.match(body)
         if m is None:

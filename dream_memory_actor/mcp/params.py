@@ -105,6 +105,9 @@ PARAMS: Mapping[str, Param] = {
                             "or the value of a status item).", _text),
     "memory_id": Param("The id of the semantic memory, as search or list_memories shows it.",
                        _item_id),
+    "item_id": Param("The id of the rule or fact, as read_snapshot shows it (for a history, "
+                     "any of its versions' ids).", _item_id),
+    "reason": Param("Optional: why, kept in the item's history.", _text),
     "rule_id": Param("The id of the rule, as read_snapshot shows it.", _item_id),
     "fact_id": Param("The id of the fact, as read_snapshot shows it.", _item_id),
     "conversation": Param("The conversation id (same alphabet as an owner id); each keeps "

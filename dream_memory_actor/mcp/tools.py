@@ -44,7 +44,7 @@ from ..storage.ops import (
 )
 from ..text import content_hash
 from .door import Door, Effect, ToolEntry
-from .owner_tools import OWNER_TOOLS
+from .lifecycle_tools import LIFECYCLE_TOOLS
 
 # -- outputs ---------------------------------------------------------------------------
 
@@ -289,6 +289,6 @@ _CORE: tuple[ToolEntry, ...] = (
 )
 
 #: Every tool the server registers, in the order clients list them.
-TOOLS: tuple[ToolEntry, ...] = _CORE + OWNER_TOOLS
+TOOLS: tuple[ToolEntry, ...] = _CORE + LIFECYCLE_TOOLS
 
 __all__ = ["TOOLS", "Door", "Effect", "ToolEntry"]

@@ -8,6 +8,7 @@ blocking (``x``) or as a coroutine (``x_async``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import validation as check
@@ -27,6 +28,7 @@ from ..storage.ops import AddFact, AddRule, DeleteStatus, L1Op, RemoveFact, Remo
 from . import calls
 from .calls import MAX_MESSAGES, snapshot_of
 from .connection import Call, connection
+from .history import HandleHistory
 from .spec import ClientView
 
 if TYPE_CHECKING:
@@ -46,7 +48,7 @@ search_call = calls.search
 __all__ = ["MAX_MESSAGES", "OwnerHandle", "search_call"]
 
 
-class OwnerHandle:
+class OwnerHandle(HandleHistory):
     """The memory of one owner. Obtain it with ``MemorySystem.owner(owner_id)``.
 
     Holds no connection, only the system's name and limits, so it pickles to a
@@ -102,7 +104,8 @@ class OwnerHandle:
     # -- L1 -------------------------------------------------------------------------------
 
     def snapshot(self, min_version: int | None = None, *, timeout_s: float | None = None,
-                 min_epoch: str | None = None) -> MemorySnapshot:
+                 min_epoch: str | None = None, as_of: datetime | None = None
+                 ) -> MemorySnapshot:
         """The owner's snapshot, served from its actor's memory.
 
         ``min_version``: wait (up to ``timeout_s``, default the system's read timeout)
@@ -110,8 +113,11 @@ class OwnerHandle:
         write returned; ``RuntimeTimeout`` if it does not come. ``min_epoch`` (that
         snapshot's ``epoch``) says which incarnation of the owner's state the version
         counts in: a snapshot of a later epoch (the backend lost the state and it was
-        written again) is newer than any version of the old one.
+        written again) is newer than any version of the old one. ``as_of``: what the
+        owner held at that time instead (rules, facts, status), read from the backend.
         """
+        if as_of is not None:
+            return self.snapshot_as_of(as_of)
         conn = connection(self._view)
         for read in calls.reads(self._view, self.owner, conn, min_version, timeout_s,
                                 min_epoch):
@@ -121,8 +127,10 @@ class OwnerHandle:
         raise AssertionError("the full read always carries the snapshot")
 
     async def snapshot_async(self, min_version: int | None = None, *,
-                             timeout_s: float | None = None, min_epoch: str | None = None
-                             ) -> MemorySnapshot:
+                             timeout_s: float | None = None, min_epoch: str | None = None,
+                             as_of: datetime | None = None) -> MemorySnapshot:
+        if as_of is not None:
+            return await self.snapshot_as_of_async(as_of)
         conn = connection(self._view)
         for read in calls.reads(self._view, self.owner, conn, min_version, timeout_s,
                                 min_epoch):

@@ -39,6 +39,7 @@ from ..models import (
 )
 from ..storage.ops import L1Op
 from .follow import Follower
+from .history import HolderHistory
 from .owner import OwnerMemory
 from .placement import parse_read_task_name
 from .spec import SystemSpec, open_owner_engine
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 SnapshotReply = list[Any]
 
 
-class OwnerHolder(abc.ABC):
+class OwnerHolder(HolderHistory, abc.ABC):
     """What the two kinds of owner-holding actors share: the engine and the calls."""
 
     def __init__(self, spec: SystemSpec) -> None:
@@ -198,7 +199,7 @@ class OwnerHolder(abc.ABC):
                 f"{what} in a memory system needs a shared storage (postgres or redis): "
                 "backend 'memory' keeps L1 in the owner actors and L2 in the VectorIndex")
 
-    async def ping(self) -> None:  # noqa: B027 - a real no-op, not a hook
+    async def ping(self) -> None:
         """A no-op (benchmarks compare against it; the registry probes with it)."""
 
     # -- extraction and the L3 chat window ------------------------------------------------

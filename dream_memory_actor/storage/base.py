@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import ClassVar, TypeVar
 
 from .. import validation as check
+from ..errors import ItemNotFound
 from ..models import (
     AuditAction,
     AuditEntry,
@@ -32,6 +33,7 @@ from ..models import (
     utcnow,
 )
 from .changes import ChangeCallback, Unwatch, no_feed
+from .history import HistoryReads
 from .lifecycle import DEFAULT_MAX_CONTENT_BYTES, _Lifecycle
 from .ops import (
     AddFact,
@@ -44,8 +46,9 @@ from .vector import VectorStore
 
 __all__ = ["DEFAULT_MAX_CONTENT_BYTES", "StructuredStore", "VectorStore"]
 
-class StructuredStore(_Lifecycle, ABC):
-    """L1: rules, facts, status and the pending queue of each owner."""
+class StructuredStore(_Lifecycle, HistoryReads, ABC):
+    """L1: rules, facts, status and the pending queue of each owner; superseded items
+    and status values in its history (``storage.history``)."""
 
     #: Status entries and pending items can expire by themselves.
     supports_ttl: ClassVar[bool] = True
@@ -88,7 +91,11 @@ class StructuredStore(_Lifecycle, ABC):
         if op_id is not None:
             check.op_id(op_id)
         checked = check.ops(ops, self.max_content_bytes, self.limits)
-        return await self._apply(owner, checked, now or utcnow(), op_id)
+        await self._check_supersessions(owner, checked)
+        try:
+            return await self._apply(owner, checked, now or utcnow(), op_id)
+        except ItemNotFound as exc:
+            raise await self._refine_missing(owner, checked, exc) from None
 
     async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
                      edited: str | None = None, now: datetime | None = None,

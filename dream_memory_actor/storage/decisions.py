@@ -17,9 +17,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .. import validation as check
-from ..errors import InvalidQuery
+from ..errors import InvalidQuery, ItemNotFound
 from ..models import AuditAction, AuditEntry, MemoryPendingItem, MemorySnapshot, utcnow
-from .ops import AddAudit, AddFact, AddRule, L1Op, RemovePending, SetStatus
+from .ops import AddAudit, AddFact, AddRule, L1Op, RemovePending, SetStatus, Supersede
 
 if TYPE_CHECKING:
     from .base import StructuredStore
@@ -32,13 +32,18 @@ def decision_ops(item: MemoryPendingItem, action: AuditAction, by: str, edited: 
     """The writes of deciding ``item`` and the entry that records it (pure).
 
     Confirming writes the item (``edited`` replaces its content or status value);
+    a correction (``item.supersedes``) supersedes the item it names, which must still
+    be current (else ``ItemNotFound``/``ItemSuperseded`` and nothing is written);
     a ``memory`` item has no L1 write, its caller stores it in L2 afterwards.
     """
     ops: list[L1Op] = [RemovePending(item.id)]
     written = None
     if action == "confirmed":
         written = edited or (item.value if item.kind == "status" else item.content) or ""
-        if item.kind == "rule":
+        if item.supersedes is not None and item.kind in ("rule", "fact"):
+            ops.append(Supersede(item.supersedes, written, by,
+                                 reason=f"confirmed correction {item.id}", source="confirmed"))
+        elif item.kind == "rule":
             ops.append(AddRule(written, source="confirmed"))
         elif item.kind == "fact":
             ops.append(AddFact(written, source="confirmed"))
@@ -76,5 +81,8 @@ async def decide(store: StructuredStore, owner: str, pending_id: str, action: Au
         return None
     ops, entry = decision_ops(item, action, by, text, at)
     checked = check.ops(ops, store.max_content_bytes, store.limits)
-    new = await store._apply(owner, [*checked, AddAudit(entry)], at, op_id)
+    try:
+        new = await store._apply(owner, [*checked, AddAudit(entry)], at, op_id)
+    except ItemNotFound as exc:  # the item a correction replaces is gone or superseded
+        raise await store._refine_missing(owner, checked, exc) from None
     return new, entry

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import MemoryNotFound
+from ..history import HistoryLog, ItemVersion, StatusChange, trim_status
 from ..models import (
     AuditEntry,
     ChatMessage,
@@ -47,6 +48,8 @@ class InMemoryStructuredStore(StructuredStore):
         self._windows: dict[tuple[str, str], list[ChatMessage]] = {}
         self._audit_log: defaultdict[str, list[AuditEntry]] = defaultdict(list)
         self._erased: dict[str, Tombstone] = {}  # tombstones by op key (or own id)
+        self._closed: defaultdict[str, list[ItemVersion]] = defaultdict(list)
+        self._status_log: defaultdict[str, list[StatusChange]] = defaultdict(list)
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         snap = self._snapshots.get(owner) or MemorySnapshot(owner=owner)
@@ -58,16 +61,27 @@ class InMemoryStructuredStore(StructuredStore):
             current = self._snapshots.get(owner) or MemorySnapshot(owner=owner)
             if op_id is not None and (owner, op_id) in self._ops:
                 return current.live(now)
-            new = apply_ops(current, ops, now, self.limits.status_keys)
+            log = HistoryLog()
+            new = apply_ops(current, ops, now, self.limits.status_keys, log)
             self._snapshots[owner] = new
+            self._closed[owner].extend(log.closed)
+            if log.status:
+                self._status_log[owner] = trim_status(
+                    [*self._status_log[owner], *log.status], self.limits.status_history)
             if op_id is not None:
                 self._ops.add((owner, op_id))
-            log = self._audit_log[owner]
+            audit = self._audit_log[owner]
             for op in ops:  # a decision replaces an earlier entry of its pending id
                 if isinstance(op, AddAudit):
-                    log[:] = [e for e in log if e.pending_id != op.entry.pending_id]
-                    log.append(op.entry)
+                    audit[:] = [e for e in audit if e.pending_id != op.entry.pending_id]
+                    audit.append(op.entry)
             return new
+
+    async def _item_history(self, owner: str) -> list[ItemVersion]:
+        return list(self._closed.get(owner, ()))
+
+    async def _status_history(self, owner: str, key: str | None) -> list[StatusChange]:
+        return [c for c in self._status_log.get(owner, ()) if key is None or c.key == key]
 
     # No await between reading and writing a window: each method is atomic in the loop.
 
@@ -104,6 +118,8 @@ class InMemoryStructuredStore(StructuredStore):
             for key in [k for k in self._windows if k[0] == owner]:
                 del self._windows[key]
             self._audit_log.pop(owner, None)
+            self._closed.pop(owner, None)
+            self._status_log.pop(owner, None)
             return self._erased.setdefault(op_key or tombstone.id, tombstone)
 
     async def _tombstones(self, limit: int) -> list[Tombstone]:

@@ -11,16 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Union
+from typing import Any, Union
 
 from ..errors import (
     DuplicateId,
     FactNotFound,
+    InvalidContent,
     InvalidStatusKey,
+    ItemNotFound,
     PendingItemNotFound,
     RuleNotFound,
+    SupersessionCycle,
     UnknownStatusKey,
 )
+from ..history import HistoryLog, ItemKind, StatusChange, closed_version
 from ..models import (
     AuditEntry,
     FrozenMap,
@@ -104,9 +108,25 @@ class AddAudit:
     entry: AuditEntry
 
 
+@dataclass(frozen=True)
+class Supersede:
+    """Replace the current rule or fact ``item_id`` by ``content``, recording who did it
+    (``by``) and why: the old item is closed (kept in the owner's history, see
+    ``history``), the new one written, atomically. If the owner already has an item of
+    that kind with the new text, the old one is closed in its favour and nothing is
+    added. ``id`` names the new item (generated when ``None``)."""
+
+    item_id: str
+    content: str
+    by: str
+    reason: str | None = None
+    source: str = "user"
+    id: str | None = None
+
+
 L1Op = Union[  # noqa: UP007 - a runtime alias; "X | Y" of classes needs 3.10 at import
     AddRule, RemoveRule, AddFact, RemoveFact, SetStatus, DeleteStatus, AddPending, RemovePending,
-    AddAudit,
+    AddAudit, Supersede,
 ]
 
 
@@ -114,11 +134,14 @@ def pending_fingerprint(item: MemoryPendingItem) -> str:
     """Identity of a pending candidate: the same candidate extracted twice has one fingerprint."""
     if item.kind == "status":
         return f"status:{item.key}={content_hash(item.value or '')}"
+    if item.supersedes is not None:  # a correction is another candidate than the addition
+        return f"{item.kind}:{content_hash(item.content or '')}>{item.supersedes}"
     return f"{item.kind}:{content_hash(item.content or '')}"
 
 
 def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
-              max_status_keys: int | None = None) -> MemorySnapshot:
+              max_status_keys: int | None = None, log: HistoryLog | None = None
+              ) -> MemorySnapshot:
     """The snapshot after ``ops``, or an error (and no change) if one cannot apply.
 
     Expired status entries and pending items are dropped first, so deleting an
@@ -126,6 +149,10 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
     owner already uses for other content is a ``DuplicateId``; more than
     ``max_status_keys`` status keys after ``ops`` an ``InvalidStatusKey`` (unless ``ops``
     add none: an owner over a lowered cap can still update and delete).
+
+    With ``log``, what the write adds to the owner's history is appended to it: the
+    items ``Supersede`` closes, and each status change (a value or expiry that differs
+    from the current one, or a deletion).
     """
     snap = snap.live(now)
     rules = list(snap.rules)
@@ -155,16 +182,28 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
                 raise FactNotFound(f"owner {snap.owner!r} has no fact {op.id!r}")
             facts = [f for f in facts if f.id != op.id]
         elif isinstance(op, SetStatus):
+            until = None if op.ttl_s is None else now + timedelta(seconds=op.ttl_s)
+            if log is not None and (status.get(op.key) != op.value
+                                    or expires.get(op.key) != until):
+                log.status.append(StatusChange(key=op.key, value=op.value, at=now,
+                                               expires_at=until))
             status[op.key] = op.value
-            if op.ttl_s is None:
+            if until is None:
                 expires.pop(op.key, None)
             else:
-                expires[op.key] = now + timedelta(seconds=op.ttl_s)
+                expires[op.key] = until
         elif isinstance(op, DeleteStatus):
             if op.key not in status:
                 raise UnknownStatusKey(f"owner {snap.owner!r} has no status key {op.key!r}")
             del status[op.key]
             expires.pop(op.key, None)
+            if log is not None:
+                log.status.append(StatusChange(key=op.key, value=None, at=now))
+        elif isinstance(op, Supersede):
+            if any(r.id == op.item_id for r in rules):
+                rules = supersede_in(snap.owner, "rule", rules, op, now, log)
+            else:
+                facts = supersede_in(snap.owner, "fact", facts, op, now, log)
         elif isinstance(op, AddPending):
             fp = pending_fingerprint(op.item)
             if all(pending_fingerprint(p) != fp for p in pending):
@@ -191,6 +230,31 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
         epoch=snap.epoch or new_epoch(),  # the owner's state is created by its first write
         updated_at=now,
     )
+
+
+def supersede_in(owner: str, kind: ItemKind, items: Sequence[MemoryRule | MemoryFact],
+                 op: Supersede, now: datetime, log: HistoryLog | None) -> list[Any]:
+    """``items`` (the owner's current rules, or facts) after ``op``; the closed item is
+    appended to ``log``. Every backend's supersession is this function."""
+    old = next((i for i in items if i.id == op.item_id), None)
+    if old is None:
+        raise ItemNotFound(f"owner {owner!r} has no current rule or fact {op.item_id!r}")
+    h = content_hash(op.content)
+    if content_hash(old.content) == h:
+        raise InvalidContent(f"the new content of {kind} {op.item_id!r} is its current content")
+    if op.id == op.item_id:
+        raise SupersessionCycle(f"{kind} {op.item_id!r} cannot supersede itself")
+    kept: list[MemoryRule | MemoryFact] = [i for i in items if i.id != old.id]
+    target = next((i for i in kept if content_hash(i.content) == h), None)
+    if target is None:
+        new_item_id = op.id or new_id()
+        _unused_id(owner, kind, new_item_id, kept)
+        cls = MemoryRule if kind == "rule" else MemoryFact
+        target = cls(id=new_item_id, content=op.content, source=op.source, created_at=now)
+        kept.append(target)
+    if log is not None:
+        log.closed.append(closed_version(kind, old, now, target.id, op.by, op.reason))
+    return kept
 
 
 def _unused_id(owner: str, kind: str, item_id: str,

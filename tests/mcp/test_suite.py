@@ -32,7 +32,7 @@ SYSTEM = "test-mcp-suite"
 REQUIRED = {"read_snapshot", "search", "store", "add_rule", "add_fact", "set_status",
             "delete_status", "delete_memory", "list_memories", "list_pending",
             "confirm_pending", "reject_pending", "append_messages", "end_conversation", "audit",
-            "export_owner", "forget_owner"}
+            "export_owner", "forget_owner", "supersede", "history", "status_history"}
 
 Connect = Callable[[str | None], AbstractAsyncContextManager[Client]]
 
@@ -197,6 +197,30 @@ async def test_store_search_list_delete(target: Target) -> None:
         assert ok(await c.call_tool("list_memories", {"owner": who}))["memories"] == []
 
 
+async def test_supersede_and_history(target: Target) -> None:
+    who = _owner()
+    async with target.connect(None) as c:
+        rule = ok(await c.call_tool("add_rule", {"owner": who, "content": "Reply in English"}))
+        old = rule["rule"]["id"]
+        new = ok(await c.call_tool("supersede", {"owner": who, "item_id": old, "content":
+                                                 "Reply in Chinese", "reason": "user asked"}))
+        assert new["item"]["content"] == "Reply in Chinese"
+        snap = ok(await c.call_tool("read_snapshot", {"owner": who}))
+        assert [r["content"] for r in snap["rules"]] == ["Reply in Chinese"]
+        chain = ok(await c.call_tool("history", {"owner": who, "item_id": old}))
+        assert [v["content"] for v in chain["versions"]] == ["Reply in English",
+                                                              "Reply in Chinese"]
+        assert chain["versions"][0]["reason"] == "user asked"
+        assert chain["versions"][0]["by"] == target.by
+        text = error_text(await c.call_tool("supersede", {"owner": who, "item_id": old,
+                                                          "content": "again"}))
+        assert "ItemSuperseded" in text
+        ok(await c.call_tool("set_status", {"owner": who, "key": "k", "value": "v1"}))
+        ok(await c.call_tool("set_status", {"owner": who, "key": "k", "value": "v2"}))
+        values = ok(await c.call_tool("status_history", {"owner": who, "key": "k"}))
+        assert [ch["value"] for ch in values["changes"]] == ["v1", "v2"]
+
+
 async def test_export_and_forget_an_owner(target: Target) -> None:
     who = _owner()
     async with target.connect(None) as c:
@@ -293,6 +317,8 @@ async def test_a_token_reaches_its_owners_only(target: Target) -> None:
             {"role": "user", "content": "From now on, answer in French."}]}),
         ("end_conversation", {"conversation": "c"}),
         ("export_owner", {}), ("forget_owner", {}),
+        ("supersede", {"item_id": "r", "content": "x"}), ("history", {"item_id": "r"}),
+        ("status_history", {"key": "k"}),
     ]
     assert {t for t, _ in calls} == {e.name for e in TOOLS}
     async with target.connect(NARROW) as c:

@@ -152,6 +152,39 @@ ALTER TABLE {s}.rules DROP CONSTRAINT rules_pkey, ADD PRIMARY KEY (owner_id, id)
 ALTER TABLE {s}.facts DROP CONSTRAINT facts_pkey, ADD PRIMARY KEY (owner_id, id);
 ALTER TABLE {s}.pending DROP CONSTRAINT pending_pkey, ADD PRIMARY KEY (owner_id, id);
 """),
+    (6, "history of rules, facts and status; corrections in the pending queue", """
+-- Superseded rules and facts, out of the tables the snapshot reads: loading the
+-- current snapshot reads what it did before. seq orders them by when they closed.
+CREATE TABLE {s}.item_history (
+    owner_id      text NOT NULL,
+    kind          text NOT NULL CHECK (kind IN ('rule', 'fact')),
+    id            text NOT NULL,
+    content       text NOT NULL,
+    source        text NOT NULL,
+    created_at    timestamptz NOT NULL,
+    valid_to      timestamptz NOT NULL,
+    superseded_by text,
+    actor         text,
+    reason        text,
+    seq           bigserial,
+    PRIMARY KEY (owner_id, kind, id)
+);
+CREATE INDEX item_history_owner ON {s}.item_history (owner_id, seq);
+-- The last values of each status key (a NULL value: deleted), trimmed on write.
+CREATE TABLE {s}.status_history (
+    seq        bigserial PRIMARY KEY,
+    owner_id   text NOT NULL,
+    key        text NOT NULL,
+    value      text,
+    at         timestamptz NOT NULL,
+    expires_at timestamptz
+);
+CREATE INDEX status_history_key ON {s}.status_history (owner_id, key, seq);
+INSERT INTO {s}.status_history (owner_id, key, value, at, expires_at)
+    SELECT owner_id, key, value, updated_at, expires_at FROM {s}.status ORDER BY updated_at;
+-- A queued correction names the rule or fact it would replace.
+ALTER TABLE {s}.pending ADD COLUMN supersedes text, ADD COLUMN supersedes_content text;
+"""),
     (8, "tombstones of forgotten owners", """
 -- What erasing an owner leaves (storage/postgres/erase.py): no owner_id column, so
 -- no erasure finds it; op_key (a digest of owner and operation id) makes a retried

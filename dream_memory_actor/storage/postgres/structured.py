@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ...errors import FactNotFound, PendingItemNotFound, RuleNotFound, UnknownStatusKey
+from ...history import ItemVersion, StatusChange
 from ...models import (
     AuditEntry,
     ChatMessage,
@@ -38,10 +39,12 @@ from ..ops import (
     RemovePending,
     RemoveRule,
     SetStatus,
+    Supersede,
     duplicate_id,
     pending_fingerprint,
     too_many_status_keys,
 )
+from . import history
 from .pool import PostgresStore
 
 _SNAPSHOT_SQL = """
@@ -59,7 +62,8 @@ SELECT
      FROM {s}.status WHERE owner_id = $1 AND (expires_at IS NULL OR expires_at > $2)) AS status,
   (SELECT coalesce(json_agg(json_build_object('id', id, 'kind', kind, 'content', content,
           'key', key, 'value', value, 'confidence', confidence, 'source', source,
-          'created_at', created_at, 'expires_at', expires_at, 'evidence', evidence)
+          'created_at', created_at, 'expires_at', expires_at, 'evidence', evidence,
+          'supersedes', supersedes, 'supersedes_content', supersedes_content)
           ORDER BY seq), '[]')
      FROM {s}.pending WHERE owner_id = $1 AND (expires_at IS NULL OR expires_at > $2)) AS pending
 """
@@ -184,6 +188,8 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                               err(f"owner {owner!r} has no {table[:-1]} {op.id!r}"))
         elif isinstance(op, SetStatus):
             expires = None if op.ttl_s is None else now + timedelta(seconds=op.ttl_s)
+            await history.record_status(conn, s, owner, op.key, op.value, expires, now,
+                                        self.limits.status_history)
             await conn.execute(
                 f"""INSERT INTO {s}.status (owner_id, key, value, updated_at, expires_at)
                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (owner_id, key) DO UPDATE
@@ -192,6 +198,10 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
         elif isinstance(op, DeleteStatus):
             await _delete_one(conn, f"{s}.status", "key", owner, op.key,
                               UnknownStatusKey(f"owner {owner!r} has no status key {op.key!r}"))
+            await history.record_status(conn, s, owner, op.key, None, None, now,
+                                        self.limits.status_history)
+        elif isinstance(op, Supersede):
+            await history.supersede(conn, s, await self._load(conn, owner, now), op, now)
         elif isinstance(op, AddPending):
             p = op.item
             if not await self._id_free(conn, "pending", owner, p.id, "fingerprint",
@@ -199,11 +209,13 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                 return
             await conn.execute(
                 f"""INSERT INTO {s}.pending (id, owner_id, kind, content, key, value, confidence,
-                        source, created_at, expires_at, fingerprint, evidence)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                        source, created_at, expires_at, fingerprint, evidence, supersedes,
+                        supersedes_content)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
                     ON CONFLICT (owner_id, fingerprint) DO NOTHING""",
                 p.id, owner, p.kind, p.content, p.key, p.value, p.confidence, p.source,
-                p.created_at, p.expires_at, pending_fingerprint(p), p.evidence)
+                p.created_at, p.expires_at, pending_fingerprint(p), p.evidence, p.supersedes,
+                p.supersedes_content)
         elif isinstance(op, RemovePending):
             await _delete_one(conn, f"{s}.pending", "id", owner, op.id,
                               PendingItemNotFound(f"owner {owner!r} has no pending item {op.id!r}"))
@@ -219,6 +231,14 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                 e.written)
         else:  # pragma: no cover - validate_ops admits only the union
             raise TypeError(f"unknown operation {op!r}")
+
+    async def _item_history(self, owner: str) -> list[ItemVersion]:
+        async with self.backend.connection() as conn:
+            return await history.closed_items(conn, self._s, owner)
+
+    async def _status_history(self, owner: str, key: str | None) -> list[StatusChange]:
+        async with self.backend.connection() as conn:
+            return await history.status_changes(conn, self._s, owner, key)
 
     # -- L3 chat window and audit trail ----------------------------------------------
 

@@ -11,6 +11,7 @@ Keys of owner ``o`` (prefix ``p``)::
     p:{o}:l1:au         list    pending ids that have an audit entry, newest first
     p:{o}:l1:ad:<pid>   string  JSON of the audit entry of pending item <pid>
     p:{o}:l3:w:<conv>   list    JSON of the messages in the window of <conv>, oldest first
+    p:{o}:l1:hx, p:{o}:l1:sh:<key>, p:{o}:l1:shk    the history (see ``history``)
 
 None of these is a hash: the search module indexes every hash under ``p:{``.
 
@@ -49,6 +50,7 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import BackendError, BackendUnavailable
+from ...history import HistoryLog
 from ...models import (
     AuditEntry,
     ChatMessage,
@@ -75,6 +77,7 @@ from .common import (
     translate,
 )
 from .feed import RedisChangeFeed, channel_name
+from .history import RedisHistory, RedisHistoryReads, queue_history
 
 # KEYS: document, status key set, pending id list. ARGV[1]: the owner's key prefix.
 # Reply: {doc or false, n_status, key1, entry1, ..., id1, item1, ...}. The entry
@@ -118,7 +121,7 @@ def _ms(t: datetime) -> int:
     return max(1, math.ceil(t.timestamp() * 1000))
 
 
-class RedisStructuredStore(StructuredStore):
+class RedisStructuredStore(RedisHistoryReads, StructuredStore):
     """L1 on a Redis server (any Redis >= 7.0; no module needed)."""
 
     supports_change_feed = True
@@ -134,6 +137,7 @@ class RedisStructuredStore(StructuredStore):
         self._audit_script = client.register_script(_AUDIT)
         self._channel = channel_name(prefix)
         self._feeds = Feeds()
+        self._history = RedisHistory(client, self._keys)
 
     async def close(self) -> None:
         if not self._closed:
@@ -183,9 +187,12 @@ class RedisStructuredStore(StructuredStore):
                             continue  # the connection dropped before any write: again
                         if seen:
                             return current.live(now)  # a retry of an applied operation
-                        new = apply_ops(current, ops, now, self.limits.status_keys)  # raises first
+                        log = HistoryLog()
+                        new = apply_ops(current, ops, now, self.limits.status_keys,
+                                        log)  # raises first
                         pipe.multi()
                         self._write(pipe, owner, current, new)
+                        queue_history(pipe, k, owner, log, self.limits.status_history)
                         self._write_audit(pipe, owner, audits, audited)
                         if op_id is not None:
                             pipe.set(k.l1_op(owner, op_id), _ms(now), ex=OP_ID_RETENTION_S)
