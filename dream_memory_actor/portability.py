@@ -7,6 +7,8 @@ The document is versioned and self-describing, one JSON object a line::
     {"type": "rule", "owner": "alice", "item": {"id": ..., "content": ..., ...}}
     {"type": "fact" | "pending" | "audit", "owner": "alice", "item": {...}}
     {"type": "status", "owner": "alice", "key": ..., "value": ..., "expires_at": ...}
+    {"type": "version", "owner": "alice", "item": {...}}   a superseded rule or fact
+    {"type": "status_change", "owner": "alice", "item": {...}}   a kept status value
     {"type": "memory", "owner": "alice", "item": {...}, "embedding": [...] | null}
     {"type": "end", "counts": {"rule": 2, ...}}
 
@@ -30,6 +32,7 @@ from pydantic import ValidationError
 
 from . import validation as check
 from .errors import InvalidImport, OwnerNotEmpty
+from .history import ItemVersion, StatusChange
 from .models import (
     AuditEntry,
     MemoryFact,
@@ -38,7 +41,9 @@ from .models import (
     VectorMemory,
     utcnow,
 )
-from .storage.ops import AddAudit, AddFact, AddPending, AddRule, L1Op, SetStatus
+from .replay import l1_writes
+from .storage.memory import InMemoryStructuredStore
+from .storage.ops import AddAudit, SetStatus
 
 if TYPE_CHECKING:
     from .engine import MemoryEngine
@@ -50,6 +55,7 @@ VERSION = 1
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
 _ITEMS: dict[str, type[Any]] = {"rule": MemoryRule, "fact": MemoryFact,
+                               "version": ItemVersion, "status_change": StatusChange,
                                "pending": MemoryPendingItem, "audit": AuditEntry,
                                "memory": VectorMemory}
 
@@ -67,6 +73,10 @@ async def export_owner(engine: MemoryEngine, owner: str) -> list[str]:
         expires = snap.status_expires_at.get(key)
         records.append({"type": "status", "key": key, "value": value,
                         "expires_at": None if expires is None else expires.isoformat()})
+    records += [{"type": "version", "item": v.model_dump(mode="json")}
+                for v in await engine.structured._item_history(owner)]
+    records += [{"type": "status_change", "item": c.model_dump(mode="json")}
+                for c in await engine.structured._status_history(owner, None)]
     records += [{"type": "pending", "item": p.model_dump(mode="json")} for p in snap.pending]
     records += [{"type": "audit", "item": e.model_dump(mode="json")}
                 for e in reversed(audit)]  # oldest first, as they were written
@@ -190,33 +200,26 @@ async def import_owner(engine: MemoryEngine, lines: Iterable[str | bytes]) -> di
     if snap.version or await engine.vector.count(owner):
         raise OwnerNotEmpty(f"owner {owner!r} holds data already; forget it first")
     st = engine.structured
-    # Checked as one batch first (content limits, ids): a refusal writes nothing.
-    ops: list[tuple[datetime, L1Op]] = []
-    ops += [(r.created_at, AddRule(r.content, r.source, r.id)) for r in doc.items("rule")]
-    ops += [(f.created_at, AddFact(f.content, f.source, f.id)) for f in doc.items("fact")]
-    ops += [(p.created_at, AddPending(p)) for p in doc.items("pending")]
-    if ops:
-        check.ops([op for _, op in ops], st.max_content_bytes, st.limits)
     now = utcnow()
-    status = [r for r in doc.records if r["type"] == "status"
-              and (r["expires_at"] is None or r["expires_at"] > now)]
-    status_ops = [SetStatus(r["key"], r["value"], None if r["expires_at"] is None
-                            else (r["expires_at"] - now).total_seconds()) for r in status]
-    if status_ops:
-        check.ops(status_ops, st.max_content_bytes, st.limits)
+    status = [r for r in doc.records if r["type"] == "status"]
+    writes = l1_writes(doc.items("rule"), doc.items("fact"), doc.items("version"), status,
+                       doc.items("status_change"), doc.items("pending"), now)
     audit = [check.audit_entry(e, st.max_content_bytes) for e in doc.items("audit")]
     memories = engine.vector.check_restore(
         owner, list(zip(doc.items("memory"), embeddings, strict=True)))
-    # Each item is applied at the time it was made, so its created_at is kept.
-    for at, op in sorted(ops, key=lambda t: t[0]):
-        await st.apply(owner, [op], now=at)
-    if status_ops:
-        await st.apply(owner, status_ops, now=now)
+    # A rehearsal on the reference backend first: any write the target would refuse
+    # (limits, ids, a broken chain) is refused here, before the target has anything.
+    rehearsal = InMemoryStructuredStore(max_content_bytes=st.max_content_bytes)
+    rehearsal.limits = st.limits
+    for target in (rehearsal, st):
+        # Each write is applied at the time it was first made, so times are kept.
+        for at, op in writes:
+            await target.apply(owner, [op], now=at)
     if audit:  # the decisions as they were taken (``apply`` refuses to write audit entries)
         await st._apply(owner, [AddAudit(e) for e in audit], now, None)
     written = await engine.vector.restore(owner, memories)
     counts = Counter(r["type"] for r in doc.records)
-    counts["status"] = len(status_ops)
+    counts["status"] = sum(isinstance(op, SetStatus) for _, op in writes)
     counts["memory"] = written
     return dict(sorted(counts.items()))
 
