@@ -33,6 +33,9 @@ class Limits:
     status_keys: int = 256
     #: ``evidence`` and ``source`` of one pending item, UTF-8 bytes each.
     pending_field_bytes: int = 8 * 1024
+    #: Items of one ``store_many`` batch, and their content's total UTF-8 bytes.
+    batch_items: int = 1000
+    batch_bytes: int = 8 * 1024 * 1024
 
     @classmethod
     def of(cls, settings: Any) -> Limits:
