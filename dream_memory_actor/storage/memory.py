@@ -125,7 +125,8 @@ class InMemoryVectorStore(VectorStore):
                      now: datetime, op_id: str | None) -> StoreResult:
         async with self._locks[owner]:
             if op_id is not None and (owner, op_id) in self._ops:
-                return self._ops[(owner, op_id)]
+                done: StoreResult = self._ops[(owner, op_id)]
+                return done
             result = self._store_locked(owner, content, embedding, metadata, threshold, now)
             if op_id is not None:
                 self._ops[(owner, op_id)] = result
