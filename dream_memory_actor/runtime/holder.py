@@ -34,6 +34,7 @@ from ..models import (
     ChatMessage,
     MemorySnapshot,
     StoreResult,
+    VectorMemory,
 )
 from ..storage.ops import L1Op
 from .follow import Follower
@@ -152,6 +153,26 @@ class OwnerHolder(abc.ABC):
         async with self._use(owner) as mem:
             deleted: bool = await mem.delete(memory_id)
             return deleted
+
+    async def store_many(self, owner: str, items: Sequence[Any], op_id: str | None
+                         ) -> list[StoreResult]:
+        async with self._use(owner) as mem:
+            results: list[StoreResult] = await mem.store_many(items, op_id)
+            return results
+
+    async def update(self, owner: str, memory_id: str, content: str,
+                     metadata: Mapping[str, Any] | None, op_id: str | None) -> VectorMemory:
+        async with self._use(owner) as mem:
+            new: VectorMemory = await mem.update(memory_id, content, metadata, op_id)
+            return new
+
+    async def supersede_memory(self, owner: str, memory_id: str, content: str,
+                               metadata: Mapping[str, Any] | None, by: str | None,
+                               reason: str | None, op_id: str | None) -> VectorMemory:
+        async with self._use(owner) as mem:
+            new: VectorMemory = await mem.supersede_memory(memory_id, content, metadata, by,
+                                                           reason, op_id)
+            return new
 
     async def ping(self) -> None:  # noqa: B027 - a real no-op, not a hook
         """A no-op (benchmarks compare against it; the registry probes with it)."""

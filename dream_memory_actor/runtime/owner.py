@@ -20,7 +20,15 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from ..errors import InvalidInput, NotFound
-from ..models import AuditAction, AuditEntry, MemorySnapshot, StoreResult, new_id, utcnow
+from ..models import (
+    AuditAction,
+    AuditEntry,
+    MemorySnapshot,
+    StoreResult,
+    VectorMemory,
+    new_id,
+    utcnow,
+)
 from ..storage.ops import L1Op
 from .errors import OwnerMoved, RuntimeTimeout
 from .placement import LiveSet
@@ -47,6 +55,17 @@ class L2Path(Protocol):
                     op_id: str | None) -> StoreResult: ...
 
     async def delete(self, owner: str, memory_id: str) -> bool: ...
+
+    async def store_many(self, owner: str, items: Sequence[Any], *, op_id: str | None
+                         ) -> list[StoreResult]: ...
+
+    async def update(self, owner: str, memory_id: str, content: str, *,
+                     metadata: Mapping[str, Any] | None, op_id: str | None
+                     ) -> VectorMemory: ...
+
+    async def supersede_memory(self, owner: str, memory_id: str, content: str, *,
+                               metadata: Mapping[str, Any] | None, by: str | None,
+                               reason: str | None, op_id: str | None) -> VectorMemory: ...
 
 
 class OwnerMemory:
@@ -229,6 +248,27 @@ class OwnerMemory:
     async def delete(self, memory_id: str) -> bool:
         async with self._lock:
             return await self._l2.delete(self.owner, memory_id)
+
+    # The L2 writes below take the same lock: a batch's dedup, an update and a
+    # supersession never interleave with another write of the owner.
+
+    async def store_many(self, items: Sequence[Any], op_id: str | None) -> list[StoreResult]:
+        async with self._lock:
+            return await self._l2.store_many(self.owner, items, op_id=op_id)
+
+    async def update(self, memory_id: str, content: str, metadata: Mapping[str, Any] | None,
+                     op_id: str | None) -> VectorMemory:
+        async with self._lock:
+            return await self._l2.update(self.owner, memory_id, content, metadata=metadata,
+                                         op_id=op_id)
+
+    async def supersede_memory(self, memory_id: str, content: str,
+                               metadata: Mapping[str, Any] | None, by: str | None,
+                               reason: str | None, op_id: str | None) -> VectorMemory:
+        async with self._lock:
+            return await self._l2.supersede_memory(self.owner, memory_id, content,
+                                                   metadata=metadata, by=by, reason=reason,
+                                                   op_id=op_id)
 
 
 class OwnerTable:
