@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import validation as check
 from .. import validation_l2 as check_l2
-from ..errors import InvalidQuery
+from ..errors import InvalidQuery, MemoryNotFound
 from ..models import SearchHit, StoreResult, VectorMemory, utcnow
 from ..scoring import (
     DEFAULT_WEIGHTS,
@@ -198,10 +198,15 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         return payload
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
-        """One memory of ``owner``, or ``MemoryNotFound``."""
+        """One current memory of ``owner``, or ``MemoryNotFound`` (``MemorySuperseded``
+        for one that was superseded: its history still has it)."""
         check.owner_id(owner)
         check.ids([memory_id], "memory id")
-        return await self._get(owner, memory_id)
+        try:
+            return await self._get(owner, memory_id)
+        except MemoryNotFound as exc:
+            await self._not_live(owner, memory_id, exc)
+            raise
 
     async def delete(self, owner: str, memory_id: str) -> bool:
         check.owner_id(owner)

@@ -93,6 +93,8 @@ async def test_superseded_id_is_refused(stores: Stores) -> None:
         await v.supersede_memory("alice", old.id, "third", embedding=spread(2))
     assert err.value.superseded_by == new.id
     with pytest.raises(MemorySuperseded):
+        await v.get("alice", old.id)
+    with pytest.raises(MemorySuperseded):
         await v.update("alice", old.id, "third", embedding=spread(2))
     assert [m.content for m in await v.list("alice")] == ["second"]
     assert len(await v.memory_history("alice", new.id)) == 2
