@@ -48,3 +48,32 @@ def _load(uptime: Any) -> str:
     if not isinstance(uptime, str) or "load average:" not in uptime:
         return "-"
     return uptime.split("load average:", 1)[1].split(",")[0].strip()
+
+
+def ingest_rows(results: Any) -> list[tuple[str, str, str]]:
+    """The README figures row: the newest run of each backend, batch over one-by-one."""
+    from .report_format import command
+
+    newest: dict[str, dict[str, Any]] = {}
+    for _, d in results.get("batch-ingest", []):  # oldest first: the newest wins
+        if get(d, "ratios", "median") is not None:
+            newest[str(d.get("backend"))] = d
+    rows = []
+    for backend, d in sorted(newest.items()):
+        r = d["ratios"]
+        rows.append((f"batch ingest (`store_many`), {backend}, {d.get('model')}",
+                     f"{num(r['median'], '.2f')}x the one-by-one rate (CPU time "
+                     f"{num(r.get('cpu_median'), '.2f')}x), load {_load(d.get('uptime_before'))}",
+                     f"`{command(d)}`"))
+    return rows
+
+
+def ingest_targets(results: Any) -> list[str]:
+    """The batch-ingest target, met or not in the newest run of each backend."""
+    newest: dict[str, dict[str, Any]] = {}
+    for _, d in results.get("batch-ingest", []):
+        if get(d, "ratios", "median") is not None:
+            newest[str(d.get("backend"))] = d
+    return [f"batch ingest >= {num(d.get('target_ratio'), 'g')}x one by one ({backend}): "
+            f"{'met' if d.get('meets_target') else 'not met'}"
+            for backend, d in sorted(newest.items())]
