@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+from dream_memory_actor.storage.postgres import PostgresVectorStore
 from dream_memory_actor.storage.postgres.plan import SearchPlan
 from dream_memory_actor.storage.postgres.statements import candidate_statement
+from tests.contract.test_vector import vec
 
 PLANS = [SearchPlan(10, 10, "exact", "scan"), SearchPlan(10**6, 10**6, "hnsw", "trigram"),
          SearchPlan(10**5, 10**5, "hnsw", "trigram", recent_window=True),
@@ -35,3 +37,21 @@ def test_filter_is_a_bound_parameter(plan: SearchPlan) -> None:
     for i, value in enumerate(args, start=1):  # every parameter is used
         if value == encoded:
             assert f"${i}::jsonb" in sql
+
+
+@pytest.mark.parametrize("plan", PLANS)
+async def test_every_plan_runs_filtered(pg: tuple[object, PostgresVectorStore],
+                                        plan: SearchPlan) -> None:
+    """Each path of the statement (exact, HNSW, owner rows, trigram, recent window)
+    returns only the memories the filter keeps."""
+    _, vector = pg
+    keep = await vector.store("alice", "deploy with helm", embedding=vec(1, 0.2),
+                              metadata={"agent": "deploy"})
+    await vector.store("alice", "deploy helm on friday", embedding=vec(0, 1),
+                       metadata={"agent": "ops"})
+    emb = vec(1)
+    for where, want in (({"agent": "deploy"}, {keep.memory.id}), ({"agent": "none"}, set())):
+        rows = await vector._fetch(vector.statement(
+            ["alice"], ["deploy", "helm"], emb, plan, vector_k=10, keyword_k=10,
+            weights=[1.0, 1.0], where=where))
+        assert {str(r["id"]) for r in rows} == want
