@@ -84,8 +84,7 @@ def batch(
     checked and normalized, in order."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise InvalidBatch(
-            "store_many needs a list of items "
-            "(texts or {'content': ..., 'metadata': ...} mappings)"
+            "store_many needs a list of items (texts or {'content': ..., 'metadata': ...} mappings)"
         )
     items = list(values)
     if not items:

@@ -28,8 +28,14 @@ async def test_store_many_embeds_in_one_call(engine: MemoryEngine) -> None:  # n
     assert engine.embedder is not None
     counting = _Counting(engine.embedder.dim)
     engine.embedder.inner = counting
-    texts = ["went live on kubernetes", "likes green tea", "writes java at work",
-             "sister's birthday in may", "flight to lisbon friday", "reviews security first"]
+    texts = [
+        "went live on kubernetes",
+        "likes green tea",
+        "writes java at work",
+        "sister's birthday in may",
+        "flight to lisbon friday",
+        "reviews security first",
+    ]
     results = await engine.store_many("alice", [*texts, texts[0]])
     assert counting.batches == [6]  # one call; the repeated text embedded once
     assert [r.merged for r in results] == [False] * 6 + [True]
@@ -51,10 +57,14 @@ async def test_update_and_supersede_re_embed(engine: MemoryEngine) -> None:  # n
     hits = await engine.search("alice", "likes green tea", filter={"agent": "ops"})
     assert hits[0].memory.id == m.id  # the new text's embedding, not the old one's:
     assert hits[0].cosine == pytest.approx(1.0, abs=1e-6)
-    new = await engine.supersede_memory("alice", m.id, "drinks coffee", by="alice",
-                                        reason="changed")
+    new = await engine.supersede_memory(
+        "alice", m.id, "drinks coffee", by="alice", reason="changed"
+    )
     assert [v.content for v in await engine.memory_history("alice", new.id)] == [
-        "deploys with helm", "likes green tea", "drinks coffee"]
+        "deploys with helm",
+        "likes green tea",
+        "drinks coffee",
+    ]
     with pytest.raises(MemorySuperseded):
         await engine.supersede_memory("alice", m.id, "again")
     assert [x.id for x in await engine.list("alice", filter={"agent": "ops"})] == [new.id]

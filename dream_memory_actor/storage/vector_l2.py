@@ -34,34 +34,68 @@ class VersionedL2:
 
     # -- primitives a backend implements ------------------------------------------------
 
-    async def _store(self, owner: str, content: str, embedding: list[float] | None,
-                     metadata: dict[str, Any], *, threshold: float, now: datetime,
-                     op_id: str | None) -> StoreResult:
+    async def _store(
+        self,
+        owner: str,
+        content: str,
+        embedding: list[float] | None,
+        metadata: dict[str, Any],
+        *,
+        threshold: float,
+        now: datetime,
+        op_id: str | None,
+    ) -> StoreResult:
         raise NotImplementedError
 
-    async def _store_many(self, owner: str, items: Sequence[BatchItem], *, threshold: float,
-                          now: datetime, op_id: str | None) -> list[StoreResult]:
+    async def _store_many(
+        self,
+        owner: str,
+        items: Sequence[BatchItem],
+        *,
+        threshold: float,
+        now: datetime,
+        op_id: str | None,
+    ) -> list[StoreResult]:
         """Store ``items`` in order, each deduplicated against the owner's memories and
         the batch's earlier items exactly as a ``store`` each would; atomic per owner
         and idempotent under ``op_id`` (the results recorded as a list).
 
         This fallback stores one by one (neither atomic nor idempotent as a whole);
         every backend of the library overrides it."""
-        return [await self._store(owner, text, vec, meta, threshold=threshold, now=now,
-                                  op_id=None) for text, vec, meta in items]
+        return [
+            await self._store(owner, text, vec, meta, threshold=threshold, now=now, op_id=None)
+            for text, vec, meta in items
+        ]
 
-    async def _update(self, owner: str, memory_id: str, content: str,
-                      embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                      now: datetime, op_id: str | None) -> VectorMemory:
+    async def _update(
+        self,
+        owner: str,
+        memory_id: str,
+        content: str,
+        embedding: list[float] | None,
+        metadata: dict[str, Any] | None,
+        *,
+        now: datetime,
+        op_id: str | None,
+    ) -> VectorMemory:
         """Replace the live memory's content, embedding and (when given) metadata
         (``versions.updated``), its previous version added to its history
         (``versions.closed``), atomically; ``MemoryNotFound`` if it is not live."""
         raise NotImplementedError(f"{type(self).__name__} has no update")
 
-    async def _supersede(self, owner: str, memory_id: str, content: str,
-                         embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                         by: str | None, reason: str | None, now: datetime,
-                         op_id: str | None) -> VectorMemory:
+    async def _supersede(
+        self,
+        owner: str,
+        memory_id: str,
+        content: str,
+        embedding: list[float] | None,
+        metadata: dict[str, Any] | None,
+        *,
+        by: str | None,
+        reason: str | None,
+        now: datetime,
+        op_id: str | None,
+    ) -> VectorMemory:
         """Write the successor (``versions.successor``, no dedup) and close the live
         memory (its last version in its history, naming the successor), atomically;
         ``MemoryNotFound`` if it is not live."""
@@ -75,8 +109,7 @@ class VersionedL2:
     async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         raise NotImplementedError
 
-    def _check_embedding(self, embedding: Sequence[float] | None
-                         ) -> builtins.list[float] | None:
+    def _check_embedding(self, embedding: Sequence[float] | None) -> builtins.list[float] | None:
         raise NotImplementedError
 
     # -- the public, validated API ------------------------------------------------------
@@ -109,11 +142,15 @@ class VersionedL2:
             embeddings = await embed_many(texts)
         if embeddings is not None and len(embeddings) != len(batch):
             raise InvalidBatch(f"{len(embeddings)} embeddings for {len(batch)} items")
-        vecs = ([None] * len(batch) if embeddings is None
-                else [self._check_embedding(e) for e in embeddings])
+        vecs = (
+            [None] * len(batch)
+            if embeddings is None
+            else [self._check_embedding(e) for e in embeddings]
+        )
         checked = [(t, v, m) for (t, m), v in zip(batch, vecs, strict=True)]
-        return await self._store_many(owner, checked, threshold=thr, now=now or utcnow(),
-                                      op_id=op_id)
+        return await self._store_many(
+            owner, checked, threshold=thr, now=now or utcnow(), op_id=op_id
+        )
 
     async def update(
         self,
@@ -140,8 +177,9 @@ class VersionedL2:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
         try:
-            return await self._update(owner, memory_id, text, vec, meta, now=now or utcnow(),
-                                      op_id=op_id)
+            return await self._update(
+                owner, memory_id, text, vec, meta, now=now or utcnow(), op_id=op_id
+            )
         except MemoryNotFound as exc:
             await self._not_live(owner, memory_id, exc)
             raise
@@ -176,8 +214,17 @@ class VersionedL2:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
         try:
-            return await self._supersede(owner, memory_id, text, vec, meta, by=who, reason=why,
-                                         now=now or utcnow(), op_id=op_id)
+            return await self._supersede(
+                owner,
+                memory_id,
+                text,
+                vec,
+                meta,
+                by=who,
+                reason=why,
+                now=now or utcnow(),
+                op_id=op_id,
+            )
         except MemoryNotFound as exc:
             await self._not_live(owner, memory_id, exc)
             raise
@@ -188,8 +235,9 @@ class VersionedL2:
         ``MemoryNotFound`` if the owner never had it."""
         check.owner_id(owner)
         check.ids([memory_id], "memory id")
-        return await versions.chain(memory_id, lambda x: self._history(owner, x),
-                                    lambda x: self._get(owner, x))
+        return await versions.chain(
+            memory_id, lambda x: self._history(owner, x), lambda x: self._get(owner, x)
+        )
 
     async def _not_live(self, owner: str, memory_id: str, exc: MemoryNotFound) -> None:
         """Raise ``MemorySuperseded`` if ``memory_id`` was superseded (else return)."""
@@ -199,4 +247,5 @@ class VersionedL2:
         if succ is not None:
             raise MemorySuperseded(
                 f"memory {memory_id!r} of owner {owner!r} was superseded by {succ!r}",
-                superseded_by=succ) from exc
+                superseded_by=succ,
+            ) from exc

@@ -26,53 +26,107 @@ from ..validation import RESERVED_METADATA_KEYS
 MAX_CHAIN = 1000
 
 
-def updated(existing: VectorMemory, content: str, metadata: dict[str, Any] | None,
-            has_embedding: bool, now: datetime) -> VectorMemory:
+def updated(
+    existing: VectorMemory,
+    content: str,
+    metadata: dict[str, Any] | None,
+    has_embedding: bool,
+    now: datetime,
+) -> VectorMemory:
     """``existing`` after an update: ``metadata`` (when given) replaces its own keys,
     the merge records stay; ``updated_at`` moves to ``now`` (never backwards)."""
-    meta = dict(existing.metadata) if metadata is None else {
-        **{k: v for k, v in existing.metadata.items() if k in RESERVED_METADATA_KEYS},
-        **metadata}
-    return existing.model_copy(update={"content": content, "metadata": meta,
-                                       "has_embedding": has_embedding,
-                                       "updated_at": max(existing.updated_at, now)})
+    meta = (
+        dict(existing.metadata)
+        if metadata is None
+        else {
+            **{k: v for k, v in existing.metadata.items() if k in RESERVED_METADATA_KEYS},
+            **metadata,
+        }
+    )
+    return existing.model_copy(
+        update={
+            "content": content,
+            "metadata": meta,
+            "has_embedding": has_embedding,
+            "updated_at": max(existing.updated_at, now),
+        }
+    )
 
 
-def successor(existing: VectorMemory, content: str, metadata: dict[str, Any] | None,
-              has_embedding: bool, now: datetime) -> VectorMemory:
+def successor(
+    existing: VectorMemory,
+    content: str,
+    metadata: dict[str, Any] | None,
+    has_embedding: bool,
+    now: datetime,
+) -> VectorMemory:
     """The memory that supersedes ``existing``: a new id, ``metadata`` or else the
     metadata of ``existing`` without its merge records."""
-    meta = ({k: v for k, v in existing.metadata.items() if k not in RESERVED_METADATA_KEYS}
-            if metadata is None else dict(metadata))
-    return VectorMemory(owner=existing.owner, content=content, metadata=meta,
-                        created_at=now, updated_at=now, has_embedding=has_embedding)
+    meta = (
+        {k: v for k, v in existing.metadata.items() if k not in RESERVED_METADATA_KEYS}
+        if metadata is None
+        else dict(metadata)
+    )
+    return VectorMemory(
+        owner=existing.owner,
+        content=content,
+        metadata=meta,
+        created_at=now,
+        updated_at=now,
+        has_embedding=has_embedding,
+    )
 
 
-def closed(existing: VectorMemory, now: datetime, change: Literal["update", "supersede"], *,
-           superseded_by: str | None = None, by: str | None = None,
-           reason: str | None = None) -> MemoryVersion:
+def closed(
+    existing: VectorMemory,
+    now: datetime,
+    change: Literal["update", "supersede"],
+    *,
+    superseded_by: str | None = None,
+    by: str | None = None,
+    reason: str | None = None,
+) -> MemoryVersion:
     """The version ``existing`` was until ``now``, for the history."""
-    return MemoryVersion(memory_id=existing.id, owner=existing.owner, content=existing.content,
-                         metadata=existing.metadata, has_embedding=existing.has_embedding,
-                         valid_from=existing.updated_at, valid_to=max(now, existing.updated_at),
-                         change=change, superseded_by=superseded_by, by=by, reason=reason)
+    return MemoryVersion(
+        memory_id=existing.id,
+        owner=existing.owner,
+        content=existing.content,
+        metadata=existing.metadata,
+        has_embedding=existing.has_embedding,
+        valid_from=existing.updated_at,
+        valid_to=max(now, existing.updated_at),
+        change=change,
+        superseded_by=superseded_by,
+        by=by,
+        reason=reason,
+    )
 
 
 def current(memory: VectorMemory) -> MemoryVersion:
     """The live version of ``memory`` (``valid_to`` ``None``)."""
-    return MemoryVersion(memory_id=memory.id, owner=memory.owner, content=memory.content,
-                         metadata=memory.metadata, has_embedding=memory.has_embedding,
-                         valid_from=memory.updated_at)
+    return MemoryVersion(
+        memory_id=memory.id,
+        owner=memory.owner,
+        content=memory.content,
+        metadata=memory.metadata,
+        has_embedding=memory.has_embedding,
+        valid_from=memory.updated_at,
+    )
 
 
 def superseded_by(versions: list[MemoryVersion], memory_id: str) -> str | None:
     """The successor of ``memory_id`` if ``versions`` (its history) say it was superseded."""
-    return next((v.superseded_by for v in versions
-                 if v.memory_id == memory_id and v.change == "supersede"), None)
+    return next(
+        (v.superseded_by for v in versions if v.memory_id == memory_id and v.change == "supersede"),
+        None,
+    )
 
 
-async def chain(memory_id: str, history: Callable[[str], Awaitable[list[MemoryVersion]]],
-                get: Callable[[str], Awaitable[VectorMemory]]) -> list[MemoryVersion]:
+async def chain(
+    memory_id: str,
+    history: Callable[[str], Awaitable[list[MemoryVersion]]],
+    get: Callable[[str], Awaitable[VectorMemory]],
+) -> list[MemoryVersion]:
     """Every version of the chain of supersessions ``memory_id`` belongs to, oldest
     first, the current one last (when the chain ends in a live memory).
 
@@ -96,8 +150,9 @@ async def chain(memory_id: str, history: Callable[[str], Awaitable[list[MemoryVe
                 live.append(current(await get(x)))
     if not found and not live:
         raise MemoryNotFound(f"no memory {memory_id!r} and no history of it")
-    closed_versions = sorted(found.values(), key=lambda v: (v.valid_to or v.valid_from,
-                                                            v.valid_from))
+    closed_versions = sorted(
+        found.values(), key=lambda v: (v.valid_to or v.valid_from, v.valid_from)
+    )
     return closed_versions + live
 
 

@@ -18,11 +18,11 @@ from tests.contract.test_vector import spread, vec
 ITEMS: list[tuple[str, list[float], dict[str, Any]]] = [
     ("went live on Kubernetes", vec(1, 0.1), {"a": 1}),
     ("likes green tea", vec(0, 1), {}),
-    ("went live on K8s", vec(1, 0.2), {"b": 2}),             # merges into item 0
-    ("prefers tabs", spread(0), {"k": "batch"}),              # merges into the stored one
-    ("likes green tea", spread(5), {"c": 3}),                 # same text as item 1
+    ("went live on K8s", vec(1, 0.2), {"b": 2}),  # merges into item 0
+    ("prefers tabs", spread(0), {"k": "batch"}),  # merges into the stored one
+    ("likes green tea", spread(5), {"c": 3}),  # same text as item 1
     ("uses vim", spread(6), {}),
-    ("went live on K8s with helm", vec(1, 0.25), {"d": 4}),   # into item 0 again
+    ("went live on K8s with helm", vec(1, 0.25), {"d": 4}),  # into item 0 again
 ]
 
 
@@ -44,19 +44,23 @@ async def test_batch_merges_as_sequential_stores_would(stores: Stores) -> None:
     now = utcnow() - timedelta(minutes=1)
     firsts: list[dict[str, int]] = []
     for owner in ("seq", "batch"):
-        pre = await v.store(owner, "prefers tabs", embedding=spread(0), metadata={"p": 0},
-                            now=now)
+        pre = await v.store(owner, "prefers tabs", embedding=spread(0), metadata={"p": 0}, now=now)
         firsts.append({pre.memory.id: -1})
     seq = [await v.store("seq", t, embedding=e, metadata=m, now=now) for t, e, m in ITEMS]
-    batch = await v.store_many("batch", [{"content": t, "metadata": m} for t, _, m in ITEMS],
-                               embeddings=[e for _, e, _ in ITEMS], now=now)
+    batch = await v.store_many(
+        "batch",
+        [{"content": t, "metadata": m} for t, _, m in ITEMS],
+        embeddings=[e for _, e, _ in ITEMS],
+        now=now,
+    )
     assert len(batch) == len(ITEMS)
     assert _shape(batch, firsts[1]) == _shape(seq, firsts[0])
     assert [r.merged for r in batch] == [False, False, True, True, True, False, True]
 
     def listing(mems: list[Any]) -> list[tuple[str, Any]]:
-        return sorted((m.content, {k: x for k, x in m.metadata.items() if k != "merged_at"})
-                      for m in mems)
+        return sorted(
+            (m.content, {k: x for k, x in m.metadata.items() if k != "merged_at"}) for m in mems
+        )
 
     assert listing(await v.list("batch")) == listing(await v.list("seq"))
     assert await v.count("batch") == await v.count("seq") == 4
@@ -65,13 +69,15 @@ async def test_batch_merges_as_sequential_stores_would(stores: Stores) -> None:
         a = await v.search("batch", q, embedding=vec(1, 0.1), now=now)
         b = await v.search("seq", q, embedding=vec(1, 0.1), now=now)
         assert [(h.memory.content, round(h.score, 9)) for h in a] == [
-            (h.memory.content, round(h.score, 9)) for h in b]
+            (h.memory.content, round(h.score, 9)) for h in b
+        ]
 
 
 async def test_batch_in_keyword_mode(keyword_stores: Stores) -> None:
     v = keyword_stores.vector
-    got = await v.store_many("alice", ["deploy on kubernetes", "Deploy  on Kubernetes",
-                                       "likes tea"])
+    got = await v.store_many(
+        "alice", ["deploy on kubernetes", "Deploy  on Kubernetes", "likes tea"]
+    )
     assert [r.merged for r in got] == [False, True, False]
     assert got[1].memory.id == got[0].memory.id
     assert await v.count("alice") == 2
@@ -88,16 +94,19 @@ async def test_batch_is_idempotent(stores: Stores) -> None:
     assert await v.count("alice") == 2
 
 
-@pytest.mark.parametrize("items, error", [
-    ([], InvalidBatch),
-    ("just a string", InvalidBatch),
-    ({"content": "a mapping, not a list"}, InvalidBatch),
-    (["fine", {"text": "wrong key"}], InvalidBatch),
-    (["fine", {"content": "x", "metadata": {}, "extra": 1}], InvalidBatch),
-    (["fine", "   "], InvalidContent),
-    (["fine", 42], InvalidContent),
-    (["fine", {"content": "x", "metadata": {"merged_from": []}}], InvalidMetadata),
-])
+@pytest.mark.parametrize(
+    "items, error",
+    [
+        ([], InvalidBatch),
+        ("just a string", InvalidBatch),
+        ({"content": "a mapping, not a list"}, InvalidBatch),
+        (["fine", {"text": "wrong key"}], InvalidBatch),
+        (["fine", {"content": "x", "metadata": {}, "extra": 1}], InvalidBatch),
+        (["fine", "   "], InvalidContent),
+        (["fine", 42], InvalidContent),
+        (["fine", {"content": "x", "metadata": {"merged_from": []}}], InvalidMetadata),
+    ],
+)
 async def test_bad_batches_write_nothing(stores: Stores, items: Any, error: type) -> None:
     v = stores.vector
     with pytest.raises(error):

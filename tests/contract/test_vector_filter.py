@@ -16,13 +16,20 @@ async def _corpus(stores: Stores) -> dict[str, str]:
     v = stores.vector
     ids = {}
     for i in range(10):
-        r = await v.store("alice", f"deploy note {i} on kubernetes",
-                          embedding=vec(1, 0.01 * i, 0.3), metadata={"agent": "ops", "n": i},
-                          threshold=1.0)
+        r = await v.store(
+            "alice",
+            f"deploy note {i} on kubernetes",
+            embedding=vec(1, 0.01 * i, 0.3),
+            metadata={"agent": "ops", "n": i},
+            threshold=1.0,
+        )
         assert not r.merged
-    far = await v.store("alice", "deploy with helm, far away",
-                        embedding=spread(3), metadata={"agent": "deploy", "n": 1.0,
-                                                       "ok": True})
+    far = await v.store(
+        "alice",
+        "deploy with helm, far away",
+        embedding=spread(3),
+        metadata={"agent": "deploy", "n": 1.0, "ok": True},
+    )
     ids["far"] = far.memory.id
     await v.store("bob", "deploy of bob", embedding=vec(1), metadata={"agent": "deploy"})
     return ids
@@ -36,12 +43,20 @@ async def test_filter_applies_before_the_limit(stores: Stores) -> None:
     # Unfiltered, the far memory is not among the 3 best; filtered it is the only one.
     top = await v.search("alice", "deploy", embedding=vec(1, 0, 0.3), limit=3)
     assert ids["far"] not in {h.memory.id for h in top}
-    hits = await v.search("alice", "deploy", embedding=vec(1, 0, 0.3), limit=3,
-                          filter={"agent": "deploy"})
+    hits = await v.search(
+        "alice", "deploy", embedding=vec(1, 0, 0.3), limit=3, filter={"agent": "deploy"}
+    )
     assert [h.memory.id for h in hits] == [ids["far"]]
     # vector_k / keyword_k of 1 still find it: the filter is applied before the cuts
-    hits = await v.search("alice", "kubernetes", embedding=vec(1, 0, 0.3), limit=1,
-                          vector_k=1, keyword_k=1, filter={"agent": "deploy"})
+    hits = await v.search(
+        "alice",
+        "kubernetes",
+        embedding=vec(1, 0, 0.3),
+        limit=1,
+        vector_k=1,
+        keyword_k=1,
+        filter={"agent": "deploy"},
+    )
     assert [h.memory.id for h in hits] == [ids["far"]]
 
 
@@ -73,8 +88,10 @@ async def test_filter_with_hostile_text(stores: Stores) -> None:
     r = await v.store("alice", "odd metadata", embedding=spread(0), metadata={odd: odd})
     await v.store("alice", "plain", embedding=spread(1), metadata={"k": "v"})
     assert [m.id for m in await v.list("alice", filter={odd: odd})] == [r.memory.id]
-    assert [h.memory.id for h in await v.search("alice", "metadata", embedding=spread(0),
-                                                filter={odd: odd})] == [r.memory.id]
+    assert [
+        h.memory.id
+        for h in await v.search("alice", "metadata", embedding=spread(0), filter={odd: odd})
+    ] == [r.memory.id]
     assert await v.list("alice", filter={"k": odd}) == []
 
 
@@ -85,7 +102,8 @@ async def test_filter_in_keyword_mode(keyword_stores: Stores) -> None:
     hits = await v.search("alice", "deploy", filter={"agent": "deploy"})
     assert [h.memory.id for h in hits] == [b.memory.id]
     assert [m.id for m in await v.list("alice", filter={"agent": "deploy"}, limit=1)] == [
-        b.memory.id]
+        b.memory.id
+    ]
 
 
 async def test_filter_over_several_owners(stores: Stores) -> None:
@@ -93,16 +111,26 @@ async def test_filter_over_several_owners(stores: Stores) -> None:
     a = await v.store("alice", "deploy note", embedding=spread(0), metadata={"team": "x"})
     b = await v.store("bob", "deploy note of bob", embedding=spread(1), metadata={"team": "x"})
     await v.store("bob", "deploy other", embedding=spread(2), metadata={"team": "y"})
-    hits = await v.search(["alice", "bob"], "deploy", embedding=spread(0),
-                          filter={"team": "x"})
+    hits = await v.search(["alice", "bob"], "deploy", embedding=spread(0), filter={"team": "x"})
     assert {h.memory.id for h in hits} == {a.memory.id, b.memory.id}
 
 
-@pytest.mark.parametrize("where", [
-    {"agent": ["a", "b"]}, {"agent": {"$in": ["a"]}}, {"n": float("nan")}, {"": "x"},
-    {1: "x"}, {"k": b"bytes"}, {"k": "a\x00b"}, "agent=deploy", ["agent"],
-    {f"k{i}": i for i in range(MAX_FILTER_KEYS + 1)}, {"k": "x" * 2000},
-])
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"agent": ["a", "b"]},
+        {"agent": {"$in": ["a"]}},
+        {"n": float("nan")},
+        {"": "x"},
+        {1: "x"},
+        {"k": b"bytes"},
+        {"k": "a\x00b"},
+        "agent=deploy",
+        ["agent"],
+        {f"k{i}": i for i in range(MAX_FILTER_KEYS + 1)},
+        {"k": "x" * 2000},
+    ],
+)
 async def test_bad_filters_are_refused(stores: Stores, where: object) -> None:
     v = stores.vector
     await v.store("alice", "a note", embedding=spread(0))

@@ -21,10 +21,18 @@ from tests.contract.test_vector import spread, vec
 async def test_update_keeps_the_previous_version(stores: Stores) -> None:
     v = stores.vector
     t0 = utcnow() - timedelta(hours=1)
-    first = (await v.store("alice", "deploys with helm", embedding=spread(0),
-                           metadata={"agent": "deploy"}, now=t0)).memory
-    new = await v.update("alice", first.id, "deploys with argo cd", embedding=spread(1),
-                         now=t0 + timedelta(minutes=5))
+    first = (
+        await v.store(
+            "alice", "deploys with helm", embedding=spread(0), metadata={"agent": "deploy"}, now=t0
+        )
+    ).memory
+    new = await v.update(
+        "alice",
+        first.id,
+        "deploys with argo cd",
+        embedding=spread(1),
+        now=t0 + timedelta(minutes=5),
+    )
     assert new.id == first.id and new.content == "deploys with argo cd"
     assert new.metadata == {"agent": "deploy"}  # kept when not given
     assert (await v.get("alice", first.id)).content == "deploys with argo cd"
@@ -43,27 +51,32 @@ async def test_update_keeps_the_previous_version(stores: Stores) -> None:
 async def test_update_replaces_metadata_when_given(stores: Stores) -> None:
     v = stores.vector
     m = (await v.store("alice", "a note", embedding=spread(0), metadata={"a": 1})).memory
-    new = await v.update("alice", m.id, "a note, edited", embedding=spread(0),
-                         metadata={"b": 2})
+    new = await v.update("alice", m.id, "a note, edited", embedding=spread(0), metadata={"b": 2})
     assert new.metadata == {"b": 2}
     assert (await v.get("alice", m.id)).metadata == {"b": 2}
 
 
 async def test_supersede_closes_the_old_memory(stores: Stores) -> None:
     v = stores.vector
-    old = (await v.store("alice", "prefers tabs", embedding=spread(2),
-                         metadata={"agent": "style"})).memory
+    old = (
+        await v.store("alice", "prefers tabs", embedding=spread(2), metadata={"agent": "style"})
+    ).memory
     other = (await v.store("alice", "uses vim", embedding=spread(3))).memory
-    new = await v.supersede_memory("alice", old.id, "prefers spaces", embedding=spread(4),
-                                   by="alice", reason="changed her mind")
+    new = await v.supersede_memory(
+        "alice",
+        old.id,
+        "prefers spaces",
+        embedding=spread(4),
+        by="alice",
+        reason="changed her mind",
+    )
     assert new.id != old.id and new.metadata == {"agent": "style"}
     with pytest.raises(MemoryNotFound):
         await v.get("alice", old.id)
     assert {m.id for m in await v.list("alice")} == {new.id, other.id}
     assert await v.count("alice") == 2
     assert [h.memory.id for h in await v.search("alice", "prefers")] == [new.id]
-    assert all(h.memory.id != old.id for h in await v.search("alice", "x",
-                                                              embedding=spread(2)))
+    assert all(h.memory.id != old.id for h in await v.search("alice", "x", embedding=spread(2)))
     for mid in (old.id, new.id):  # the chain from either end
         hist = await v.memory_history("alice", mid)
         assert [h.content for h in hist] == ["prefers tabs", "prefers spaces"]
@@ -81,7 +94,12 @@ async def test_chain_of_updates_and_supersessions(stores: Stores) -> None:
     c = await v.supersede_memory("alice", b.id, "v5", embedding=spread(7))
     for mid in (a.id, b.id, c.id):
         assert [h.content for h in await v.memory_history("alice", mid)] == [
-            "v1", "v2", "v3", "v4", "v5"]
+            "v1",
+            "v2",
+            "v3",
+            "v4",
+            "v5",
+        ]
     assert [m.content for m in await v.list("alice")] == ["v5"]
 
 
@@ -139,8 +157,7 @@ async def test_update_and_supersede_are_idempotent(stores: Stores) -> None:
     s1 = await v.supersede_memory("alice", m.id, "three", embedding=spread(1), op_id="s")
     s2 = await v.supersede_memory("alice", m.id, "three", embedding=spread(1), op_id="s")
     assert s1 == s2
-    assert [h.content for h in await v.memory_history("alice", m.id)] == ["one", "two",
-                                                                          "three"]
+    assert [h.content for h in await v.memory_history("alice", m.id)] == ["one", "two", "three"]
     assert await v.count("alice") == 1
 
 
@@ -159,8 +176,7 @@ async def test_history_keeps_merge_records_out_of_successor(stores: Stores) -> N
     a = await v.store("alice", "went live on Kubernetes", embedding=vec(1, 0.1))
     merged = await v.store("alice", "went live on K8s", embedding=vec(1, 0.2))
     assert merged.merged
-    new = await v.supersede_memory("alice", a.memory.id, "went live on Nomad",
-                                   embedding=vec(0, 1))
+    new = await v.supersede_memory("alice", a.memory.id, "went live on Nomad", embedding=vec(0, 1))
     assert "merged_from" not in new.metadata
     hist = await v.memory_history("alice", new.id)
     assert hist[0].metadata["merged_from"] == ["went live on Kubernetes"]

@@ -34,15 +34,25 @@ def door() -> Iterator[tuple[gen.LoopThread, MemoryEngine, str]]:
 
 def _filter() -> st.SearchStrategy[Any]:
     scalar = st.one_of(gen.text_or_odd(), gen.number(), st.booleans(), st.none())
-    return st.one_of(gen.odd(), gen.metadata(),
-                     st.dictionaries(st.one_of(gen.text(), st.integers(), st.none()),
-                                     st.one_of(scalar, gen.metadata()), max_size=20))
+    return st.one_of(
+        gen.odd(),
+        gen.metadata(),
+        st.dictionaries(
+            st.one_of(gen.text(), st.integers(), st.none()),
+            st.one_of(scalar, gen.metadata()),
+            max_size=20,
+        ),
+    )
 
 
 def _items() -> st.SearchStrategy[Any]:
-    item = st.one_of(gen.text_or_odd(), st.fixed_dictionaries(
-        {"content": gen.text_or_odd()}, optional={"metadata": gen.metadata(),
-                                                  "other": gen.odd()}))
+    item = st.one_of(
+        gen.text_or_odd(),
+        st.fixed_dictionaries(
+            {"content": gen.text_or_odd()},
+            optional={"metadata": gen.metadata(), "other": gen.odd()},
+        ),
+    )
     return st.one_of(gen.odd(), st.lists(item, max_size=8))
 
 
@@ -52,8 +62,14 @@ def _target() -> st.SearchStrategy[Any]:
 
 OPS = st.one_of(
     st.tuples(st.just("update"), gen.owner(), _target(), gen.text_or_odd(), gen.metadata()),
-    st.tuples(st.just("supersede"), gen.owner(), _target(), gen.text_or_odd(),
-              gen.text_or_odd(), gen.text_or_odd()),
+    st.tuples(
+        st.just("supersede"),
+        gen.owner(),
+        _target(),
+        gen.text_or_odd(),
+        gen.text_or_odd(),
+        gen.text_or_odd(),
+    ),
     st.tuples(st.just("store_many"), gen.owner(), _items()),
     st.tuples(st.just("search"), gen.owner(), _filter()),
     st.tuples(st.just("list"), gen.owner(), _filter()),
@@ -91,11 +107,11 @@ async def _attempt(engine: MemoryEngine, mid: str, op: tuple[Any, ...]) -> str:
 
 @gen.door_settings(EXAMPLES)
 @given(OPS)
-def test_l2_lifecycle_door(door: tuple[gen.LoopThread, MemoryEngine, str],
-                           op: tuple[Any, ...]) -> None:
+def test_l2_lifecycle_door(
+    door: tuple[gen.LoopThread, MemoryEngine, str], op: tuple[Any, ...]
+) -> None:
     loop, engine, mid = door
     if op[0] in ("update", "supersede") and op[1] == "alice" and op[2] == LIVE:
         # a successful supersession would retire the target: keep it for later examples
-        mid = loop.run(engine.store("alice", f"a fresh target {len(gen.TALLY.doors)}")
-                       ).memory.id
+        mid = loop.run(engine.store("alice", f"a fresh target {len(gen.TALLY.doors)}")).memory.id
     gen.TALLY.add("engine-l2", loop.run(_attempt(engine, mid, op)))

@@ -23,14 +23,18 @@ def test_update_supersede_history_and_filter(system: MemorySystem) -> None:
     new = h.supersede_memory(first.id, "t4: deploys with flux", by="ops", reason="moved")
     assert new.metadata == {"agent": "deploy"}
     assert [v.content for v in h.memory_history(first.id)] == [
-        "t4: deploys with helm", "t4: deploys with argo cd", "t4: deploys with flux"]
+        "t4: deploys with helm",
+        "t4: deploys with argo cd",
+        "t4: deploys with flux",
+    ]
     assert {m.id for m in h.list()} == {new.id, other.id}
     assert [m.id for m in h.list(filter={"agent": "deploy"})] == [new.id]
     hits = h.search("t4: deploys", filter={"agent": "deploy"})
     assert [x.memory.id for x in hits] == [new.id]
     assert h.search("t4: deploys", filter={"agent": "nobody"}) == []
-    assert [x.memory.id for x in system.search(["rt-life"], "t5: tea",
-                                               filter={"agent": "chat"})] == [other.id]
+    assert [
+        x.memory.id for x in system.search(["rt-life"], "t5: tea", filter={"agent": "chat"})
+    ] == [other.id]
     with pytest.raises(MemorySuperseded) as err:
         h.update(first.id, "t4: too late")
     assert err.value.superseded_by == new.id
@@ -42,13 +46,15 @@ def test_update_supersede_history_and_filter(system: MemorySystem) -> None:
 
 async def test_async_twins(system: MemorySystem) -> None:
     h = system.owner("rt-life-async")
-    results = await h.store_many_async(["t6: one note", {"content": "t6: one note again",
-                                                         "metadata": {"k": 1}},
-                                        "t7: another"], op_id="rt-life-b1")
+    results = await h.store_many_async(
+        ["t6: one note", {"content": "t6: one note again", "metadata": {"k": 1}}, "t7: another"],
+        op_id="rt-life-b1",
+    )
     assert [r.merged for r in results] == [False, True, False]
     assert results[1].memory.id == results[0].memory.id
-    retried = await h.store_many_async(["t6: one note", "t6: one note again", "t7: another"],
-                                       op_id="rt-life-b1")
+    retried = await h.store_many_async(
+        ["t6: one note", "t6: one note again", "t7: another"], op_id="rt-life-b1"
+    )
     assert retried == results
     assert len(await h.list_async()) == 2
     mid = results[2].memory.id

@@ -50,12 +50,18 @@ def filtered(rows: OwnerRows, where: Mapping[str, Any] | None) -> OwnerRows:
     """The rows whose metadata matches ``where`` (all of them without a filter)."""
     if not where:
         return rows
-    return OwnerRows(rows.token, [r for r in rows.rows.values()
-                                  if matches(r.memory.metadata, where)])
+    return OwnerRows(
+        rows.token, [r for r in rows.rows.values() if matches(r.memory.metadata, where)]
+    )
 
 
-async def _transact(store: RedisVectorStore, owner: str, what: str, op_id: str | None,
-                    plan: Callable[[OwnerRows, bool], Planned]) -> str:
+async def _transact(
+    store: RedisVectorStore,
+    owner: str,
+    what: str,
+    op_id: str | None,
+    plan: Callable[[OwnerRows, bool], Planned],
+) -> str:
     """Run ``plan`` on the owner's rows and commit what it queued, retried while another
     writer comes first; the recorded result of ``op_id`` if it was applied already."""
     from redis.exceptions import WatchError
@@ -69,8 +75,7 @@ async def _transact(store: RedisVectorStore, owner: str, what: str, op_id: str |
                 async with store._r.pipeline(transaction=True) as pipe:
                     try:
                         await pipe.watch(k.l2_version(owner))
-                        done = None if op_id is None else await pipe.get(
-                            k.l2_op(owner, op_id))
+                        done = None if op_id is None else await pipe.get(k.l2_op(owner, op_id))
                         rows = await store._rows(pipe, owner)
                         counted = bool(await pipe.hexists(k.l2_df(owner), df.DOCS))
                     except WatchError:
@@ -100,9 +105,15 @@ def _vec(embedding: list[float] | None) -> np.ndarray | None:
     return None if embedding is None else np.asarray(embedding, dtype=np.float64)
 
 
-async def store_many(store: RedisVectorStore, owner: str, items: Sequence[BatchItem], *,
-                     threshold: float, now: datetime, op_id: str | None
-                     ) -> list[StoreResult]:
+async def store_many(
+    store: RedisVectorStore,
+    owner: str,
+    items: Sequence[BatchItem],
+    *,
+    threshold: float,
+    now: datetime,
+    op_id: str | None,
+) -> list[StoreResult]:
     """Every item as ``store`` decides it, against the rows as the earlier items left
     them, committed in one transaction."""
 
@@ -122,8 +133,13 @@ async def store_many(store: RedisVectorStore, owner: str, items: Sequence[BatchI
         def queue(pipe: Any) -> None:
             for mid, new in is_new.items():
                 store._queue_write(pipe, work.rows[mid], is_new=new)
-            store._queue_df(pipe, owner, {t: d for t, d in delta.items() if d},
-                            sum(is_new.values()), None if counted else rows)
+            store._queue_df(
+                pipe,
+                owner,
+                {t: d for t, d in delta.items() if d},
+                sum(is_new.values()),
+                None if counted else rows,
+            )
 
         return json.dumps([r.model_dump(mode="json") for r in results]), queue, work
 
@@ -138,17 +154,26 @@ def _live(rows: OwnerRows, owner: str, memory_id: str) -> VectorMemory:
     return row.memory
 
 
-async def update(store: RedisVectorStore, owner: str, memory_id: str, content: str,
-                 embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                 now: datetime, op_id: str | None) -> VectorMemory:
+async def update(
+    store: RedisVectorStore,
+    owner: str,
+    memory_id: str,
+    content: str,
+    embedding: list[float] | None,
+    metadata: dict[str, Any] | None,
+    *,
+    now: datetime,
+    op_id: str | None,
+) -> VectorMemory:
     def plan(rows: OwnerRows, counted: bool) -> Planned:
         old = _live(rows, owner, memory_id)
         new = updated(old, content, metadata, embedding is not None, now)
         row = make_row(new, _vec(embedding))
         version = closed(old, now, "update")
         # The same order as a fresh read (creation order), with the new vector.
-        after = OwnerRows(rows.token, [row if r.memory.id == memory_id else r
-                                       for r in rows.rows.values()])
+        after = OwnerRows(
+            rows.token, [row if r.memory.id == memory_id else r for r in rows.rows.values()]
+        )
 
         def queue(pipe: Any) -> None:
             doc = store._keys.l2_doc(owner, memory_id)
@@ -158,25 +183,36 @@ async def update(store: RedisVectorStore, owner: str, memory_id: str, content: s
                 pipe.hdel(doc, "vec")
             else:
                 pipe.hset(doc, "vec", vec_bytes(row.vec))
-            store._queue_df(pipe, owner, df_delta(old.content, new.content), 0,
-                            None if counted else rows)
+            store._queue_df(
+                pipe, owner, df_delta(old.content, new.content), 0, None if counted else rows
+            )
 
         return new.model_dump_json(), queue, after
 
     return VectorMemory.model_validate_json(await _transact(store, owner, "update", op_id, plan))
 
 
-async def supersede(store: RedisVectorStore, owner: str, memory_id: str, content: str,
-                    embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                    by: str | None, reason: str | None, now: datetime, op_id: str | None
-                    ) -> VectorMemory:
+async def supersede(
+    store: RedisVectorStore,
+    owner: str,
+    memory_id: str,
+    content: str,
+    embedding: list[float] | None,
+    metadata: dict[str, Any] | None,
+    *,
+    by: str | None,
+    reason: str | None,
+    now: datetime,
+    op_id: str | None,
+) -> VectorMemory:
     def plan(rows: OwnerRows, counted: bool) -> Planned:
         old = _live(rows, owner, memory_id)
         new = successor(old, content, metadata, embedding is not None, now)
         row: Row = make_row(new, _vec(embedding))
         version = closed(old, now, "supersede", superseded_by=new.id, by=by, reason=reason)
-        after = OwnerRows(rows.token, [*(r for r in rows.rows.values()
-                                         if r.memory.id != memory_id), row])
+        after = OwnerRows(
+            rows.token, [*(r for r in rows.rows.values() if r.memory.id != memory_id), row]
+        )
 
         def queue(pipe: Any) -> None:
             k = store._keys
@@ -186,13 +222,13 @@ async def supersede(store: RedisVectorStore, owner: str, memory_id: str, content
             pipe.delete(k.l2_doc(owner, memory_id))
             pipe.zrem(k.l2_ids(owner), memory_id)
             store._queue_write(pipe, row, is_new=True)
-            store._queue_df(pipe, owner, df_delta(old.content, new.content), 0,
-                            None if counted else rows)
+            store._queue_df(
+                pipe, owner, df_delta(old.content, new.content), 0, None if counted else rows
+            )
 
         return new.model_dump_json(), queue, after
 
-    return VectorMemory.model_validate_json(
-        await _transact(store, owner, "supersede", op_id, plan))
+    return VectorMemory.model_validate_json(await _transact(store, owner, "supersede", op_id, plan))
 
 
 async def history(store: RedisVectorStore, owner: str, memory_id: str) -> list[MemoryVersion]:
