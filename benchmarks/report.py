@@ -10,7 +10,8 @@ every file a point, plus per backend how p50 grows with the store size, from the
 newest file of each size) and ``concurrency`` (throughput by writers, every file a
 point). The runtime section reads ``actor-overhead`` (the newest file of each
 placement), ``footprint`` and ``cold-start`` (the newest figure of each placement), and the
-extraction section the newest ``extraction`` run.
+extraction section the newest ``extraction`` run, the batch-ingest section every
+``batch-ingest`` run.
 Each table says which machine and which command produced it. The README's table
 of measured figures (``--readme``, between its markers) is rewritten from the same
 results (see ``report_figures``). Plots need matplotlib
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .report_figures import figures_block, with_figures
+from .report_ingest import ingest_section
 from .report_runtime import extraction_section, runtime_section
 from .report_search import (
     concurrency_section,
@@ -122,6 +124,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             lines += [f"## {title.capitalize()}", "", f"No {name} results yet.", ""]
     lines += runtime_section(results)
     lines += extraction_section(results.get("extraction", []))
+    lines += ingest_section(results.get("batch-ingest", []))
     written = [str(p) for p in sorted(out_dir.glob("*.png"))] if out_dir.is_dir() else []
     md.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     readme = getattr(args, "readme", "")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .report_format import command, get, pct, positive
+from .report_ingest import ingest_rows, ingest_targets
 from .report_search import newest_by_size
 
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
@@ -251,7 +252,7 @@ def _extraction(results: Results) -> list[Row]:
 
 
 ROWS = (_pg_one_owner, _pg_many_owners, _redis, _retrieval, _madial, _mem0, _concurrency, _overhead,
-        _footprint, _cold_start, _extraction)
+        _footprint, _cold_start, _extraction, ingest_rows)
 
 
 def targets(results: Results) -> list[str]:
@@ -276,7 +277,7 @@ def targets(results: Results) -> list[str]:
         if got:
             met = sum(bool(g) for g in got)
             out.append(f"{label}: met in {met} of {len(got)} runs")
-    return out
+    return out + ingest_targets(results)
 
 
 def figures_block(results: Results) -> list[str]:

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import MemorySettings
-from .errors import InvalidImport
+from .errors import InvalidImport, ItemNotFound, ItemSuperseded, MemoryNotFound
 from .history import ItemHistory, StatusChange
 from .metrics import get_metrics
 from .models import (
@@ -29,6 +29,7 @@ from .models import (
     MemoryPendingItem,
     MemoryRule,
     MemorySnapshot,
+    MemoryVersion,
     SearchHit,
     StoreResult,
     Tombstone,
@@ -49,7 +50,8 @@ class MemoryBackend(Protocol):
 
     async def snapshot(self, owner: str) -> MemorySnapshot: ...
 
-    async def search(self, owners: Sequence[str], query: str, limit: int) -> list[SearchHit]: ...
+    async def search(self, owners: Sequence[str], query: str, limit: int,
+                     filter: Mapping[str, Any] | None = None) -> list[SearchHit]: ...
 
     async def store(self, owner: str, content: str, metadata: Mapping[str, Any] | None
                     ) -> StoreResult: ...
@@ -58,7 +60,16 @@ class MemoryBackend(Protocol):
 
     async def delete(self, owner: str, memory_id: str) -> bool: ...
 
-    async def list_memories(self, owner: str, limit: int, offset: int) -> list[VectorMemory]: ...
+    async def list_memories(self, owner: str, limit: int, offset: int,
+                            filter: Mapping[str, Any] | None = None) -> list[VectorMemory]: ...
+
+    async def update(self, owner: str, memory_id: str, content: str,
+                     metadata: Mapping[str, Any] | None) -> VectorMemory: ...
+
+    async def store_many(self, owner: str, items: Sequence[str | Mapping[str, Any]]
+                         ) -> list[StoreResult]: ...
+
+    async def memory_history(self, owner: str, memory_id: str) -> list[MemoryVersion]: ...
 
     async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]: ...
 
@@ -76,7 +87,7 @@ class MemoryBackend(Protocol):
     async def audit(self, owner: str, limit: int) -> list[AuditEntry]: ...
 
     async def supersede(self, owner: str, item_id: str, content: str, by: str,
-                        reason: str | None) -> MemoryRule | MemoryFact: ...
+                        reason: str | None) -> MemoryRule | MemoryFact | VectorMemory: ...
 
     async def history(self, owner: str, item_id: str) -> ItemHistory: ...
 
@@ -121,8 +132,9 @@ class LocalBackend:
         get_metrics().snapshot_read("store")
         return snap
 
-    async def search(self, owners: Sequence[str], query: str, limit: int) -> list[SearchHit]:
-        return await self.engine.search(owners, query, limit=limit)
+    async def search(self, owners: Sequence[str], query: str, limit: int,
+                     filter: Mapping[str, Any] | None = None) -> list[SearchHit]:
+        return await self.engine.search(owners, query, limit=limit, filter=filter)
 
     async def store(self, owner: str, content: str, metadata: Mapping[str, Any] | None
                     ) -> StoreResult:
@@ -134,8 +146,20 @@ class LocalBackend:
     async def delete(self, owner: str, memory_id: str) -> bool:
         return await self.engine.delete(owner, memory_id)
 
-    async def list_memories(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
-        return await self.engine.list(owner, limit=limit, offset=offset)
+    async def list_memories(self, owner: str, limit: int, offset: int,
+                            filter: Mapping[str, Any] | None = None) -> list[VectorMemory]:
+        return await self.engine.list(owner, limit=limit, offset=offset, filter=filter)
+
+    async def update(self, owner: str, memory_id: str, content: str,
+                     metadata: Mapping[str, Any] | None) -> VectorMemory:
+        return await self.engine.update(owner, memory_id, content, metadata=metadata)
+
+    async def store_many(self, owner: str, items: Sequence[str | Mapping[str, Any]]
+                         ) -> list[StoreResult]:
+        return await self.engine.store_many(owner, items)
+
+    async def memory_history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
+        return await self.engine.memory_history(owner, memory_id)
 
     async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]:
         return await self.service.pending(owner)
@@ -161,7 +185,7 @@ class LocalBackend:
         return await self.service.audit(owner, limit=limit)
 
     async def supersede(self, owner: str, item_id: str, content: str, by: str,
-                        reason: str | None) -> MemoryRule | MemoryFact:
+                        reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
         return await self.engine.supersede(owner, item_id, content, by=by, reason=reason)
 
     async def history(self, owner: str, item_id: str) -> ItemHistory:
@@ -222,9 +246,10 @@ class RayBackend:
         self._metrics.observe_pending(owner, len(snap.pending))
         return snap
 
-    async def search(self, owners: Sequence[str], query: str, limit: int) -> list[SearchHit]:
+    async def search(self, owners: Sequence[str], query: str, limit: int,
+                     filter: Mapping[str, Any] | None = None) -> list[SearchHit]:
         with self._op("search"):
-            return await self.system.search_async(list(owners), query, limit)
+            return await self.system.search_async(list(owners), query, limit, filter=filter)
 
     async def store(self, owner: str, content: str, metadata: Mapping[str, Any] | None
                     ) -> StoreResult:
@@ -242,9 +267,23 @@ class RayBackend:
         with self._op("delete"):
             return await self.system.owner(owner).delete_async(memory_id)
 
-    async def list_memories(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
+    async def list_memories(self, owner: str, limit: int, offset: int,
+                            filter: Mapping[str, Any] | None = None) -> list[VectorMemory]:
         with self._op("list"):
-            return await self.system.owner(owner).list_async(limit, offset)
+            return await self.system.owner(owner).list_async(limit, offset, filter=filter)
+
+    async def update(self, owner: str, memory_id: str, content: str,
+                     metadata: Mapping[str, Any] | None) -> VectorMemory:
+        with self._op("update"):
+            return await self.system.owner(owner).update_async(memory_id, content, metadata)
+
+    async def store_many(self, owner: str, items: Sequence[str | Mapping[str, Any]]
+                         ) -> list[StoreResult]:
+        with self._op("store_many"):
+            return await self.system.owner(owner).store_many_async(items)
+
+    async def memory_history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
+        return await self.system.owner(owner).memory_history_async(memory_id)
 
     async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]:
         return (await self.snapshot(owner)).pending
@@ -279,10 +318,19 @@ class RayBackend:
         return await self.system.owner(owner).audit_async(limit)
 
     async def supersede(self, owner: str, item_id: str, content: str, by: str,
-                        reason: str | None) -> MemoryRule | MemoryFact:
+                        reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
+        handle = self.system.owner(owner)
         with self._op("apply"):
-            return await self.system.owner(owner).supersede_async(item_id, content, by=by,
-                                                                  reason=reason)
+            try:
+                return await handle.supersede_async(item_id, content, by=by, reason=reason)
+            except ItemNotFound as exc:  # not a rule or fact: a semantic memory, perhaps
+                if isinstance(exc, ItemSuperseded):
+                    raise
+                try:
+                    await handle.get_async(item_id)
+                except MemoryNotFound:
+                    raise exc from None
+            return await handle.supersede_memory_async(item_id, content, by=by, reason=reason)
 
     async def history(self, owner: str, item_id: str) -> ItemHistory:
         return await self.system.owner(owner).history_async(item_id)

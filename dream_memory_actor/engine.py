@@ -19,7 +19,7 @@ from typing import Any
 
 from .config import MemorySettings
 from .embedding import CachedEmbedder, open_embedder
-from .errors import SystemClosed
+from .errors import ItemNotFound, ItemSuperseded, MemoryNotFound, SystemClosed
 from .history import ItemHistory, StatusChange
 from .metrics import get_metrics
 from .models import (
@@ -28,6 +28,7 @@ from .models import (
     MemoryFact,
     MemoryRule,
     MemorySnapshot,
+    MemoryVersion,
     SearchHit,
     StoreResult,
     Tombstone,
@@ -135,13 +136,27 @@ class MemoryEngine:
 
     async def supersede(self, owner: str, item_id: str, new_content: str, *, by: str,
                         reason: str | None = None, op_id: str | None = None
-                        ) -> MemoryRule | MemoryFact:
+                        ) -> MemoryRule | MemoryFact | VectorMemory:
         """Replace the current rule or fact ``item_id`` by ``new_content`` (the old one is
-        closed and kept in the history); the new item. Idempotent under ``op_id``."""
+        closed and kept in the history); the new item. Idempotent under ``op_id``. An id
+        of a semantic memory is passed on to ``supersede_memory`` (a ``VectorMemory``)."""
         self._open()
-        with self.metrics.operation("apply", self.settings.backend):
-            return await self.structured.supersede(owner, item_id, new_content, by=by,
-                                                   reason=reason, op_id=op_id)
+        try:
+            with self.metrics.operation("apply", self.settings.backend):
+                return await self.structured.supersede(owner, item_id, new_content, by=by,
+                                                       reason=reason, op_id=op_id)
+        except ItemNotFound as exc:
+            if isinstance(exc, ItemSuperseded) or not await self._is_memory(owner, item_id):
+                raise
+        return await self.supersede_memory(owner, item_id, new_content, by=by,
+                                           reason=reason, op_id=op_id)
+
+    async def _is_memory(self, owner: str, item_id: str) -> bool:
+        try:
+            await self.vector.get(owner, item_id)
+        except MemoryNotFound:
+            return False
+        return True
 
     async def history(self, owner: str, item_id: str) -> ItemHistory:
         """The chain of versions of the rule or fact ``item_id``, oldest first."""
@@ -160,6 +175,12 @@ class MemoryEngine:
         if self.embedder is None:
             return None
         return await self.embedder.embed_one(text)
+
+    async def embed_many(self, texts: list[str]) -> list[list[float]] | None:
+        """The embeddings of memory ``texts`` in one batch call, or ``None`` (keyword-only)."""
+        if self.embedder is None:
+            return None
+        return await self.embedder.embed(texts)
 
     async def embed_query(self, text: str) -> list[float] | None:
         """The embedding of search query ``text`` (the query role), or ``None``."""
@@ -201,15 +222,17 @@ class MemoryEngine:
         now: datetime | None = None,
         min_score: float = 0.0,
         embedding: Sequence[float] | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> list[SearchHit]:
-        """Hybrid search (keyword + time only without an embedder), best first."""
+        """Hybrid search (keyword + time only without an embedder), best first;
+        ``filter`` keeps the memories whose metadata has those values."""
         self._open()
         with self.metrics.operation("search", self.settings.backend):
             s = self.settings
             return await self.vector.search(
                 owners, query, embedding=embedding, limit=limit, weights=self.weights, now=now,
                 vector_k=s.vector_candidates, keyword_k=s.keyword_candidates,
-                min_score=min_score, embed=self.embed_query,
+                min_score=min_score, embed=self.embed_query, filter=filter,
             )
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
@@ -220,9 +243,10 @@ class MemoryEngine:
         self._open()
         return await self.vector.delete(owner, memory_id)
 
-    async def list(self, owner: str, *, limit: int = 100, offset: int = 0) -> list[VectorMemory]:
+    async def list(self, owner: str, *, limit: int = 100, offset: int = 0,
+                   filter: Mapping[str, Any] | None = None) -> list[VectorMemory]:
         self._open()
-        return await self.vector.list(owner, limit=limit, offset=offset)
+        return await self.vector.list(owner, limit=limit, offset=offset, filter=filter)
 
     # -- the owner as a whole --------------------------------------------------------
 
@@ -259,3 +283,46 @@ class MemoryEngine:
 
         self._open()
         return await import_owner(self, lines)
+
+    async def store_many(self, owner: str, items: Sequence[str | Mapping[str, Any]], *,
+                         now: datetime | None = None, op_id: str | None = None
+                         ) -> builtins.list[StoreResult]:
+        """Store a batch (texts or ``{"content", "metadata"}`` mappings) as ``store`` each
+        would, embedded in one batch call and written at once; one result per item."""
+        self._open()
+        with self.metrics.operation("store_many", self.settings.backend):
+            results = await self.vector.store_many(
+                owner, items, threshold=self.dedup_threshold, now=now, op_id=op_id,
+                embed_many=self.embed_many)
+        for r in results:
+            if r.merged:
+                self.metrics.merge(self.settings.backend)
+        return results
+
+    async def update(self, owner: str, memory_id: str, content: str, *,
+                     metadata: Mapping[str, Any] | None = None, now: datetime | None = None,
+                     op_id: str | None = None) -> VectorMemory:
+        """Change a memory's content (re-embedded) and, when given, its metadata; the
+        previous version stays in its history (``memory_history``)."""
+        self._open()
+        with self.metrics.operation("update", self.settings.backend):
+            return await self.vector.update(owner, memory_id, content, metadata=metadata,
+                                            now=now, op_id=op_id, embed=self.embed)
+
+    async def supersede_memory(self, owner: str, memory_id: str, content: str, *,
+                               metadata: Mapping[str, Any] | None = None,
+                               by: str | None = None, reason: str | None = None,
+                               now: datetime | None = None, op_id: str | None = None
+                               ) -> VectorMemory:
+        """Replace a memory by a new one and close the old, in one step; the new one."""
+        self._open()
+        with self.metrics.operation("supersede", self.settings.backend):
+            return await self.vector.supersede_memory(
+                owner, memory_id, content, metadata=metadata, by=by, reason=reason, now=now,
+                op_id=op_id, embed=self.embed)
+
+    async def memory_history(self, owner: str, memory_id: str
+                             ) -> builtins.list[MemoryVersion]:
+        """The versions of a memory's chain, oldest first, the current one last."""
+        self._open()
+        return await self.vector.memory_history(owner, memory_id)

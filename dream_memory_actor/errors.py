@@ -11,6 +11,8 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── InvalidStatusKey
     │   ├── InvalidMetadata
     │   ├── InvalidQuery
+    │   │   ├── InvalidFilter                a metadata filter that is not key = scalar
+    │   │   └── InvalidBatch                 an empty, oversized or malformed batch
     │   ├── DuplicateId                      an id the owner uses for other content
     │   ├── InvalidImport                    an export document that cannot be imported
     │   ├── OwnerNotEmpty                    an import into an owner that holds data
@@ -19,6 +21,7 @@ translated at the boundary and chained (``raise ... from exc``)::
     ├── NotFound (also a LookupError)
     │   ├── UnknownStatusKey
     │   ├── MemoryNotFound
+    │   │   └── MemorySuperseded             closed by a supersession (see its history)
     │   ├── RuleNotFound / FactNotFound
     │   ├── PendingItemNotFound
     │   │   └── PendingItemDecided           confirmed or rejected already (the other way)
@@ -72,6 +75,14 @@ class InvalidQuery(InvalidInput):
     """A search query or its options are not acceptable."""
 
 
+class InvalidFilter(InvalidQuery):
+    """A metadata filter is not a mapping of a few keys to scalar values (equality only)."""
+
+
+class InvalidBatch(InvalidQuery):
+    """A batch of memories is empty, has too many items or bytes, or an item is malformed."""
+
+
 class DuplicateId(InvalidInput):
     """A rule, fact or pending item id the owner already uses for other content."""
 
@@ -100,6 +111,20 @@ class UnknownStatusKey(NotFound):
 
 class MemoryNotFound(NotFound):
     """No semantic memory with that id for this owner."""
+
+
+class MemorySuperseded(MemoryNotFound):
+    """The memory was superseded: it is closed, and only its history shows it.
+
+    ``superseded_by`` is the id of the memory that replaced it.
+    """
+
+    def __init__(self, message: str, superseded_by: str | None = None) -> None:
+        super().__init__(message)
+        self.superseded_by = superseded_by
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.superseded_by))
 
 
 class RuleNotFound(NotFound):

@@ -35,6 +35,9 @@ class Limits:
     pending_field_bytes: int = 8 * 1024
     #: Earlier values each status key of an owner keeps (its current value included).
     status_history: int = 20
+    #: Items of one ``store_many`` batch, and their content's total UTF-8 bytes.
+    batch_items: int = 1000
+    batch_bytes: int = 8 * 1024 * 1024
 
     @classmethod
     def of(cls, settings: Any) -> Limits:

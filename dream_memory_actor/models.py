@@ -223,6 +223,29 @@ class StoreResult(_Frozen):
     similarity: float | None = None
 
 
+class MemoryVersion(_Frozen):
+    """One version of a semantic memory in its history, from ``valid_from`` to ``valid_to``.
+
+    ``valid_to`` is ``None`` for the current version. A version closed by ``update``
+    has ``change == "update"``; the last version of a superseded memory has
+    ``change == "supersede"`` and names its successor in ``superseded_by``, with who
+    did it (``by``) and why (``reason``) when given.
+    """
+
+    id: str = Field(default_factory=new_id)
+    memory_id: str
+    owner: str
+    content: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    has_embedding: bool = False
+    valid_from: datetime
+    valid_to: datetime | None = None
+    change: Literal["update", "supersede"] | None = None
+    superseded_by: str | None = None
+    by: str | None = None
+    reason: str | None = None
+
+
 class SearchHit(_Frozen):
     """A search result with the signals that ranked it.
 

@@ -7,11 +7,20 @@ correct, export or erase its own owners and nobody else's.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from .. import validation as check
 from ..history import ItemHistory, StatusChange
-from ..models import MemoryFact, MemoryRule, Tombstone
+from ..models import (
+    MemoryFact,
+    MemoryRule,
+    MemoryVersion,
+    StoreResult,
+    Tombstone,
+    VectorMemory,
+)
 from .door import Door, ToolEntry
 
 
@@ -26,8 +35,9 @@ class ExportDocument(BaseModel):
 
 
 class Superseded(BaseModel):
-    item: MemoryRule | MemoryFact = Field(description="The rule or fact that replaces the "
-                                                      "old one (now in its history)")
+    item: MemoryRule | MemoryFact | VectorMemory = Field(
+        description="The rule, fact or semantic memory that replaces the old one (now in "
+                    "its history)")
 
 
 class StatusValues(BaseModel):
@@ -36,9 +46,9 @@ class StatusValues(BaseModel):
 
 async def supersede(door: Door, owner: str, item_id: str, content: str,
                     reason: str | None = None) -> Superseded:
-    """Correct a rule or fact: the new text replaces the current item item_id, which is
-    kept in its history with who (the caller) and why (reason). Use it when the user
-    says something that was remembered no longer holds."""
+    """Correct a rule, a fact or a semantic memory: the new text replaces the current
+    item item_id, which is kept in its history with who (the caller) and why (reason).
+    Use it when the user says something that was remembered no longer holds."""
     who = door.owner(owner)
     check.ids([item_id], "item id")
     check.content(content, door.backend.settings.max_content_bytes)
@@ -62,6 +72,49 @@ async def status_history(door: Door, owner: str, key: str) -> StatusValues:
     return StatusValues(changes=await door.backend.status_history(who, check.status_key(key)))
 
 
+class MemoryIn(BaseModel):
+    content: str
+    metadata: dict[str, Any] | None = None
+
+
+class Stored(BaseModel):
+    results: list[StoreResult] = Field(description="One per item, in order (merged: folded "
+                                                   "into a near-duplicate)")
+
+
+class MemoryVersions(BaseModel):
+    versions: list[MemoryVersion] = Field(description="Oldest first, the current one last")
+
+
+async def update_memory(door: Door, owner: str, memory_id: str, content: str,
+                        metadata: dict[str, Any] | None = None) -> VectorMemory:
+    """Change a semantic memory's text (and, when given, its metadata); the previous
+    version stays in its history (memory_history)."""
+    who = door.owner(owner)
+    s = door.backend.settings
+    check.ids([memory_id], "memory id")
+    check.content(content, s.max_content_bytes)
+    meta = None if metadata is None else check.metadata(metadata, s.limits)
+    return await door.backend.update(who, memory_id, content, meta)
+
+
+async def store_many(door: Door, owner: str, items: list[str | MemoryIn]) -> Stored:
+    """Store several semantic memories at once, as store would each in turn (a
+    near-duplicate, also within the batch, is merged), embedded in one call."""
+    who = door.owner(owner)
+    batch: list[str | dict[str, Any]] = [
+        i if isinstance(i, str) else {"content": i.content, "metadata": i.metadata or {}}
+        for i in items]
+    return Stored(results=await door.backend.store_many(who, batch))
+
+
+async def memory_history(door: Door, owner: str, memory_id: str) -> MemoryVersions:
+    """The versions of a semantic memory (updates and supersessions), oldest first."""
+    who = door.owner(owner)
+    check.ids([memory_id], "memory id")
+    return MemoryVersions(versions=await door.backend.memory_history(who, memory_id))
+
+
 async def forget_owner(door: Door, owner: str) -> Forgotten:
     """Erase everything of the owner: rules, facts, status, pending items, memories, chat
     windows and the audit trail. There is no undo. Leaves a tombstone that does not name
@@ -78,9 +131,12 @@ async def export_owner(door: Door, owner: str) -> ExportDocument:
 
 
 LIFECYCLE_TOOLS: tuple[ToolEntry, ...] = (
-    ToolEntry(supersede, "Correct a rule or fact", "destructive", False),
+    ToolEntry(supersede, "Correct a rule, fact or memory", "destructive", False),
     ToolEntry(history, "Read a rule's or fact's history", "read", True),
     ToolEntry(status_history, "Read a status key's past values", "read", True),
+    ToolEntry(update_memory, "Change a memory", "destructive", False),
+    ToolEntry(store_many, "Store several memories", "write", False),
+    ToolEntry(memory_history, "Read a memory's history", "read", True),
     ToolEntry(export_owner, "Export an owner's data", "read", True),
     ToolEntry(forget_owner, "Erase an owner's data", "destructive", True),
 )

@@ -105,9 +105,14 @@ PARAMS: Mapping[str, Param] = {
                             "or the value of a status item).", _text),
     "memory_id": Param("The id of the semantic memory, as search or list_memories shows it.",
                        _item_id),
-    "item_id": Param("The id of the rule or fact, as read_snapshot shows it (for a history, "
-                     "any of its versions' ids).", _item_id),
+    "item_id": Param("The id of the rule, fact or memory, as read_snapshot or search shows "
+                     "it (for a history, any of its versions' ids).", _item_id),
     "reason": Param("Optional: why, kept in the item's history.", _text),
+    "filter": Param("Optional: only memories whose metadata has these values (equality on "
+                    "each key, at most 16 keys).", lambda _: {"maxProperties": 16}),
+    "items": Param("The memories to store, oldest first: each a text, or an object with "
+                   "content and optional metadata.", lambda _: {"minItems": 1,
+                                                                 "maxItems": 1000}),
     "rule_id": Param("The id of the rule, as read_snapshot shows it.", _item_id),
     "fact_id": Param("The id of the fact, as read_snapshot shows it.", _item_id),
     "conversation": Param("The conversation id (same alphabet as an owner id); each keeps "

@@ -43,6 +43,7 @@ from ..storage.ops import (
     SetStatus,
 )
 from ..text import content_hash
+from ..validation_l2 import metadata_filter
 from .door import Door, Effect, ToolEntry
 from .lifecycle_tools import LIFECYCLE_TOOLS
 
@@ -123,7 +124,8 @@ async def read_snapshot(door: Door, owner: str) -> SnapshotView:
 
 
 async def search(door: Door, query: str, owner: str | None = None,
-                 owners: list[str] | None = None, limit: int = 10) -> SearchResults:
+                 owners: list[str] | None = None, limit: int = 10,
+                 filter: dict[str, Any] | None = None) -> SearchResults:
     """Search the semantic memories of one owner (owner) or several (owners) by meaning
     and by words, best first. Each hit carries its score and the signals behind it."""
     if (owner is None) == (owners is None):
@@ -131,17 +133,18 @@ async def search(door: Door, query: str, owner: str | None = None,
     who = check.owner_ids(owner if owner is not None else owners)
     check.limit(limit)
     door.grant().check(who)
-    # A metadata filter joins here as one more parameter once the backends take one.
-    return SearchResults(hits=await door.backend.search(who, query, limit))
+    where = metadata_filter(filter)
+    return SearchResults(hits=await door.backend.search(who, query, limit, where))
 
 
-async def list_memories(door: Door, owner: str, limit: int = 100, offset: int = 0
-                        ) -> MemoryList:
+async def list_memories(door: Door, owner: str, limit: int = 100, offset: int = 0,
+                        filter: dict[str, Any] | None = None) -> MemoryList:
     """The owner's semantic memories, newest first, a page at a time."""
     who = door.owner(owner)
     check.limit(limit)
     check.offset(offset)
-    return MemoryList(memories=await door.backend.list_memories(who, limit, offset))
+    where = metadata_filter(filter)
+    return MemoryList(memories=await door.backend.list_memories(who, limit, offset, where))
 
 
 async def list_pending(door: Door, owner: str) -> PendingList:

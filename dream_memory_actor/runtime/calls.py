@@ -13,12 +13,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import validation as check
+from .. import validation_l2 as check_l2
 from ..errors import FactNotFound, RuleNotFound
 from ..models import (
     AuditEntry,
     ChatAppend,
     ChatMessage,
     MemorySnapshot,
+    MemoryVersion,
     SearchHit,
     StoreResult,
     Tombstone,
@@ -38,6 +40,8 @@ T = TypeVar("T")
 
 #: The most messages one ``append_messages`` or ``extract`` call may carry.
 MAX_MESSAGES = check.MAX_MESSAGES
+#: Seconds a batch write may take per item beyond the call timeout (embedding it).
+BATCH_ITEM_S = 0.25
 
 
 def same(value: Any) -> Any:
@@ -63,13 +67,16 @@ def _find(items: Sequence[Any], text: str, kind: str) -> Any:
 
 
 def search(view: ClientView, owners: str | Iterable[str], query: str, limit: int,
-           min_score: float) -> Call[list[SearchHit]]:
+           min_score: float, filter: Mapping[str, Any] | None = None
+           ) -> Call[list[SearchHit]]:
     """A hybrid search over ``owners``, for any VectorIndex replica."""
     who = check.owner_ids(owners)
     text = check.content(query, view.max_content_bytes, what="query")
     n = check.limit(limit)
     floor = check.unit_interval(min_score, "min_score")
-    return Call("index", "search", (list(who), text, n, floor), same, "search")
+    where = check_l2.metadata_filter(filter)
+    args: tuple[Any, ...] = (list(who), text, n, floor)
+    return Call("index", "search", args if where is None else (*args, where), same, "search")
 
 
 def _owner(owner: str, method: str, args: tuple[Any, ...], then: Callable[[Any], T],
@@ -137,9 +144,47 @@ def delete(owner: str, memory_id: str) -> Call[bool]:
     return _owner(owner, "delete", (memory_id,), same)
 
 
-def list_memories(owner: str, limit: int, offset: int) -> Call[list[VectorMemory]]:
-    args = (owner, check.limit(limit), check.offset(offset))
-    return Call("index", "list", args, same, f"list for {owner!r}")
+def list_memories(owner: str, limit: int, offset: int,
+                  filter: Mapping[str, Any] | None = None) -> Call[list[VectorMemory]]:
+    args: tuple[Any, ...] = (owner, check.limit(limit), check.offset(offset))
+    where = check_l2.metadata_filter(filter)
+    return Call("index", "list", args if where is None else (*args, where), same,
+                f"list for {owner!r}")
+
+
+def store_many(view: ClientView, owner: str, items: Sequence[Any], op_id: str | None
+               ) -> Call[list[StoreResult]]:
+    """A batch for the owner's actor, checked here; it may take ``BATCH_ITEM_S`` per
+    item longer than a call (the VectorIndex embeds it)."""
+    batch = [{"content": t, "metadata": m}
+             for t, m in check_l2.batch(items, view.max_content_bytes, view.limits)]
+    return _owner(owner, "store_many", (batch, _op_id(op_id)), same,
+                  BATCH_ITEM_S * len(batch))
+
+
+def update(view: ClientView, owner: str, memory_id: str, content: str,
+           metadata: Mapping[str, Any] | None, op_id: str | None) -> Call[VectorMemory]:
+    check.ids([memory_id], "memory id")
+    text = check.content(content, view.max_content_bytes)
+    meta = None if metadata is None else check.metadata(metadata, view.limits)
+    return _owner(owner, "update", (memory_id, text, meta, _op_id(op_id)), same)
+
+
+def supersede_memory(view: ClientView, owner: str, memory_id: str, content: str,
+                     metadata: Mapping[str, Any] | None, by: str | None, reason: str | None,
+                     op_id: str | None) -> Call[VectorMemory]:
+    check.ids([memory_id], "memory id")
+    text = check.content(content, view.max_content_bytes)
+    meta = None if metadata is None else check.metadata(metadata, view.limits)
+    who = None if by is None else check.decider(by)
+    args = (memory_id, text, meta, who, check_l2.reason(reason), _op_id(op_id))
+    return _owner(owner, "supersede_memory", args, same)
+
+
+def memory_history(owner: str, memory_id: str) -> Call[list[MemoryVersion]]:
+    check.ids([memory_id], "memory id")
+    return Call("index", "memory_history", (owner, memory_id), same,
+                f"memory_history for {owner!r}")
 
 
 # -- extraction, the pending queue and the L3 chat window -----------------------------------

@@ -179,14 +179,18 @@ class MemorySystem:
         return OwnerHandle(self._view, owner_id)
 
     def search(self, owners: str | Iterable[str], query: str, limit: int = 10, *,
-               min_score: float = 0.0) -> list[SearchHit]:
-        """Hybrid search over the memories of several owners at once, best first."""
-        return self._conn.call(search_call(self._view, owners, query, limit, min_score))
+               min_score: float = 0.0, filter: Mapping[str, Any] | None = None
+               ) -> list[SearchHit]:
+        """Hybrid search over the memories of several owners at once, best first;
+        ``filter`` keeps the memories whose metadata has these values."""
+        return self._conn.call(search_call(self._view, owners, query, limit, min_score,
+                                           filter))
 
     async def search_async(self, owners: str | Iterable[str], query: str, limit: int = 10, *,
-                           min_score: float = 0.0) -> list[SearchHit]:
+                           min_score: float = 0.0, filter: Mapping[str, Any] | None = None
+                           ) -> list[SearchHit]:
         return await self._conn.call_async(
-            search_call(self._view, owners, query, limit, min_score))
+            search_call(self._view, owners, query, limit, min_score, filter))
 
     def stats(self, detail: bool = False) -> dict[str, Any]:
         """Live owners, the most ever live at once, passivations; ``detail`` adds each

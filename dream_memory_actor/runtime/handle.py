@@ -19,6 +19,7 @@ from ..models import (
     MemoryFact,
     MemoryRule,
     MemorySnapshot,
+    MemoryVersion,
     SearchHit,
     StoreResult,
     Tombstone,
@@ -41,6 +42,8 @@ Memories = list[VectorMemory]
 Audit = list[AuditEntry]
 #: An export document, line by line.
 Lines = list[str]
+Results = list[StoreResult]
+Versions = list[MemoryVersion]
 
 #: Kept importable from here: the search call ``MemorySystem.search`` makes too.
 search_call = calls.search
@@ -95,11 +98,11 @@ class OwnerHandle(HandleHistory):
                  ) -> Call[HitlDecision]:
         return calls.confirm(self._view, self.owner, pending_id, by, edited_content)
 
-    def _search(self, query: str, limit: int, also: Iterable[str], min_score: float
-                ) -> Call[Hits]:
+    def _search(self, query: str, limit: int, also: Iterable[str], min_score: float,
+                where: Mapping[str, Any] | None = None) -> Call[Hits]:
         if isinstance(also, str):
             also = [also]
-        return calls.search(self._view, (self.owner, *also), query, limit, min_score)
+        return calls.search(self._view, (self.owner, *also), query, limit, min_score, where)
 
     # -- L1 -------------------------------------------------------------------------------
 
@@ -212,13 +215,15 @@ class OwnerHandle(HandleHistory):
         return await self._run_async(calls.store(self._view, self.owner, content, metadata, op_id))
 
     def search(self, query: str, limit: int = 10, also: Iterable[str] = (), *,
-               min_score: float = 0.0) -> Hits:
-        """Hybrid search over this owner's memories and those of the owners in ``also``."""
-        return self._run(self._search(query, limit, also, min_score))
+               min_score: float = 0.0, filter: Mapping[str, Any] | None = None) -> Hits:
+        """Hybrid search over this owner's memories and those of the owners in ``also``;
+        ``filter`` (``{"agent": "deploy"}``) keeps those whose metadata has these values."""
+        return self._run(self._search(query, limit, also, min_score, filter))
 
     async def search_async(self, query: str, limit: int = 10, also: Iterable[str] = (), *,
-                           min_score: float = 0.0) -> Hits:
-        return await self._run_async(self._search(query, limit, also, min_score))
+                           min_score: float = 0.0, filter: Mapping[str, Any] | None = None
+                           ) -> Hits:
+        return await self._run_async(self._search(query, limit, also, min_score, filter))
 
     def get(self, memory_id: str) -> VectorMemory:
         return self._run(calls.get(self.owner, memory_id))
@@ -233,12 +238,59 @@ class OwnerHandle(HandleHistory):
     async def delete_async(self, memory_id: str) -> bool:
         return await self._run_async(calls.delete(self.owner, memory_id))
 
-    def list(self, limit: int = 100, offset: int = 0) -> Memories:
-        """Semantic memories, newest first."""
-        return self._run(calls.list_memories(self.owner, limit, offset))
+    def list(self, limit: int = 100, offset: int = 0, *,
+             filter: Mapping[str, Any] | None = None) -> Memories:
+        """Current semantic memories, newest first (``filter`` as in :meth:`search`)."""
+        return self._run(calls.list_memories(self.owner, limit, offset, filter))
 
-    async def list_async(self, limit: int = 100, offset: int = 0) -> Memories:
-        return await self._run_async(calls.list_memories(self.owner, limit, offset))
+    async def list_async(self, limit: int = 100, offset: int = 0, *,
+                         filter: Mapping[str, Any] | None = None) -> Memories:
+        return await self._run_async(calls.list_memories(self.owner, limit, offset, filter))
+
+    def store_many(self, items: Sequence[str | Mapping[str, Any]], *,
+                   op_id: str | None = None) -> Results:
+        """Store a batch (texts or ``{"content": ..., "metadata": ...}``) as ``store`` each
+        would, near-duplicates merged, embedded in one call; one result per item."""
+        return self._run(calls.store_many(self._view, self.owner, items, op_id))
+
+    async def store_many_async(self, items: Sequence[str | Mapping[str, Any]], *,
+                               op_id: str | None = None) -> Results:
+        return await self._run_async(calls.store_many(self._view, self.owner, items, op_id))
+
+    def update(self, memory_id: str, content: str, metadata: Mapping[str, Any] | None = None,
+               *, op_id: str | None = None) -> VectorMemory:
+        """Change a memory's content (and metadata, when given); the previous version
+        stays in its history."""
+        return self._run(calls.update(self._view, self.owner, memory_id, content, metadata,
+                                      op_id))
+
+    async def update_async(self, memory_id: str, content: str,
+                           metadata: Mapping[str, Any] | None = None, *,
+                           op_id: str | None = None) -> VectorMemory:
+        return await self._run_async(calls.update(self._view, self.owner, memory_id, content,
+                                                  metadata, op_id))
+
+    def supersede_memory(self, memory_id: str, content: str,
+                         metadata: Mapping[str, Any] | None = None, *, by: str | None = None,
+                         reason: str | None = None, op_id: str | None = None
+                         ) -> VectorMemory:
+        """Replace a memory by a new one, closing the old in the same step; the new one."""
+        return self._run(calls.supersede_memory(self._view, self.owner, memory_id, content,
+                                                metadata, by, reason, op_id))
+
+    async def supersede_memory_async(self, memory_id: str, content: str,
+                                     metadata: Mapping[str, Any] | None = None, *,
+                                     by: str | None = None, reason: str | None = None,
+                                     op_id: str | None = None) -> VectorMemory:
+        return await self._run_async(calls.supersede_memory(
+            self._view, self.owner, memory_id, content, metadata, by, reason, op_id))
+
+    def memory_history(self, memory_id: str) -> Versions:
+        """The versions of the memory's chain of updates and supersessions, oldest first."""
+        return self._run(calls.memory_history(self.owner, memory_id))
+
+    async def memory_history_async(self, memory_id: str) -> Versions:
+        return await self._run_async(calls.memory_history(self.owner, memory_id))
 
     # -- extraction, the pending queue and the L3 chat window --------------------------------
 

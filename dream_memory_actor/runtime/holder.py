@@ -36,6 +36,7 @@ from ..models import (
     MemorySnapshot,
     StoreResult,
     Tombstone,
+    VectorMemory,
 )
 from ..storage.ops import L1Op
 from .follow import Follower
@@ -198,6 +199,26 @@ class OwnerHolder(HolderHistory, abc.ABC):
             raise UnsupportedBackend(
                 f"{what} in a memory system needs a shared storage (postgres or redis): "
                 "backend 'memory' keeps L1 in the owner actors and L2 in the VectorIndex")
+
+    async def store_many(self, owner: str, items: Sequence[Any], op_id: str | None
+                         ) -> list[StoreResult]:
+        async with self._use(owner) as mem:
+            results: list[StoreResult] = await mem.store_many(items, op_id)
+            return results
+
+    async def update(self, owner: str, memory_id: str, content: str,
+                     metadata: Mapping[str, Any] | None, op_id: str | None) -> VectorMemory:
+        async with self._use(owner) as mem:
+            new: VectorMemory = await mem.update(memory_id, content, metadata, op_id)
+            return new
+
+    async def supersede_memory(self, owner: str, memory_id: str, content: str,
+                               metadata: Mapping[str, Any] | None, by: str | None,
+                               reason: str | None, op_id: str | None) -> VectorMemory:
+        async with self._use(owner) as mem:
+            new: VectorMemory = await mem.supersede_memory(memory_id, content, metadata, by,
+                                                           reason, op_id)
+            return new
 
     async def ping(self) -> None:
         """A no-op (benchmarks compare against it; the registry probes with it)."""

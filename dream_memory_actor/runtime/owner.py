@@ -27,6 +27,7 @@ from ..models import (
     MemorySnapshot,
     StoreResult,
     Tombstone,
+    VectorMemory,
     new_id,
     utcnow,
 )
@@ -62,6 +63,16 @@ class L2Path(Protocol):
     async def delete(self, owner: str, memory_id: str) -> bool: ...
 
     async def forget_memories(self, owner: str) -> int: ...
+    async def store_many(self, owner: str, items: Sequence[Any], *, op_id: str | None
+                         ) -> list[StoreResult]: ...
+
+    async def update(self, owner: str, memory_id: str, content: str, *,
+                     metadata: Mapping[str, Any] | None, op_id: str | None
+                     ) -> VectorMemory: ...
+
+    async def supersede_memory(self, owner: str, memory_id: str, content: str, *,
+                               metadata: Mapping[str, Any] | None, by: str | None,
+                               reason: str | None, op_id: str | None) -> VectorMemory: ...
 
 
 class OwnerMemory:
@@ -277,6 +288,26 @@ class OwnerMemory:
                 self.token = new_id()
             self._set(await self._l1.snapshot(self.owner))
             return tombstone
+    # The L2 writes below take the same lock: a batch's dedup, an update and a
+    # supersession never interleave with another write of the owner.
+
+    async def store_many(self, items: Sequence[Any], op_id: str | None) -> list[StoreResult]:
+        async with self._lock:
+            return await self._l2.store_many(self.owner, items, op_id=op_id)
+
+    async def update(self, memory_id: str, content: str, metadata: Mapping[str, Any] | None,
+                     op_id: str | None) -> VectorMemory:
+        async with self._lock:
+            return await self._l2.update(self.owner, memory_id, content, metadata=metadata,
+                                         op_id=op_id)
+
+    async def supersede_memory(self, memory_id: str, content: str,
+                               metadata: Mapping[str, Any] | None, by: str | None,
+                               reason: str | None, op_id: str | None) -> VectorMemory:
+        async with self._lock:
+            return await self._l2.supersede_memory(self.owner, memory_id, content,
+                                                   metadata=metadata, by=by, reason=reason,
+                                                   op_id=op_id)
 
 
 class OwnerTable:

@@ -9,6 +9,7 @@ the owner's actor, which holds the owner's lock, so dedup never races.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,7 +17,8 @@ from typing import Any
 import ray
 
 from ..engine import MemoryEngine
-from ..models import SearchHit, StoreResult, VectorMemory
+from ..models import MemoryVersion, SearchHit, StoreResult, VectorMemory
+from .calls import BATCH_ITEM_S
 from .errors import ray_errors
 from .placement import NAMESPACE, index_name, shard_of
 from .spec import SystemSpec, open_index_engine
@@ -58,10 +60,11 @@ class IndexActor:
         await self._open(setup)
         return process_info()
 
-    async def search(self, owners: Sequence[str], query: str, limit: int, min_score: float
-                     ) -> list[SearchHit]:
+    async def search(self, owners: Sequence[str], query: str, limit: int, min_score: float,
+                     filter: Mapping[str, Any] | None = None) -> list[SearchHit]:
         engine = await self._open()
-        return await engine.search(owners, query, limit=limit, min_score=min_score)
+        return await engine.search(owners, query, limit=limit, min_score=min_score,
+                                   filter=filter)
 
     async def store(self, owner: str, content: str, metadata: Mapping[str, Any] | None,
                     op_id: str | None) -> StoreResult:
@@ -83,8 +86,29 @@ class IndexActor:
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         return await (await self._open()).get(owner, memory_id)
 
-    async def list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
-        return await (await self._open()).list(owner, limit=limit, offset=offset)
+    async def list(self, owner: str, limit: int, offset: int,
+                   filter: Mapping[str, Any] | None = None) -> list[VectorMemory]:
+        return await (await self._open()).list(owner, limit=limit, offset=offset,
+                                               filter=filter)
+
+    async def store_many(self, owner: str, items: Sequence[Any], op_id: str | None
+                         ) -> builtins.list[StoreResult]:
+        return await (await self._open()).store_many(owner, items, op_id=op_id)
+
+    async def update(self, owner: str, memory_id: str, content: str,
+                     metadata: Mapping[str, Any] | None, op_id: str | None) -> VectorMemory:
+        return await (await self._open()).update(owner, memory_id, content,
+                                                 metadata=metadata, op_id=op_id)
+
+    async def supersede_memory(self, owner: str, memory_id: str, content: str,
+                               metadata: Mapping[str, Any] | None, by: str | None,
+                               reason: str | None, op_id: str | None) -> VectorMemory:
+        return await (await self._open()).supersede_memory(
+            owner, memory_id, content, metadata=metadata, by=by, reason=reason, op_id=op_id)
+
+    async def memory_history(self, owner: str, memory_id: str
+                             ) -> builtins.list[MemoryVersion]:
+        return await (await self._open()).memory_history(owner, memory_id)
 
     async def info(self) -> dict[str, Any]:
         info = process_info()
@@ -148,6 +172,28 @@ class IndexL2:
         counts: dict[str, int] = await _remote(
             self._for(owner).import_document.remote(lines), "import", self._timeout_s)
         return counts
+    async def store_many(self, owner: str, items: Sequence[Any], *, op_id: str | None
+                         ) -> list[StoreResult]:
+        results: list[StoreResult] = await _remote(
+            self._for(owner).store_many.remote(owner, items, op_id), "store_many",
+            self._timeout_s + BATCH_ITEM_S * len(items))
+        return results
+
+    async def update(self, owner: str, memory_id: str, content: str, *,
+                     metadata: Mapping[str, Any] | None, op_id: str | None) -> VectorMemory:
+        new: VectorMemory = await _remote(
+            self._for(owner).update.remote(owner, memory_id, content, metadata, op_id),
+            "update", self._timeout_s)
+        return new
+
+    async def supersede_memory(self, owner: str, memory_id: str, content: str, *,
+                               metadata: Mapping[str, Any] | None, by: str | None,
+                               reason: str | None, op_id: str | None) -> VectorMemory:
+        new: VectorMemory = await _remote(
+            self._for(owner).supersede_memory.remote(owner, memory_id, content, metadata, by,
+                                                     reason, op_id),
+            "supersede", self._timeout_s)
+        return new
 
 
 async def _remote(ref: Any, what: str, timeout_s: float) -> Any:

@@ -21,6 +21,7 @@ from ..models import (
     AuditEntry,
     ChatMessage,
     MemorySnapshot,
+    MemoryVersion,
     StoreResult,
     Tombstone,
     VectorMemory,
@@ -31,6 +32,8 @@ from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
 from .dedup import df_delta, merge_target, merged
 from .ops import AddAudit, L1Op, apply_ops
+from .vector_l2 import BatchItem
+from .versions import closed, matches, successor, updated
 
 
 class InMemoryStructuredStore(StructuredStore):
@@ -145,14 +148,16 @@ class InMemoryVectorStore(VectorStore):
         self._rows: defaultdict[str, dict[str, _Row]] = defaultdict(dict)
         self._df: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._ops: dict[tuple[str, str], StoreResult] = {}
+        self._ops: dict[tuple[str, str], Any] = {}
+        self._versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
 
     async def _store(self, owner: str, content: str, embedding: list[float] | None,
                      metadata: dict[str, Any], *, threshold: float,
                      now: datetime, op_id: str | None) -> StoreResult:
         async with self._locks[owner]:
             if op_id is not None and (owner, op_id) in self._ops:
-                return self._ops[(owner, op_id)]
+                done: StoreResult = self._ops[(owner, op_id)]
+                return done
             result = self._store_locked(owner, content, embedding, metadata, threshold, now)
             if op_id is not None:
                 self._ops[(owner, op_id)] = result
@@ -189,6 +194,59 @@ class InMemoryVectorStore(VectorStore):
         _bump(self._df[owner], df_delta(None, content))
         return StoreResult(memory=mem, merged=False)
 
+    async def _store_many(self, owner: str, items: Sequence[BatchItem], *, threshold: float,
+                          now: datetime, op_id: str | None) -> list[StoreResult]:
+        async with self._locks[owner]:
+            if op_id is not None and (owner, op_id) in self._ops:
+                return list(self._ops[(owner, op_id)])
+            results = [self._store_locked(owner, text, vec, meta, threshold, now)
+                       for text, vec, meta in items]
+            if op_id is not None:
+                self._ops[(owner, op_id)] = results
+            return results
+
+    async def _update(self, owner: str, memory_id: str, content: str,
+                      embedding: list[float] | None, metadata: dict[str, Any] | None, *,
+                      now: datetime, op_id: str | None) -> VectorMemory:
+        async with self._locks[owner]:
+            if op_id is not None and (owner, op_id) in self._ops:
+                done: VectorMemory = self._ops[(owner, op_id)]
+                return done
+            old = await self._get(owner, memory_id)
+            new = updated(old, content, metadata, embedding is not None, now)
+            self._versions[owner].append(closed(old, now, "update"))
+            vec = None if embedding is None else np.asarray(embedding)
+            self._rows[owner][memory_id] = _Row(new, vec, fold(new.content))
+            _bump(self._df[owner], df_delta(old.content, new.content))
+            if op_id is not None:
+                self._ops[(owner, op_id)] = new
+            return new
+
+    async def _supersede(self, owner: str, memory_id: str, content: str,
+                         embedding: list[float] | None, metadata: dict[str, Any] | None, *,
+                         by: str | None, reason: str | None, now: datetime,
+                         op_id: str | None) -> VectorMemory:
+        async with self._locks[owner]:
+            if op_id is not None and (owner, op_id) in self._ops:
+                done: VectorMemory = self._ops[(owner, op_id)]
+                return done
+            old = await self._get(owner, memory_id)
+            new = successor(old, content, metadata, embedding is not None, now)
+            self._versions[owner].append(
+                closed(old, now, "supersede", superseded_by=new.id, by=by, reason=reason))
+            rows = self._rows[owner]
+            del rows[memory_id]
+            vec = None if embedding is None else np.asarray(embedding)
+            rows[new.id] = _Row(new, vec, fold(new.content))
+            _bump(self._df[owner], df_delta(old.content, new.content))
+            if op_id is not None:
+                self._ops[(owner, op_id)] = new
+            return new
+
+    async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
+        return [v for v in self._versions.get(owner, [])
+                if memory_id in (v.memory_id, v.superseded_by)]
+
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
         docs = sum(len(self._rows.get(o, {})) for o in owners)
         counters = [self._df[o] for o in owners if o in self._df]
@@ -197,8 +255,10 @@ class InMemoryVectorStore(VectorStore):
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
                           keyword_k: int, weights: Sequence[float],
-                          stats: TermStats) -> list[Candidate]:
-        rows = [r for o in owners for r in self._rows.get(o, {}).values()]
+                          stats: TermStats, where: Mapping[str, Any] | None = None
+                          ) -> list[Candidate]:
+        rows = [r for o in owners for r in self._rows.get(o, {}).values()
+                if matches(r.memory.metadata, where)]
 
         def candidate(row: _Row) -> Candidate:
             m = row.memory
@@ -233,8 +293,10 @@ class InMemoryVectorStore(VectorStore):
             _bump(self._df[owner], df_delta(row.memory.content, None))
             return True
 
-    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
-        mems = sorted((r.memory for r in self._rows.get(owner, {}).values()),
+    async def _list(self, owner: str, limit: int, offset: int,
+                    where: Mapping[str, Any] | None = None) -> list[VectorMemory]:
+        mems = sorted((r.memory for r in self._rows.get(owner, {}).values()
+                       if matches(r.memory.metadata, where)),
                       key=lambda m: (-m.updated_at.timestamp(), m.id))
         return mems[offset:offset + limit]
 
@@ -258,6 +320,7 @@ class InMemoryVectorStore(VectorStore):
         async with self._locks[owner]:
             gone = len(self._rows.pop(owner, {}))
             self._df.pop(owner, None)
+            self._versions.pop(owner, None)
             for key in [k for k in self._ops if k[0] == owner]:
                 del self._ops[key]
             return gone

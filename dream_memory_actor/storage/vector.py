@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from .. import validation as check
-from ..errors import InvalidQuery
+from .. import validation_l2 as check_l2
+from ..errors import InvalidQuery, MemoryNotFound
 from ..models import SearchHit, StoreResult, VectorMemory, utcnow
 from ..scoring import (
     DEFAULT_WEIGHTS,
@@ -30,13 +31,15 @@ from ..scoring import (
 )
 from ..text import query_terms
 from .lifecycle import _Lifecycle
+from .vector_l2 import VersionedL2
 
 #: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
 Embed = Callable[[str], Awaitable["list[float] | None"]]
 
 
-class VectorStore(_Lifecycle, ABC):
-    """L2: semantic memories with dedup-merge on store and hybrid search."""
+class VectorStore(VersionedL2, _Lifecycle, ABC):
+    """L2: semantic memories with dedup-merge on store and hybrid search; batches,
+    updates and supersessions with their history (``vector_l2``)."""
 
     #: Dimension of stored embeddings; ``None`` means keyword-only (no embedder).
     dim: int | None = None
@@ -78,11 +81,14 @@ class VectorStore(_Lifecycle, ABC):
         keyword_k: int,
         weights: Sequence[float],
         stats: TermStats,
+        where: Mapping[str, Any] | None = None,
     ) -> list[Candidate]:
         """Up to ``vector_k`` nearest memories by cosine (when ``embedding``) plus up to
         ``keyword_k`` memories in ``scoring.keyword_order`` (highest sum of the
         ``weights`` of the ``terms`` they contain, then newest, then smallest id), each
-        once, with its cosine. ``stats`` are those the weights came from."""
+        once, with its cosine. ``stats`` are those the weights came from. With
+        ``where``, only memories whose metadata ``versions.matches`` it, chosen before
+        the ``k`` cuts."""
 
     @abstractmethod
     async def _get(self, owner: str, memory_id: str) -> VectorMemory:
@@ -93,8 +99,9 @@ class VectorStore(_Lifecycle, ABC):
         """Delete; ``False`` if there was no such memory."""
 
     @abstractmethod
-    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
-        """Memories of ``owner``, newest first."""
+    async def _list(self, owner: str, limit: int, offset: int,
+                    where: Mapping[str, Any] | None = None) -> list[VectorMemory]:
+        """Memories of ``owner``, newest first (those that ``versions.matches`` ``where``)."""
 
     @abstractmethod
     async def count(self, owner: str) -> int:
@@ -160,12 +167,16 @@ class VectorStore(_Lifecycle, ABC):
         keyword_k: int = 100,
         min_score: float = 0.0,
         embed: Embed | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> list[SearchHit]:
         """Hybrid search over the memories of one or several owners, best first.
 
         Without ``embedding``, ``embed`` (if given) computes it from the checked query.
+        ``filter`` (``{"agent": "deploy"}``) keeps the memories whose metadata has
+        those values; the backend applies it before choosing candidates.
         """
         who = check.owner_ids(owners)
+        where = check_l2.metadata_filter(filter)
         text = check.content(query, self.max_content_bytes, what="query")
         n = check.limit(limit)
         floor = check.unit_interval(min_score, "min_score")
@@ -175,7 +186,7 @@ class VectorStore(_Lifecycle, ABC):
         q_terms, t_weights, stats = await self.weighted_terms(who, text)
         cands = await self._candidates(
             who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n),
-            weights=t_weights, stats=stats,
+            weights=t_weights, stats=stats, where=where,
         )
         hybrid = vec is not None
         best = rank(cands, q_terms, now or utcnow(), weights, n, hybrid=hybrid, min_score=floor,
@@ -254,19 +265,29 @@ class VectorStore(_Lifecycle, ABC):
         return payload
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
-        """One memory of ``owner``, or ``MemoryNotFound``."""
+        """One current memory of ``owner``, or ``MemoryNotFound`` (``MemorySuperseded``
+        for one that was superseded: its history still has it)."""
         check.owner_id(owner)
         check.ids([memory_id], "memory id")
-        return await self._get(owner, memory_id)
+        try:
+            return await self._get(owner, memory_id)
+        except MemoryNotFound as exc:
+            await self._not_live(owner, memory_id, exc)
+            raise
 
     async def delete(self, owner: str, memory_id: str) -> bool:
         check.owner_id(owner)
         check.ids([memory_id], "memory id")
         return await self._delete(owner, memory_id)
 
-    async def list(self, owner: str, *, limit: int = 100, offset: int = 0) -> list[VectorMemory]:
+    async def list(self, owner: str, *, limit: int = 100, offset: int = 0,
+                   filter: Mapping[str, Any] | None = None,
+                   ) -> list[VectorMemory]:
+        """Current memories of ``owner``, newest first; ``filter`` as in :meth:`search`."""
         check.owner_id(owner)
-        return await self._list(owner, check.limit(limit), check.offset(offset))
+        n, skip = check.limit(limit), check.offset(offset)
+        where = check_l2.metadata_filter(filter)
+        return await self._list(owner, n, skip, where=where)
 
     def _check_embedding(self, embedding: Sequence[float] | None
                          ) -> builtins.list[float] | None:

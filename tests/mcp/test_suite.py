@@ -32,7 +32,8 @@ SYSTEM = "test-mcp-suite"
 REQUIRED = {"read_snapshot", "search", "store", "add_rule", "add_fact", "set_status",
             "delete_status", "delete_memory", "list_memories", "list_pending",
             "confirm_pending", "reject_pending", "append_messages", "end_conversation", "audit",
-            "export_owner", "forget_owner", "supersede", "history", "status_history"}
+            "export_owner", "forget_owner", "supersede", "history", "status_history",
+            "update_memory", "store_many", "memory_history"}
 
 Connect = Callable[[str | None], AbstractAsyncContextManager[Client]]
 
@@ -221,6 +222,33 @@ async def test_supersede_and_history(target: Target) -> None:
         assert [ch["value"] for ch in values["changes"]] == ["v1", "v2"]
 
 
+async def test_batches_filters_updates_and_memory_history(target: Target) -> None:
+    who = _owner()
+    async with target.connect(None) as c:
+        stored = ok(await c.call_tool("store_many", {"owner": who, "items": [
+            {"content": "went live on Kubernetes with helm", "metadata": {"agent": "deploy"}},
+            {"content": "the billing service moved to PostgreSQL", "metadata": {"agent": "db"}},
+            "the team prefers short answers"]}))["results"]
+        assert [r["merged"] for r in stored] == [False, False, False]
+        deploy = stored[0]["memory"]["id"]
+        hits = ok(await c.call_tool("search", {"owner": who, "query": "service moved",
+                                               "filter": {"agent": "deploy"}}))["hits"]
+        assert [h["memory"]["id"] for h in hits] in ([deploy], [])
+        listed = ok(await c.call_tool("list_memories", {"owner": who,
+                                                        "filter": {"agent": "db"}}))
+        assert [m["content"] for m in listed["memories"]] == [
+            "the billing service moved to PostgreSQL"]
+        ok(await c.call_tool("update_memory", {"owner": who, "memory_id": deploy,
+                                               "content": "went live on Kubernetes with argo"}))
+        versions = ok(await c.call_tool("memory_history", {"owner": who,
+                                                           "memory_id": deploy}))["versions"]
+        assert [v["content"] for v in versions] == ["went live on Kubernetes with helm",
+                                                    "went live on Kubernetes with argo"]
+        text = error_text(await c.call_tool("list_memories", {"owner": who,
+                                                              "filter": {"a": [1, 2]}}))
+        assert "InvalidFilter" in text
+
+
 async def test_export_and_forget_an_owner(target: Target) -> None:
     who = _owner()
     async with target.connect(None) as c:
@@ -319,6 +347,8 @@ async def test_a_token_reaches_its_owners_only(target: Target) -> None:
         ("export_owner", {}), ("forget_owner", {}),
         ("supersede", {"item_id": "r", "content": "x"}), ("history", {"item_id": "r"}),
         ("status_history", {"key": "k"}),
+        ("update_memory", {"memory_id": "m", "content": "x"}), ("store_many", {"items": ["x"]}),
+        ("memory_history", {"memory_id": "m"}),
     ]
     assert {t for t, _ in calls} == {e.name for e in TOOLS}
     async with target.connect(NARROW) as c:

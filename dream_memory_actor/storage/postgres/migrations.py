@@ -185,6 +185,28 @@ INSERT INTO {s}.status_history (owner_id, key, value, at, expires_at)
 -- A queued correction names the rule or fact it would replace.
 ALTER TABLE {s}.pending ADD COLUMN supersedes text, ADD COLUMN supersedes_content text;
 """),
+    (7, "earlier versions of semantic memories", """
+-- What an update replaced and what a supersession closed, beside the live memories:
+-- searches read only ``memories``. ``memory_id`` is the memory the version was of;
+-- the last version of a superseded memory names its successor.
+CREATE TABLE {s}.memory_versions (
+    id            uuid PRIMARY KEY,
+    owner_id      text NOT NULL,
+    memory_id     uuid NOT NULL,
+    content       text NOT NULL,
+    metadata      jsonb NOT NULL,
+    has_embedding boolean NOT NULL,
+    valid_from    timestamptz NOT NULL,
+    valid_to      timestamptz NOT NULL,
+    change        text NOT NULL CHECK (change IN ('update', 'supersede')),
+    superseded_by uuid,
+    by_name       text,
+    reason        text
+);
+CREATE INDEX memory_versions_memory ON {s}.memory_versions (owner_id, memory_id);
+CREATE INDEX memory_versions_successor ON {s}.memory_versions (owner_id, superseded_by)
+    WHERE superseded_by IS NOT NULL;
+"""),
     (8, "tombstones of forgotten owners", """
 -- What erasing an owner leaves (storage/postgres/erase.py): no owner_id column, so
 -- no erasure finds it; op_key (a digest of owner and operation id) makes a retried

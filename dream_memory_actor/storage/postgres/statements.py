@@ -9,7 +9,8 @@ the embedding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...text import escape_like
@@ -45,6 +46,22 @@ def owners_filter(ref: str, column: str = "owner_id") -> str:
     return f"{column} = ANY({ref})" if ref.endswith("[]") else f"{column} = {ref}"
 
 
+def metadata_condition(p: Params, where: Mapping[str, Any] | None, column: str) -> str:
+    """`` AND <column> @> $n::jsonb`` for a metadata filter (empty without one): a
+    memory matches when its metadata contains every key with an equal value."""
+    if not where:
+        return ""
+    return f" AND {column} @> {p(json.dumps(dict(where), ensure_ascii=False))}::jsonb"
+
+
+def text_metadata_condition(p: Params, s: str, where: Mapping[str, Any] | None) -> str:
+    """:func:`metadata_condition` for rows of ``memory_text``, through their memory."""
+    cond = metadata_condition(p, where, "f.metadata")
+    if not cond:
+        return ""
+    return f" AND EXISTS (SELECT 1 FROM {s}.memories f WHERE f.id = memory_text.id{cond})"
+
+
 def balanced_sum(parts: Sequence[str]) -> str:
     """``a + b + ...`` nested as a balanced tree: the parser recurses once per level,
     and a left-deep chain of thousands of terms exceeds its stack depth."""
@@ -57,7 +74,8 @@ def balanced_sum(parts: Sequence[str]) -> str:
 def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
                         terms: Sequence[str], embedding: list[float] | None,
                         plan: SearchPlan, *, vector_k: int, keyword_k: int,
-                        weights: Sequence[float]) -> tuple[str, list[Any]]:
+                        weights: Sequence[float], where: Mapping[str, Any] | None = None
+                        ) -> tuple[str, list[Any]]:
     """The statement and its arguments. Rows: the memory columns, ``search_text``
     (keyword rows), ``sim`` (cosine, when ``embedding``) and ``src`` (keyword rows:
     ``recent`` when the recent window answered, else ``index``). A memory found by
@@ -72,6 +90,7 @@ def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
     dim_ok = f"m.embedding_dim = {d}"  # a literal: the partial HNSW index matches only that
     parts: list[str] = []
     if q is not None and plan.vector is not None:
+        mine += metadata_condition(p, where, "m.metadata")
         vk = p(vector_k)
         if plan.vector == "exact":  # the top ids first, then their rows: the sort is narrow
             parts.append(
@@ -88,7 +107,7 @@ def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
     if terms and plan.keyword is not None:
         sim = "NULL::float8" if q is None else (
             f"CASE WHEN {dim_ok} THEN 1 - (m.{dim_sql(d)} <=> {q}) END")
-        ids = keyword_ids(p, s, own, terms, weights, plan, keyword_k)
+        ids = keyword_ids(p, s, own, terms, weights, plan, keyword_k, where)
         parts.append(f"""SELECT {cols}, t.search_text, {sim} AS sim, t.src
                          FROM ({ids}) t JOIN {s}.memories m USING (id)""")
     if not parts:
@@ -98,7 +117,8 @@ def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
 
 
 def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
-                weights: Sequence[float], plan: SearchPlan, keyword_k: int) -> str:
+                weights: Sequence[float], plan: SearchPlan, keyword_k: int,
+                where: Mapping[str, Any] | None = None) -> str:
     """The ``keyword_k`` memories of the owners with the highest sum of the weights of
     the terms they contain (then newest, then smallest id): ``id, search_text, src``.
 
@@ -113,7 +133,7 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
     last one's timestamp, so the window is a prefix of the final order even where a
     bulk import gave thousands of memories one timestamp).
     """
-    mine = owners_filter(own)
+    mine = owners_filter(own) + text_metadata_condition(p, s, where)
     k = p(keyword_k)
     scan = plan.keyword == "scan"
     # The index can use LIKE; reading the rows, a plain substring test is cheaper.

@@ -15,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from ...errors import MemoryNotFound
-from ...models import StoreResult, VectorMemory
+from ...models import MemoryVersion, StoreResult, VectorMemory
 from ...scoring import Candidate, TermStats
 from ...text import content_hash, fold
 from ..base import VectorStore
 from ..dedup import merged
+from ..vector_l2 import BatchItem
+from . import versions
 from .counts import add_memories, add_terms, term_delta, term_stats
 from .migrations import dim_sql
 from .plan import (
@@ -41,7 +43,7 @@ from .plan import (
     search_plan,
 )
 from .pool import PostgresBackend, PostgresStore
-from .statements import MEMORY_COLUMNS, candidate_statement
+from .statements import MEMORY_COLUMNS, Params, candidate_statement, metadata_condition
 
 __all__ = [
     "EXACT_BREAK_EVEN",
@@ -103,13 +105,14 @@ class PostgresVectorStore(PostgresStore, VectorStore):
 
     def statement(self, owners: Sequence[str], terms: Sequence[str],
                   embedding: list[float] | None, plan: SearchPlan, *, vector_k: int,
-                  keyword_k: int, weights: Sequence[float] | None = None
-                  ) -> tuple[str, list[Any]]:
+                  keyword_k: int, weights: Sequence[float] | None = None,
+                  where: Mapping[str, Any] | None = None) -> tuple[str, list[Any]]:
         """The candidate statement of a search following ``plan``, with its arguments
         (for EXPLAIN in benchmarks and tests; ``weights`` default to 1 per term)."""
         w = [1.0] * len(terms) if weights is None else list(weights)
         return candidate_statement(self._s, self.dim, owners, terms, embedding, plan,
-                                   vector_k=vector_k, keyword_k=keyword_k, weights=w)
+                                   vector_k=vector_k, keyword_k=keyword_k, weights=w,
+                                   where=where)
 
     # -- writes -----------------------------------------------------------------------
 
@@ -221,12 +224,34 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             await add_terms(conn, self._s, owner, term_delta(added=[m[2] for m in mems]))
         return len(mems)
 
+    async def _store_many(self, owner: str, items: Sequence[BatchItem], *, threshold: float,
+                          now: datetime, op_id: str | None) -> list[StoreResult]:
+        return await versions.store_many(self, owner, items, threshold=threshold, now=now,
+                                         op_id=op_id)
+
+    async def _update(self, owner: str, memory_id: str, content: str,
+                      embedding: list[float] | None, metadata: dict[str, Any] | None, *,
+                      now: datetime, op_id: str | None) -> VectorMemory:
+        return await versions.update(self, owner, memory_id, content, embedding, metadata,
+                                     now=now, op_id=op_id)
+
+    async def _supersede(self, owner: str, memory_id: str, content: str,
+                         embedding: list[float] | None, metadata: dict[str, Any] | None, *,
+                         by: str | None, reason: str | None, now: datetime,
+                         op_id: str | None) -> VectorMemory:
+        return await versions.supersede(self, owner, memory_id, content, embedding, metadata,
+                                        by=by, reason=reason, now=now, op_id=op_id)
+
+    async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
+        return await versions.history(self, owner, memory_id)
+
     # -- search -----------------------------------------------------------------------
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int, keyword_k: int,
                           weights: Sequence[float] | None = None,
-                          stats: TermStats | None = None) -> list[Candidate]:
+                          stats: TermStats | None = None,
+                          where: Mapping[str, Any] | None = None) -> list[Candidate]:
         """Candidates of the plan the counts in ``stats`` choose (read first when not
         given); keyword candidates ordered by the sum of ``weights`` (default 1 each)
         of the terms they contain, then newest, then smallest id."""
@@ -242,13 +267,13 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         if plan.split:  # two connections: the search costs the slower branch
             parts = await asyncio.gather(*(
                 self._fetch(self.statement(owners, terms, embedding, p, vector_k=vector_k,
-                                           keyword_k=keyword_k, weights=w))
+                                           keyword_k=keyword_k, weights=w, where=where))
                 for p in (replace(plan, keyword=None), replace(plan, vector=None))))
             rows = [r for part in parts for r in part]
         else:
             rows = await self._fetch(self.statement(owners, terms, embedding, plan,
                                                     vector_k=vector_k, keyword_k=keyword_k,
-                                                    weights=w))
+                                                    weights=w, where=where))
         return [Candidate(str(r["id"]), r["content"], r["updated_at"],
                           None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
                 for r in rows]
@@ -287,11 +312,15 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             await add_terms(conn, self._s, owner, term_delta(removed=[gone]))
         return True
 
-    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
+    async def _list(self, owner: str, limit: int, offset: int,
+                    where: Mapping[str, Any] | None = None) -> list[VectorMemory]:
+        p = Params()
+        mine = f"owner_id = {p(owner)}" + metadata_condition(p, where, "metadata")
         async with self.backend.connection() as conn:
             rows = await conn.fetch(
-                f"""SELECT {MEMORY_COLUMNS} FROM {self._s}.memories WHERE owner_id = $1
-                    ORDER BY updated_at DESC, id LIMIT $2 OFFSET $3""", owner, limit, offset)
+                f"""SELECT {MEMORY_COLUMNS} FROM {self._s}.memories WHERE {mine}
+                    ORDER BY updated_at DESC, id LIMIT {p(limit)} OFFSET {p(offset)}""",
+                *p.values)
         return [_memory(r) for r in rows]
 
     async def _dump(self, owner: str) -> list[tuple[VectorMemory, list[float] | None]]:

@@ -7,6 +7,7 @@ Keys of owner ``o`` (prefix ``p``)::
     p:{o}:l2:ids    zset    memory ids, scored by creation time
     p:{o}:l2:ver    string  a random token, replaced by every write of the owner
     p:{o}:l2:df     hash    memories per term, moved by every write (see ``df``)
+    p:{o}:l2:hv:*   list    earlier versions of a memory; ``l2:sb:*`` (see ``versions``)
 
 The token lets each process cache an owner's rows (``rows.RowCache``): one
 round trip checks it and, only when it changed, returns the rows. A store is an
@@ -32,12 +33,14 @@ from typing import Any
 import numpy as np
 
 from ...errors import BackendError, MemoryNotFound
-from ...models import StoreResult, VectorMemory
+from ...models import MemoryVersion, StoreResult, VectorMemory
 from ...scoring import Candidate, TermStats, cosine, keyword_order
 from ...text import content_hash, fold
 from ..base import VectorStore
 from ..dedup import df_delta, merge_target, merged
-from . import df
+from ..vector_l2 import BatchItem
+from ..versions import matches
+from . import df, versions
 from . import search_module as fts
 from .common import (
     MAX_TX_ATTEMPTS,
@@ -177,6 +180,27 @@ class RedisVectorStore(VectorStore):
                     return result
         raise BackendError(f"owner {owner!r}: too many concurrent writers, store gave up")
 
+    async def _store_many(self, owner: str, items: Sequence[BatchItem], *, threshold: float,
+                          now: datetime, op_id: str | None) -> list[StoreResult]:
+        return await versions.store_many(self, owner, items, threshold=threshold, now=now,
+                                         op_id=op_id)
+
+    async def _update(self, owner: str, memory_id: str, content: str,
+                      embedding: list[float] | None, metadata: dict[str, Any] | None, *,
+                      now: datetime, op_id: str | None) -> VectorMemory:
+        return await versions.update(self, owner, memory_id, content, embedding, metadata,
+                                     now=now, op_id=op_id)
+
+    async def _supersede(self, owner: str, memory_id: str, content: str,
+                         embedding: list[float] | None, metadata: dict[str, Any] | None, *,
+                         by: str | None, reason: str | None, now: datetime,
+                         op_id: str | None) -> VectorMemory:
+        return await versions.supersede(self, owner, memory_id, content, embedding, metadata,
+                                        by=by, reason=reason, now=now, op_id=op_id)
+
+    async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
+        return await versions.history(self, owner, memory_id)
+
     def _decide(self, rows: OwnerRows, owner: str, content: str, query: np.ndarray | None,
                 metadata: dict[str, Any], threshold: float,
                 now: datetime) -> tuple[StoreResult, Row]:
@@ -268,10 +292,12 @@ class RedisVectorStore(VectorStore):
             raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
         return row.memory
 
-    async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
+    async def _list(self, owner: str, limit: int, offset: int,
+                    where: Mapping[str, Any] | None = None) -> list[VectorMemory]:
         with translate("list"):
             rows = await self._rows(self._r, owner)
-        mems = sorted((r.memory for r in rows.rows.values()),
+        mems = sorted((r.memory for r in rows.rows.values()
+                       if matches(r.memory.metadata, where)),
                       key=lambda m: (-m.updated_at.timestamp(), m.id))
         return mems[offset:offset + limit]
 
@@ -352,11 +378,16 @@ class RedisVectorStore(VectorStore):
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
                           keyword_k: int, weights: Sequence[float],
-                          stats: TermStats) -> list[Candidate]:
+                          stats: TermStats, where: Mapping[str, Any] | None = None
+                          ) -> list[Candidate]:
         with translate("search"):
             module = await self._ensure_setup()
-            knn = module and embedding is not None and self.dim is not None
+            # The index holds no metadata: a filtered search ranks the matching rows
+            # (read for the keyword candidates anyway) by exact cosine.
+            knn = module and embedding is not None and self.dim is not None and not where
             by_owner, hits = await self._fetch_for_search(owners, embedding, vector_k, knn)
+        if where:
+            by_owner = {o: versions.filtered(rows, where) for o, rows in by_owner.items()}
         query = None if embedding is None else np.asarray(embedding, dtype=np.float64)
 
         def candidate(row: Row) -> Candidate:

@@ -1,0 +1,243 @@
+"""Batches, updates and supersessions of L2 memories on Redis, with their history.
+
+Keys of owner ``o`` besides those of ``vector``::
+
+    p:{o}:l2:hv:<id>   list    the closed versions of memory <id> (JSON), oldest first
+    p:{o}:l2:sb:<id>   string  the last version of the memory <id> superseded (JSON)
+
+Histories are neither hashes nor under the memory prefix, so neither the search
+module's index nor the owner's row fetch sees them. Each write is one optimistic
+transaction, as ``store`` is (WATCH the owner's token, decide on the rows read,
+MULTI/EXEC with the document frequencies and the ``op_id`` record).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...errors import BackendError, MemoryNotFound
+from ...models import MemoryVersion, StoreResult, VectorMemory
+from ..dedup import df_delta
+from ..vector_l2 import BatchItem
+from ..versions import closed, matches, successor, updated
+from . import df
+from .common import MAX_TX_ATTEMPTS, OP_ID_RETENTION_S, commit_lost, lost_connection, text
+from .common import translate as translate_errors
+from .rows import OwnerRows, Row, make_row, vec_bytes
+
+if TYPE_CHECKING:
+    from .vector import RedisVectorStore
+
+#: What a write decided: its result (JSON), the commands to queue, the rows after it.
+Planned = tuple[str, Callable[[Any], None], OwnerRows]
+
+
+def history_key(store: RedisVectorStore, owner: str, memory_id: str) -> str:
+    return store._keys.owner(owner) + "l2:hv:" + memory_id
+
+
+def successor_key(store: RedisVectorStore, owner: str, memory_id: str) -> str:
+    return store._keys.owner(owner) + "l2:sb:" + memory_id
+
+
+def filtered(rows: OwnerRows, where: Mapping[str, Any] | None) -> OwnerRows:
+    """The rows whose metadata matches ``where`` (all of them without a filter)."""
+    if not where:
+        return rows
+    return OwnerRows(
+        rows.token, [r for r in rows.rows.values() if matches(r.memory.metadata, where)]
+    )
+
+
+async def _transact(
+    store: RedisVectorStore,
+    owner: str,
+    what: str,
+    op_id: str | None,
+    plan: Callable[[OwnerRows, bool], Planned],
+) -> str:
+    """Run ``plan`` on the owner's rows and commit what it queued, retried while another
+    writer comes first; the recorded result of ``op_id`` if it was applied already."""
+    from redis.exceptions import WatchError
+
+    from .vector import _token
+
+    k = store._keys
+    async with store._locks.hold(owner):
+        with translate_errors(what):
+            for _ in range(MAX_TX_ATTEMPTS):
+                async with store._r.pipeline(transaction=True) as pipe:
+                    try:
+                        await pipe.watch(k.l2_version(owner))
+                        done = None if op_id is None else await pipe.get(k.l2_op(owner, op_id))
+                        rows = await store._rows(pipe, owner)
+                        counted = bool(await pipe.hexists(k.l2_df(owner), df.DOCS))
+                    except WatchError:
+                        continue
+                    if done is not None:
+                        return text(done) or ""
+                    result, queue, after = plan(rows, counted)
+                    token = _token()
+                    pipe.multi()
+                    queue(pipe)
+                    pipe.set(k.l2_version(owner), token)
+                    if op_id is not None:
+                        pipe.set(k.l2_op(owner, op_id), result, ex=OP_ID_RETENTION_S)
+                    try:
+                        await pipe.execute()
+                    except WatchError as exc:
+                        if lost_connection(exc):
+                            raise commit_lost(exc) from exc
+                        continue
+                after.token = token
+                store._cache.put(owner, after)
+                return result
+    raise BackendError(f"owner {owner!r}: too many concurrent writers, {what} gave up")
+
+
+def _vec(embedding: list[float] | None) -> np.ndarray | None:
+    return None if embedding is None else np.asarray(embedding, dtype=np.float64)
+
+
+async def store_many(
+    store: RedisVectorStore,
+    owner: str,
+    items: Sequence[BatchItem],
+    *,
+    threshold: float,
+    now: datetime,
+    op_id: str | None,
+) -> list[StoreResult]:
+    """Every item as ``store`` decides it, against the rows as the earlier items left
+    them, committed in one transaction."""
+
+    def plan(rows: OwnerRows, counted: bool) -> Planned:
+        work = OwnerRows(rows.token, rows.rows.values())
+        results: list[StoreResult] = []
+        is_new: dict[str, bool] = {}
+        delta: Counter[str] = Counter()
+        for content, vec, meta in items:
+            result, row = store._decide(work, owner, content, _vec(vec), meta, threshold, now)
+            old = work.rows.get(row.memory.id)
+            delta.update(df_delta(None if old is None else old.memory.content, content))
+            is_new.setdefault(row.memory.id, not result.merged)
+            work.put(row)
+            results.append(result)
+
+        def queue(pipe: Any) -> None:
+            for mid, new in is_new.items():
+                store._queue_write(pipe, work.rows[mid], is_new=new)
+            store._queue_df(
+                pipe,
+                owner,
+                {t: d for t, d in delta.items() if d},
+                sum(is_new.values()),
+                None if counted else rows,
+            )
+
+        return json.dumps([r.model_dump(mode="json") for r in results]), queue, work
+
+    got = await _transact(store, owner, "store_many", op_id, plan)
+    return [StoreResult.model_validate(r) for r in json.loads(got)]
+
+
+def _live(rows: OwnerRows, owner: str, memory_id: str) -> VectorMemory:
+    row = rows.rows.get(memory_id)
+    if row is None:
+        raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
+    return row.memory
+
+
+async def update(
+    store: RedisVectorStore,
+    owner: str,
+    memory_id: str,
+    content: str,
+    embedding: list[float] | None,
+    metadata: dict[str, Any] | None,
+    *,
+    now: datetime,
+    op_id: str | None,
+) -> VectorMemory:
+    def plan(rows: OwnerRows, counted: bool) -> Planned:
+        old = _live(rows, owner, memory_id)
+        new = updated(old, content, metadata, embedding is not None, now)
+        row = make_row(new, _vec(embedding))
+        version = closed(old, now, "update")
+        # The same order as a fresh read (creation order), with the new vector.
+        after = OwnerRows(
+            rows.token, [row if r.memory.id == memory_id else r for r in rows.rows.values()]
+        )
+
+        def queue(pipe: Any) -> None:
+            doc = store._keys.l2_doc(owner, memory_id)
+            pipe.rpush(history_key(store, owner, memory_id), version.model_dump_json())
+            store._queue_write(pipe, row, is_new=False)
+            if row.vec is None:
+                pipe.hdel(doc, "vec")
+            else:
+                pipe.hset(doc, "vec", vec_bytes(row.vec))
+            store._queue_df(
+                pipe, owner, df_delta(old.content, new.content), 0, None if counted else rows
+            )
+
+        return new.model_dump_json(), queue, after
+
+    return VectorMemory.model_validate_json(await _transact(store, owner, "update", op_id, plan))
+
+
+async def supersede(
+    store: RedisVectorStore,
+    owner: str,
+    memory_id: str,
+    content: str,
+    embedding: list[float] | None,
+    metadata: dict[str, Any] | None,
+    *,
+    by: str | None,
+    reason: str | None,
+    now: datetime,
+    op_id: str | None,
+) -> VectorMemory:
+    def plan(rows: OwnerRows, counted: bool) -> Planned:
+        old = _live(rows, owner, memory_id)
+        new = successor(old, content, metadata, embedding is not None, now)
+        row: Row = make_row(new, _vec(embedding))
+        version = closed(old, now, "supersede", superseded_by=new.id, by=by, reason=reason)
+        after = OwnerRows(
+            rows.token, [*(r for r in rows.rows.values() if r.memory.id != memory_id), row]
+        )
+
+        def queue(pipe: Any) -> None:
+            k = store._keys
+            encoded = version.model_dump_json()
+            pipe.rpush(history_key(store, owner, memory_id), encoded)
+            pipe.set(successor_key(store, owner, new.id), encoded)
+            pipe.delete(k.l2_doc(owner, memory_id))
+            pipe.zrem(k.l2_ids(owner), memory_id)
+            store._queue_write(pipe, row, is_new=True)
+            store._queue_df(
+                pipe, owner, df_delta(old.content, new.content), 0, None if counted else rows
+            )
+
+        return new.model_dump_json(), queue, after
+
+    return VectorMemory.model_validate_json(await _transact(store, owner, "supersede", op_id, plan))
+
+
+async def history(store: RedisVectorStore, owner: str, memory_id: str) -> list[MemoryVersion]:
+    with translate_errors("history"):
+        async with store._r.pipeline(transaction=False) as pipe:
+            pipe.lrange(history_key(store, owner, memory_id), 0, -1)
+            pipe.get(successor_key(store, owner, memory_id))
+            own, before = await pipe.execute()
+    found = [MemoryVersion.model_validate_json(v) for v in own]
+    if before is not None:
+        found.append(MemoryVersion.model_validate_json(before))
+    return found

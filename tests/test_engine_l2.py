@@ -1,0 +1,72 @@
+"""MemoryEngine's batch, update, supersede and history doors (memory and PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from dream_memory_actor.embedding.hashing import HashingEmbedder
+from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.errors import InvalidBatch, InvalidFilter, MemorySuperseded
+from tests.test_engine import engine  # noqa: F401 - the fixture, on both backends
+
+
+class _Counting(HashingEmbedder):
+    """Counts the embedder calls and the texts in them."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.batches: list[int] = []
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.batches.append(len(texts))
+        return await super().embed(texts)
+
+
+async def test_store_many_embeds_in_one_call(engine: MemoryEngine) -> None:  # noqa: F811
+    assert engine.embedder is not None
+    counting = _Counting(engine.embedder.dim)
+    engine.embedder.inner = counting
+    texts = [
+        "went live on kubernetes",
+        "likes green tea",
+        "writes java at work",
+        "sister's birthday in may",
+        "flight to lisbon friday",
+        "reviews security first",
+    ]
+    results = await engine.store_many("alice", [*texts, texts[0]])
+    assert counting.batches == [6]  # one call; the repeated text embedded once
+    assert [r.merged for r in results] == [False] * 6 + [True]
+    assert results[-1].memory.id == results[0].memory.id
+    assert len(await engine.list("alice")) == 6
+
+
+async def test_refused_batch_embeds_nothing(engine: MemoryEngine) -> None:  # noqa: F811
+    assert engine.embedder is not None
+    before = engine.embedder.misses
+    with pytest.raises(InvalidBatch):
+        await engine.store_many("alice", ["fine", {"content": "x", "meta": {}}])
+    assert engine.embedder.misses == before and await engine.list("alice") == []
+
+
+async def test_update_and_supersede_re_embed(engine: MemoryEngine) -> None:  # noqa: F811
+    m = (await engine.store("alice", "deploys with helm", metadata={"agent": "ops"})).memory
+    await engine.update("alice", m.id, "likes green tea")
+    hits = await engine.search("alice", "likes green tea", filter={"agent": "ops"})
+    assert hits[0].memory.id == m.id  # the new text's embedding, not the old one's:
+    assert hits[0].cosine == pytest.approx(1.0, abs=1e-6)
+    new = await engine.supersede_memory(
+        "alice", m.id, "drinks coffee", by="alice", reason="changed"
+    )
+    assert [v.content for v in await engine.memory_history("alice", new.id)] == [
+        "deploys with helm",
+        "likes green tea",
+        "drinks coffee",
+    ]
+    with pytest.raises(MemorySuperseded):
+        await engine.supersede_memory("alice", m.id, "again")
+    assert [x.id for x in await engine.list("alice", filter={"agent": "ops"})] == [new.id]
+    with pytest.raises(InvalidFilter):
+        await engine.list("alice", filter={"agent": {"nested": 1}})
