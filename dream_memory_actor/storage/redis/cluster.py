@@ -1,0 +1,413 @@
+"""Redis Cluster: each call of an owner goes to the master serving the owner's slot.
+
+Every key of an owner carries the hash tag ``{owner}`` (see ``common``), so an
+owner lives in one slot, on one master. :class:`ClusterClient` keeps the slot map
+(``CLUSTER SLOTS``) and one ordinary ``redis.asyncio.Redis`` client per master, and
+hands the stores an object with the client's interface:
+
+* a single-key command goes to the key's master (``MOVED``/``ASK``/``TRYAGAIN``/
+  ``CLUSTERDOWN``: the map is read again and the command sent once more; those
+  replies mean it was not executed);
+* a transaction (``pipeline(transaction=True)``) binds to the master of the first
+  key it WATCHes, and the whole WATCH/MULTI/EXEC, Lua scripts included, runs on
+  that node's connection: every key it touches shares the owner's slot;
+* a pipeline without a transaction (the reads of a search over several owners)
+  is split by master, sent to each in parallel, and its replies put back in order;
+* a Lua script is loaded on the node that runs it (``SCRIPT LOAD`` is not
+  replicated, so a promoted replica loads it again on first use);
+* the change feed subscribes on one master: classic ``PUBLISH`` is forwarded to
+  every node of the cluster, so one subscription sees every owner's changes
+  (sharded pub/sub, ``SPUBLISH``, would confine an announcement to its shard but
+  needs one channel per slot, so a subscription per slot, and is not used).
+
+A lost connection or a demoted master (``READONLY``) marks the map stale; the
+call fails with ``BackendUnavailable`` and the next one reads the map again. While
+a master is down and before its replica is promoted (``cluster-node-timeout``
+plus the election, a few seconds), the owners of its slots are unavailable; those
+of the other masters are not affected.
+
+Nothing in the stores crosses owners inside one command or transaction; a search
+over several owners reads each owner's keys in its own command. The search module
+is not used on a cluster (see ``docs/scaling.md``): RediSearch in Redis Stack
+indexes only the keys of the shard it runs on, and without the coordinator of
+Redis Enterprise a query sees one shard; vector search runs on the rows each
+process caches, as on a Redis without the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ...errors import ConfigurationError
+
+SLOTS = 16384
+
+
+def split_cluster_url(url: str) -> tuple[Callable[[str, int], str], list[tuple[str, int]]]:
+    """``(node_url(host, port), seeds)`` of ``redis[s][+cluster]://[auth@]h:p[,h:p...][/0]``."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.removesuffix("+cluster")
+    if scheme not in ("redis", "rediss"):
+        raise ConfigurationError(f"a Redis Cluster URL starts with redis:// or rediss:// "
+                                 f"(or redis+cluster://), not {parts.scheme}://")
+    auth, _, hosts = parts.netloc.rpartition("@")
+    if parts.path not in ("", "/", "/0"):
+        raise ConfigurationError("Redis Cluster has only database 0: drop the /<db> of redis_url")
+    seeds: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host:
+            host, port = port, "6379"
+        try:
+            seeds.append((host, int(port)))
+        except ValueError as exc:
+            raise ConfigurationError(f"{item!r} in redis_url is not host:port") from exc
+
+    def node_url(host: str, port: int) -> str:
+        netloc = f"{auth}@{host}:{port}" if auth else f"{host}:{port}"
+        return urlunsplit((scheme, netloc, "/0", parts.query, ""))
+
+    return node_url, seeds
+
+
+def _topology_errors() -> tuple[type[BaseException], ...]:
+    from redis import exceptions as rx
+
+    return (rx.ConnectionError, rx.TimeoutError, rx.ReadOnlyError, rx.ClusterDownError,
+            rx.TryAgainError, rx.AskError, OSError)
+
+
+def _redirect_errors() -> tuple[type[BaseException], ...]:
+    """Replies that mean the command was not executed: safe to send again."""
+    from redis import exceptions as rx
+
+    return (rx.AskError, rx.TryAgainError, rx.ClusterDownError)  # MovedError is an AskError
+
+
+def _first_key(name: str, args: Sequence[Any]) -> Any:
+    if name in ("evalsha", "eval"):
+        return args[2] if len(args) > 2 and int(args[1]) > 0 else None
+    if name in ("execute_command", "ping", "info", "script_load"):
+        return None
+    if not args:
+        return None
+    first = args[0]
+    if isinstance(first, (list, tuple)):
+        return first[0] if first else None
+    return first
+
+
+class ClusterClient:
+    """The stores' client on a Redis Cluster (see the module docstring)."""
+
+    def __init__(self, url: str, make_node: Callable[[str], Any]) -> None:
+        from redis.crc import key_slot
+
+        self._node_url, self._seeds = split_cluster_url(url)
+        self._make_node = make_node
+        self._key_slot = key_slot
+        self._slots: list[str] = []
+        self._nodes: dict[str, Any] = {}
+        self._stale = True
+        self._lock = asyncio.Lock()
+        self._scripts: dict[str, Any] = {}  # sha -> source
+        self._node_scripts: dict[tuple[str, str], Any] = {}
+        self._encoder_client = make_node(self._node_url(*self._seeds[0]))
+
+    # -- topology ------------------------------------------------------------------------
+
+    def _node(self, addr: str) -> Any:
+        client = self._nodes.get(addr)
+        if client is None:
+            host, _, port = addr.rpartition(":")
+            client = self._nodes[addr] = self._make_node(self._node_url(host, int(port)))
+        return client
+
+    def mark_stale(self) -> None:
+        self._stale = True
+
+    async def refresh(self) -> None:
+        """Read the slot map from the first node that answers (known masters, then seeds)."""
+        async with self._lock:
+            if not self._stale:
+                return
+            from redis import exceptions as rx
+
+            candidates = list(dict.fromkeys(
+                [*self._nodes, *(f"{h}:{p}" for h, p in self._seeds)]))
+            errors = []
+            for addr in candidates:
+                try:
+                    reply = await self._node(addr).execute_command("CLUSTER SLOTS")
+                except (rx.RedisError, OSError) as exc:
+                    errors.append(f"{addr}: {exc}")
+                    continue
+                table = _slot_table(reply, addr)
+                if table is None:
+                    errors.append(f"{addr}: not every slot is served")
+                    continue
+                self._slots = table
+                self._stale = False
+                return
+            raise rx.ConnectionError("no node of the Redis Cluster gave a full slot map: "
+                                     + "; ".join(errors))
+
+    async def addr_for(self, key: Any) -> str:
+        if self._stale:
+            await self.refresh()
+        if key is None:
+            return self._slots[0]
+        raw = key if isinstance(key, bytes) else str(key).encode()
+        return self._slots[self._key_slot(raw)]
+
+    async def masters(self) -> list[str]:
+        if self._stale:
+            await self.refresh()
+        return list(dict.fromkeys(self._slots))
+
+    async def node_for(self, key: Any) -> Any:
+        return self._node(await self.addr_for(key))
+
+    def node_script(self, addr: str, sha: str) -> Any:
+        """The script ``sha`` registered on the client of node ``addr``."""
+        script = self._node_scripts.get((addr, sha))
+        if script is None:
+            script = self._node_scripts[(addr, sha)] = self._node(addr).register_script(
+                self._scripts[sha])
+        return script
+
+    # -- the client interface the stores use -----------------------------------------
+
+    def get_encoder(self) -> Any:
+        return self._encoder_client.connection_pool.get_encoder()
+
+    def register_script(self, script: str) -> Any:
+        from redis.commands.core import AsyncScript
+
+        obj = AsyncScript(self, script)  # type: ignore[arg-type]  # duck-typed client
+        self._scripts[obj.sha] = script
+        return obj
+
+    async def script_load(self, script: str) -> Any:
+        sha = None
+        for addr in await self.masters():
+            sha = await self._call(addr, "script_load", (script,), {})
+        return sha
+
+    async def ping(self) -> bool:
+        for addr in await self.masters():
+            await self._call(addr, "ping", (), {})
+        return True
+
+    async def info(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(await self.addr_for(None), "info", args, kwargs)
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Any:
+        return TxPipeline(self) if transaction else FanoutPipeline(self)
+
+    def pubsub(self) -> Any:
+        return ClusterPubSub(self)
+
+    async def aclose(self) -> None:
+        from contextlib import suppress
+
+        for client in [*self._nodes.values(), self._encoder_client]:
+            with suppress(Exception):
+                await client.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def command(*args: Any, **kwargs: Any) -> Any:
+            return await self._call(await self.addr_for(_first_key(name, args)), name,
+                                    args, kwargs, keyed=True)
+
+        return command
+
+    async def _call(self, addr: str, name: str, args: Sequence[Any], kwargs: dict[str, Any],
+                    *, keyed: bool = False) -> Any:
+        key = _first_key(name, args)
+        for attempt in range(3):
+            try:
+                return await getattr(self._node(addr), name)(*args, **kwargs)
+            except _redirect_errors():
+                self.mark_stale()
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+                addr = await self.addr_for(key) if keyed else addr
+            except _topology_errors():
+                self.mark_stale()
+                raise
+        raise AssertionError("unreachable")
+
+
+def _slot_table(reply: Any, queried: str) -> list[str] | None:
+    """slot -> ``host:port`` of its master, from a ``CLUSTER SLOTS`` reply (raw or parsed)."""
+    table: list[str | None] = [None] * SLOTS
+    entries: list[tuple[int, int, Any, Any]] = []
+    if isinstance(reply, dict):  # redis-py's parsed form: {(start, end): {"primary": ...}}
+        for (start, end), info in reply.items():
+            host, port = info["primary"][0], info["primary"][1]
+            entries.append((int(start), int(end), host, port))
+    else:
+        for entry in reply:
+            host, port = entry[2][0], entry[2][1]
+            entries.append((int(entry[0]), int(entry[1]), host, port))
+    for start, end, host, port in entries:
+        h = host.decode() if isinstance(host, bytes) else str(host)
+        addr = f"{h or queried.rpartition(':')[0]}:{int(port)}"
+        for s in range(start, end + 1):
+            table[s] = addr
+    if any(a is None for a in table):
+        return None
+    return [a for a in table if a is not None]
+
+
+class TxPipeline:
+    """A WATCH/MULTI/EXEC bound to the master of the first watched key."""
+
+    def __init__(self, cluster: ClusterClient) -> None:
+        self._cluster = cluster
+        self._inner: Any = None
+
+    async def __aenter__(self) -> TxPipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.reset()
+
+    async def reset(self) -> None:
+        if self._inner is not None:
+            await self._inner.reset()
+
+    async def watch(self, *keys: Any) -> None:
+        from redis import exceptions as rx
+
+        for attempt in range(3):
+            await self.reset()
+            self._inner = (await self._cluster.node_for(keys[0])).pipeline(transaction=True)
+            try:
+                await self._inner.watch(*keys)
+                return
+            except (*_topology_errors(), rx.WatchError):  # type: ignore[misc]
+                self._cluster.mark_stale()
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+
+    async def execute(self, raise_on_error: bool = True) -> Any:
+        try:
+            return await self._bound().execute(raise_on_error)
+        except _topology_errors():
+            self._cluster.mark_stale()
+            raise
+
+    def _bound(self) -> Any:
+        if self._inner is None:
+            raise RuntimeError("a transaction on Redis Cluster starts with WATCH of a key "
+                               "of the owner it writes")
+        return self._inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._bound(), name)
+
+
+class FanoutPipeline:
+    """Commands without a transaction, sent to each key's master, replies in order."""
+
+    def __init__(self, cluster: ClusterClient) -> None:
+        self._cluster = cluster
+        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    async def __aenter__(self) -> FanoutPipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._calls = []
+
+    def __await__(self) -> Any:  # redis-py awaits a queued command's return value
+        return self._self().__await__()
+
+    async def _self(self) -> FanoutPipeline:
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def queue(*args: Any, **kwargs: Any) -> FanoutPipeline:
+            self._calls.append((name, args, kwargs))
+            return self
+
+        return queue
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        calls, self._calls = self._calls, []
+        for attempt in range(2):  # read-only commands: safe to send again
+            try:
+                return await self._run(calls, raise_on_error)
+            except _topology_errors():
+                self._cluster.mark_stale()
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _run(self, calls: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]],
+                   raise_on_error: bool) -> list[Any]:
+        groups: dict[str, list[int]] = {}
+        for i, (name, args, _) in enumerate(calls):
+            addr = await self._cluster.addr_for(_first_key(name, args))
+            groups.setdefault(addr, []).append(i)
+        out: list[Any] = [None] * len(calls)
+
+        async def run(addr: str, idxs: list[int]) -> None:
+            async with self._cluster._node(addr).pipeline(transaction=False) as pipe:
+                for i in idxs:
+                    name, args, kwargs = calls[i]
+                    if name == "evalsha":
+                        n = int(args[1])
+                        script = self._cluster.node_script(addr, args[0])
+                        await script(list(args[2:2 + n]), list(args[2 + n:]), client=pipe)
+                    else:
+                        getattr(pipe, name)(*args, **kwargs)
+                replies = await pipe.execute(raise_on_error)
+            for i, reply in zip(idxs, replies, strict=True):
+                out[i] = reply
+
+        await asyncio.gather(*(run(a, idxs) for a, idxs in groups.items()))
+        return out
+
+
+class ClusterPubSub:
+    """A subscription on one master (classic pub/sub reaches every node of a cluster)."""
+
+    def __init__(self, cluster: ClusterClient) -> None:
+        self._cluster = cluster
+        self._inner: Any = None
+
+    async def subscribe(self, *channels: Any) -> None:
+        try:
+            node = await self._cluster.node_for(channels[0])
+            self._inner = node.pubsub()
+            await self._inner.subscribe(*channels)
+        except _topology_errors():
+            self._cluster.mark_stale()
+            raise
+
+    async def get_message(self, **kwargs: Any) -> Any:
+        try:
+            return await self._inner.get_message(**kwargs)
+        except _topology_errors():
+            self._cluster.mark_stale()
+            raise
+
+    async def aclose(self) -> None:
+        if self._inner is not None:
+            await self._inner.aclose()
