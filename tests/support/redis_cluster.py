@@ -46,6 +46,8 @@ class RedisCluster:
                 "--cluster-config-file", f"nodes-{port}.conf",
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
                 "--cluster-replica-validity-factor", "0",  # any replica may be promoted
+                # the other masters keep serving their slots while one is down
+                "--cluster-require-full-coverage", "no",
             ])
             node.port = port
             node.start()
@@ -91,6 +93,16 @@ class RedisCluster:
             finally:
                 c.close()
         return ""
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        import redis
+
+        c: Any = redis.Redis(port=master.port, socket_timeout=2)
+        try:
+            port = int(c.info("replication")["slave0"]["port"])
+        finally:
+            c.close()
+        return next(n for n in self.nodes if n.port == port)
 
     def live(self) -> list[RedisServer]:
         return [n for n in self.nodes if n.proc is not None]

@@ -1,0 +1,252 @@
+"""Redis Cluster specifics: owners spread over masters, URL forms, WAIT, and a failover.
+
+The contract suite (tests/contract) runs on a cluster too (backend ``redis-cluster``);
+these tests cover what only a cluster has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.errors import BackendUnavailable, ConfigurationError
+from dream_memory_actor.storage import open_stores
+from dream_memory_actor.storage.redis.cluster import ClusterClient, split_cluster_url
+from dream_memory_actor.storage.redis.common import connect
+from dream_memory_actor.storage.redis.replication import ReplicationTimeout
+from tests.conftest import DIM, fresh_schema
+from tests.support.redis_cluster import RedisCluster, drop_cluster_prefix, redis_cluster
+
+
+def masters_by_port(url: str) -> dict[int, list[tuple[int, int]]]:
+    """master port -> its slot ranges, from the cluster at ``url``."""
+    import redis
+
+    from tests.support.redis_cluster import _raw_slots
+
+    host, _, port = url.split("://", 1)[1].split(",")[0].rpartition(":")
+    c: Any = redis.Redis(host=host, port=int(port))
+    try:
+        out: dict[int, list[tuple[int, int]]] = {}
+        for start, end, (_, p) in _raw_slots(c):
+            out.setdefault(int(p), []).append((int(start), int(end)))
+        return out
+    finally:
+        c.close()
+
+
+def owner_on_each_master(url: str, stem: str) -> dict[int, str]:
+    from redis.crc import key_slot
+
+    masters = masters_by_port(url)
+    found: dict[int, str] = {}
+    for i in range(10_000):
+        owner = f"{stem}{i}"
+        slot = key_slot(owner.encode())
+        port = next(p for p, ranges in masters.items() if any(a <= slot <= b
+                                                              for a, b in ranges))
+        found.setdefault(port, owner)
+        if len(found) == len(masters):
+            return found
+    raise AssertionError("no owner found for some master")
+
+
+def vec(i: int) -> list[float]:
+    v = [0.0] * DIM
+    v[i % DIM] = 1.0
+    v[(i + 1) % DIM] = 0.3
+    return v
+
+
+async def test_owners_on_three_masters_are_searched_together(redis_cluster_url: str) -> None:
+    import redis
+
+    prefix = fresh_schema()
+    owners = owner_on_each_master(redis_cluster_url, "team")
+    assert len(owners) == 3
+    settings = MemorySettings(backend="redis", redis_url=redis_cluster_url, redis_prefix=prefix)
+    structured, vector = await open_stores(settings, DIM)
+    try:
+        await vector.setup()
+        for i, owner in enumerate(owners.values()):
+            await vector.store(owner, f"deploy runbook number {i} for {owner}",
+                               embedding=vec(i))
+            await structured.add_fact(owner, f"{owner} runs the on-call rota")
+        hits = await vector.search(list(owners.values()), "deploy runbook",
+                                   embedding=vec(0), limit=10)
+        assert {h.memory.owner for h in hits} == set(owners.values())
+        # each owner's keys, all of them, on the master of its slot and nowhere else
+        for port, owner in owners.items():
+            for other in masters_by_port(redis_cluster_url):
+                c: Any = redis.Redis(port=other)
+                try:
+                    keys = list(c.scan_iter(match=f"{prefix}:{{{owner}}}:*"))
+                finally:
+                    c.close()
+                assert bool(keys) == (other == port), (owner, other, keys)
+    finally:
+        await structured.close()
+        await vector.close()
+        drop_cluster_prefix(redis_cluster_url, prefix)
+
+
+def test_cluster_url_forms() -> None:
+    node_url, seeds = split_cluster_url("redis+cluster://:pw@h1:7000,h2:7001")
+    assert seeds == [("h1", 7000), ("h2", 7001)]
+    assert node_url("10.0.0.5", 7002) == "redis://:pw@10.0.0.5:7002/0"
+    _, seeds = split_cluster_url("rediss://cache")
+    assert seeds == [("cache", 6379)]
+    with pytest.raises(ConfigurationError, match="database 0"):
+        split_cluster_url("redis+cluster://h1:7000/2")
+    with pytest.raises(ConfigurationError, match="host:port"):
+        split_cluster_url("redis+cluster://h1:x")
+    with pytest.raises(ConfigurationError, match="redis://"):
+        split_cluster_url("http+cluster://h1:7000")
+    for settings in (MemorySettings(backend="redis", redis_url="redis+cluster://h:1"),
+                     MemorySettings(backend="redis", redis_url="redis://h:1",
+                                    redis_cluster=True)):
+        assert isinstance(connect(settings), ClusterClient)
+    assert not isinstance(connect(MemorySettings(backend="redis", redis_url="redis://h:1")),
+                          ClusterClient)
+
+
+async def test_wait_without_enough_replicas_is_a_typed_error(redis_url: str) -> None:
+    """A server without replicas never acknowledges: the write is applied, the call says so."""
+    prefix = fresh_schema()
+    settings = MemorySettings(backend="redis", redis_url=redis_url, redis_prefix=prefix,
+                              redis_wait_replicas=1, redis_wait_timeout_ms=50)
+    structured, vector = await open_stores(settings, None)
+    try:
+        with pytest.raises(ReplicationTimeout, match="0 of 1 replicas"):
+            await structured.add_fact("alice", "prefers tea")
+        with pytest.raises(ReplicationTimeout):
+            await vector.store("alice", "moved to Lisbon", op_id="op-1")
+        snap = await structured.load("alice")
+        assert [f.content for f in snap.facts] == ["prefers tea"]  # applied on the master
+        # the retry finds its operation id: applied once, answered without waiting
+        again = await vector.store("alice", "moved to Lisbon", op_id="op-1")
+        assert await vector.count("alice") == 1 and not again.merged
+    finally:
+        await structured.close()
+        await vector.close()
+        from tests.support.redis_servers import drop_prefix
+
+        drop_prefix(redis_url, prefix)
+
+
+async def _until(cond: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(cond):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_failover_keeps_every_write_acknowledged_by_a_replica() -> None:
+    """Kill a master mid-load: its replica is promoted, and
+
+    * every write acknowledged with ``redis_wait_replicas=1`` is there;
+    * a write that timed out waiting (``ReplicationTimeout``), or was acknowledged
+      without waiting, is there at most once, and a retry with its ``op_id`` after
+      the failover makes it there exactly once;
+    * owners on the other masters are served throughout.
+    """
+    with redis_cluster() as cluster:
+        await _failover_scenario(cluster)
+
+
+async def _failover_scenario(cluster: RedisCluster) -> None:
+    prefix = fresh_schema()
+    owners = owner_on_each_master(cluster.url, "acct")
+    victim = next(n for n in cluster.nodes if n.port == next(iter(owners)))
+    target = owners[victim.port]
+    others = [o for p, o in owners.items() if p != victim.port]
+    replica = cluster.replica_of(victim)
+
+    def settings(wait: int) -> MemorySettings:
+        return MemorySettings(backend="redis", redis_url=cluster.url, redis_prefix=prefix,
+                              redis_wait_replicas=wait, redis_wait_timeout_ms=300)
+
+    _, waiting = await open_stores(settings(1), None)
+    _, fast = await open_stores(settings(0), None)
+    acked: list[tuple[str, str]] = []  # acknowledged by a replica
+    loose: dict[str, tuple[str, str]] = {}  # op_id -> (owner, content): not acknowledged
+    other_failures: list[BaseException] = []
+    stop = asyncio.Event()
+
+    async def load(owner: str) -> None:
+        i = 0
+        while not stop.is_set():
+            content = f"{owner} background entry {i}"
+            try:
+                await waiting.store(owner, content, op_id=f"bg-{owner}-{i}")
+                acked.append((owner, content))
+            except BackendUnavailable as exc:
+                other_failures.append(exc)
+            i += 1
+            await asyncio.sleep(0.01)
+
+    try:
+        background = [asyncio.create_task(load(o)) for o in others]
+        for i in range(10):
+            await waiting.store(target, f"{target} acknowledged entry {i}")
+            acked.append((target, f"{target} acknowledged entry {i}"))
+
+        assert replica.proc is not None
+        os.kill(replica.proc.pid, signal.SIGSTOP)  # the replica stops reading the stream
+        try:
+            for i in range(3):
+                content, op = f"{target} unreplicated entry {i}", f"un-{i}"
+                with pytest.raises(ReplicationTimeout):
+                    await waiting.store(target, content, op_id=op)
+                loose[op] = (target, content)
+            for i in range(3):
+                content, op = f"{target} unwaited entry {i}", f"nw-{i}"
+                await fast.store(target, content, op_id=op)
+                loose[op] = (target, content)
+            victim.stop()  # SIGKILL, mid-load
+        finally:
+            os.kill(replica.proc.pid, signal.SIGCONT)
+
+        await _until(lambda: cluster.role(replica) == "master", 30, "the replica's promotion")
+        t0 = time.monotonic()
+        while True:  # the owner of the lost master is served again, by the promoted one
+            try:
+                await fast.store(target, f"{target} after failover")
+                break
+            except BackendUnavailable:
+                assert time.monotonic() - t0 < 30, "the promoted master never served"
+                await asyncio.sleep(0.2)
+        for op, (owner, content) in loose.items():  # retries: applied at most once
+            await fast.store(owner, content, op_id=op)
+        await asyncio.sleep(0.3)
+        stop.set()
+        await asyncio.gather(*background)
+    finally:
+        stop.set()
+        await waiting.close()
+        await fast.close()
+
+    assert not other_failures, other_failures[:3]
+    _, reader = await open_stores(settings(0), None)  # a fresh process's view
+    try:
+        stored: dict[str, list[str]] = {}
+        for owner in owners.values():
+            stored[owner] = []
+            while page := await reader.list(owner, limit=1000, offset=len(stored[owner])):
+                stored[owner] += [m.content for m in page]
+    finally:
+        await reader.close()
+    for owner, content in acked:
+        assert content in stored[owner], f"acknowledged write lost: {content}"
+    for owner, content in loose.values():
+        assert stored[owner].count(content) == 1, content
+    assert len(stored[target]) == len(set(stored[target]))
+    assert sum(1 for o, _ in acked if o in others) > 10  # the load ran during the failover
