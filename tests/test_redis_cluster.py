@@ -250,3 +250,47 @@ async def _failover_scenario(cluster: RedisCluster) -> None:
         assert stored[owner].count(content) == 1, content
     assert len(stored[target]) == len(set(stored[target]))
     assert sum(1 for o, _ in acked if o in others) > 10  # the load ran during the failover
+
+
+async def test_redis_stack_cluster_indexes_one_shard_so_search_runs_in_the_client() -> None:
+    """Why the search module is not used on a cluster, shown on Redis Stack itself:
+    FT.CREATE is routed by the index name's slot, and the index sees only the keys
+    of that one master. The stores work there, with vector search in the client."""
+    import redis
+    from redis.cluster import RedisCluster as SyncCluster
+
+    from tests.support.redis_servers import stack_server
+
+    with redis_cluster(stack_server()) as cluster:
+        rc: Any = SyncCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        try:
+            rc.execute_command("FT.CREATE", "probe", "ON", "HASH", "PREFIX", "1", "probe:",
+                               "SCHEMA", "t", "TEXT")
+            for i in range(30):
+                rc.hset(f"probe:{{o{i}}}", mapping={"t": "hello"})
+            found = rc.execute_command("FT.SEARCH", "probe", "hello", "NOCONTENT", "LIMIT",
+                                       "0", "0")
+        finally:
+            rc.close()
+        total = found[b"total_results"] if isinstance(found, dict) else found[0]
+        assert 0 < int(total) < 30  # one shard's share of the 30 hashes
+        home = cluster.master_of("probe")
+        c: Any = redis.Redis(port=home.port)
+        try:
+            assert int(total) == len(list(c.scan_iter(match="probe:*")))
+        finally:
+            c.close()
+
+        prefix = fresh_schema()
+        settings = MemorySettings(backend="redis", redis_url=cluster.url, redis_prefix=prefix)
+        _, vector = await open_stores(settings, DIM)
+        try:
+            await vector.setup()
+            assert vector.search_module is False
+            owners = owner_on_each_master(cluster.url, "s")
+            for i, owner in enumerate(owners.values()):
+                await vector.store(owner, f"note {i}", embedding=vec(i))
+            hits = await vector.search(list(owners.values()), "note", embedding=vec(1))
+            assert {h.memory.owner for h in hits} == set(owners.values())
+        finally:
+            await vector.close()

@@ -31,6 +31,8 @@ class RedisCluster:
     """Six cluster nodes this test session started (masters first, as created)."""
 
     binary: str = PLAIN_SERVER
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
     nodes: list[RedisServer] = field(default_factory=list)
 
     @property
@@ -42,13 +44,13 @@ class RedisCluster:
         for _ in range(6):
             port, bus = free_port(), free_port()
             node = RedisServer(self.binary, [
-                "--cluster-enabled", "yes", "--cluster-port", str(bus),
+                *self.extra_args, "--cluster-enabled", "yes", "--cluster-port", str(bus),
                 "--cluster-config-file", f"nodes-{port}.conf",
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
                 "--cluster-replica-validity-factor", "0",  # any replica may be promoted
                 # the other masters keep serving their slots while one is down
                 "--cluster-require-full-coverage", "no",
-            ])
+            ], env=self.env)
             node.port = port
             node.start()
             self.nodes.append(node)
@@ -148,8 +150,10 @@ def _raw_slots(client: Any) -> list[Any]:
 
 
 @contextmanager
-def redis_cluster(binary: str = PLAIN_SERVER) -> Iterator[RedisCluster]:
-    cluster = RedisCluster(binary)
+def redis_cluster(base: RedisServer | None = None) -> Iterator[RedisCluster]:
+    """A started cluster of ``base``'s binary, arguments and environment (plain Redis)."""
+    cluster = (RedisCluster() if base is None
+               else RedisCluster(base.binary, list(base.extra_args), base.env))
     try:
         cluster.start()
         yield cluster
