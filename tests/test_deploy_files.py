@@ -43,7 +43,10 @@ def test_ray_cluster_yaml_passes_rays_preparation_and_schema() -> None:
     assert prepared["provider"]["type"] == "local"
     assert prepared["max_workers"] == len(raw["provider"]["worker_ips"])
     setup = " ".join(prepared["head_setup_commands"])
-    assert "pip install" in setup and "dream-memory-actor[" in setup
+    # the package comes from the wheel built here and copied to every node, not an index
+    assert prepared["file_mounts"] == {"~/dream-memory-dist": "./dist"}
+    assert "pip install" in setup and "~/dream-memory-dist/dream_memory_actor-*.whl" in setup
+    assert "dream-memory-actor[" not in setup and "dream_memory_actor[" not in setup
     assert prepared["worker_setup_commands"] == prepared["head_setup_commands"]
     head = " ".join(prepared["head_start_ray_commands"])
     assert "ray start --head" in head
@@ -51,6 +54,38 @@ def test_ray_cluster_yaml_passes_rays_preparation_and_schema() -> None:
     assert "DREAM_MEMORY_METRICS=ray" in head
     worker = " ".join(prepared["worker_start_ray_commands"])
     assert "ray start --address=$RAY_HEAD_IP:6379" in worker
+    for commands in (prepared["head_start_ray_commands"], prepared["worker_start_ray_commands"]):
+        starts = [c for c in commands if "ray start" in c or "system start" in c]
+        assert starts and all("RAY_AUTH_MODE=token" in c for c in starts)
+
+
+def test_ray_cluster_yaml_installs_the_wheel_this_repository_builds(tmp_path: Path) -> None:
+    """The build command at the top of the file makes the one wheel the setup installs,
+    with every extra the setup asks for."""
+    import fnmatch
+    import subprocess
+    import sys
+    import zipfile
+
+    raw = _load("ray_cluster.yaml")
+    text = (ROOT / "ray_cluster.yaml").read_text(encoding="utf-8")
+    assert "python -m pip wheel --no-deps -w dist ." in text
+    out = tmp_path / "dist"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(out), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    wheels = list(out.glob("*.whl"))
+    assert len(wheels) == 1
+    setup = " ".join(raw["setup_commands"])
+    pattern = re.search(r"~/dream-memory-dist/(\S+\.whl)", setup)
+    assert pattern and fnmatch.fnmatch(wheels[0].name, pattern.group(1))
+    with zipfile.ZipFile(wheels[0]) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        extras = set(re.findall(r"^Provides-Extra: (\S+)", z.read(meta).decode(), re.M))
+        assert "dream_memory_actor/storage/redis/cluster.py" in z.namelist()
+    wanted = re.search(r"\[([a-z,]+)\]\"", setup)
+    assert wanted and set(wanted.group(1).split(",")) <= extras
 
 
 def test_ray_cluster_yaml_holds_no_secret() -> None:
