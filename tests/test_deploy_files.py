@@ -210,3 +210,43 @@ def test_env_example_lists_every_variable(compose: dict[str, Any]) -> None:
     listed = set(re.findall(r"^(\w+)=", example, re.M))
     assert used <= listed, used - listed
     assert not re.search(r"^\w*(PASSWORD|TOKENS)=\S", example, re.M)  # no sample secrets
+
+
+def test_compose_prometheus_scrapes_every_ray_node_and_the_mcp_server(
+        compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    prom = services["prometheus"]
+    mounts = [str(v) for v in prom["volumes"]]
+    config_mount = next(m for m in mounts if m.endswith(":/etc/prometheus/prometheus.yml:ro"))
+    config_path = ROOT / config_mount.split(":", 1)[0]
+    assert config_path.is_file()
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prom["command"]
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    targets: dict[str, int] = {}  # host -> port scraped
+    for job in config["scrape_configs"]:
+        assert job["job_name"]
+        for static in job.get("static_configs", []):
+            for t in static["targets"]:
+                host, _, port = t.rpartition(":")
+                targets[host] = int(port)
+        for sd in job.get("dns_sd_configs", []):
+            assert sd["type"] == "A"
+            for name in sd["names"]:
+                targets[name] = int(sd["port"])
+    ray_services = {name for name, svc in services.items()
+                    if "ray start" in str(svc.get("command", ""))}
+    assert ray_services == {"ray-head", "ray-worker", "mcp"}
+    for name in ray_services:  # each node exports where Prometheus looks
+        port = re.search(r"--metrics-export-port=(\d+)", services[name]["command"])
+        assert port, f"{name} exports no metrics"
+        assert targets.get(name) == int(port.group(1)), name
+    assert "/-/ready" in " ".join(prom["healthcheck"]["test"])
+
+
+def test_compose_turns_on_ray_token_authentication(compose: dict[str, Any]) -> None:
+    for name, svc in compose["services"].items():
+        if "ray start" not in str(svc.get("command", "")):
+            continue
+        env = _env(svc)
+        assert env["RAY_AUTH_MODE"] == "token", name
+        assert env["RAY_AUTH_TOKEN"].startswith("${RAY_AUTH_TOKEN:?"), name  # required
