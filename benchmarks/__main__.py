@@ -27,6 +27,7 @@ BENCHMARKS = {
     "report": "report",
     "extraction": "extraction",
     "multi-node": "multi_node",
+    "capacity": "capacity",
 }
 
 
