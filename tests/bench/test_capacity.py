@@ -50,6 +50,6 @@ def test_the_prose_quotes_no_figure_of_its_own() -> None:
 def test_the_block_follows_the_results() -> None:
     results = load_results(ROOT / RESULTS)
     changed = copy.deepcopy(results)
-    path, data = changed["footprint"][-1]
+    _, data = changed["footprint"][-1]
     data["sharded"]["bytes_per_live_owner"] *= 2
     assert block(changed) != block(results)
