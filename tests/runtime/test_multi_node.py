@@ -19,7 +19,7 @@ def test_agents_on_every_node_lose_nothing_while_nodes_come_and_go(pg_dsn: str) 
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "multi-node", "--json", "--churn-only",
          "--rounds", "1", "--postgres-dsn", pg_dsn],
-        cwd=ROOT, capture_output=True, text=True, timeout=400,
+        cwd=ROOT, capture_output=True, text=True, timeout=280,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     # Ray's raylets share the process's stdout: the result is the JSON object at its end

@@ -42,6 +42,14 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import ConfigurationError
+from .cluster_pipes import (
+    ClusterPubSub,
+    FanoutPipeline,
+    TxPipeline,
+    first_key,
+    redirect_errors,
+    topology_errors,
+)
 
 SLOTS = 16384
 
@@ -73,33 +81,6 @@ def split_cluster_url(url: str) -> tuple[Callable[[str, int], str], list[tuple[s
     return node_url, seeds
 
 
-def _topology_errors() -> tuple[type[BaseException], ...]:
-    from redis import exceptions as rx
-
-    return (rx.ConnectionError, rx.TimeoutError, rx.ReadOnlyError, rx.ClusterDownError,
-            rx.TryAgainError, rx.AskError, OSError)
-
-
-def _redirect_errors() -> tuple[type[BaseException], ...]:
-    """Replies that mean the command was not executed: safe to send again."""
-    from redis import exceptions as rx
-
-    return (rx.AskError, rx.TryAgainError, rx.ClusterDownError)  # MovedError is an AskError
-
-
-def _first_key(name: str, args: Sequence[Any]) -> Any:
-    if name in ("evalsha", "eval"):
-        return args[2] if len(args) > 2 and int(args[1]) > 0 else None
-    if name in ("execute_command", "ping", "info", "script_load"):
-        return None
-    if not args:
-        return None
-    first = args[0]
-    if isinstance(first, (list, tuple)):
-        return first[0] if first else None
-    return first
-
-
 class ClusterClient:
     """The stores' client on a Redis Cluster (see the module docstring)."""
 
@@ -119,7 +100,7 @@ class ClusterClient:
 
     # -- topology ------------------------------------------------------------------------
 
-    def _node(self, addr: str) -> Any:
+    def node(self, addr: str) -> Any:
         client = self._nodes.get(addr)
         if client is None:
             host, _, port = addr.rpartition(":")
@@ -141,7 +122,7 @@ class ClusterClient:
             errors = []
             for addr in candidates:
                 try:
-                    reply = await self._node(addr).execute_command("CLUSTER SLOTS")
+                    reply = await self.node(addr).execute_command("CLUSTER SLOTS")
                 except (rx.RedisError, OSError) as exc:
                     errors.append(f"{addr}: {exc}")
                     continue
@@ -169,13 +150,13 @@ class ClusterClient:
         return list(dict.fromkeys(self._slots))
 
     async def node_for(self, key: Any) -> Any:
-        return self._node(await self.addr_for(key))
+        return self.node(await self.addr_for(key))
 
     def node_script(self, addr: str, sha: str) -> Any:
         """The script ``sha`` registered on the client of node ``addr``."""
         script = self._node_scripts.get((addr, sha))
         if script is None:
-            script = self._node_scripts[(addr, sha)] = self._node(addr).register_script(
+            script = self._node_scripts[(addr, sha)] = self.node(addr).register_script(
                 self._scripts[sha])
         return script
 
@@ -223,24 +204,24 @@ class ClusterClient:
             raise AttributeError(name)
 
         async def command(*args: Any, **kwargs: Any) -> Any:
-            return await self._call(await self.addr_for(_first_key(name, args)), name,
+            return await self._call(await self.addr_for(first_key(name, args)), name,
                                     args, kwargs, keyed=True)
 
         return command
 
     async def _call(self, addr: str, name: str, args: Sequence[Any], kwargs: dict[str, Any],
                     *, keyed: bool = False) -> Any:
-        key = _first_key(name, args)
+        key = first_key(name, args)
         for attempt in range(3):
             try:
-                return await getattr(self._node(addr), name)(*args, **kwargs)
-            except _redirect_errors():
+                return await getattr(self.node(addr), name)(*args, **kwargs)
+            except redirect_errors():
                 self.mark_stale()
                 if attempt == 2:
                     raise
                 await asyncio.sleep(0.05 * (attempt + 1))
                 addr = await self.addr_for(key) if keyed else addr
-            except _topology_errors():
+            except topology_errors():
                 self.mark_stale()
                 raise
         raise AssertionError("unreachable")
@@ -266,148 +247,3 @@ def _slot_table(reply: Any, queried: str) -> list[str] | None:
     if any(a is None for a in table):
         return None
     return [a for a in table if a is not None]
-
-
-class TxPipeline:
-    """A WATCH/MULTI/EXEC bound to the master of the first watched key."""
-
-    def __init__(self, cluster: ClusterClient) -> None:
-        self._cluster = cluster
-        self._inner: Any = None
-
-    async def __aenter__(self) -> TxPipeline:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.reset()
-
-    async def reset(self) -> None:
-        if self._inner is not None:
-            await self._inner.reset()
-
-    async def watch(self, *keys: Any) -> None:
-        from redis import exceptions as rx
-
-        for attempt in range(3):
-            await self.reset()
-            self._inner = (await self._cluster.node_for(keys[0])).pipeline(transaction=True)
-            try:
-                await self._inner.watch(*keys)
-                return
-            except (*_topology_errors(), rx.WatchError):  # type: ignore[misc]
-                self._cluster.mark_stale()
-                if attempt == 2:
-                    raise
-                await asyncio.sleep(0.05 * (attempt + 1))
-
-    async def execute(self, raise_on_error: bool = True) -> Any:
-        try:
-            return await self._bound().execute(raise_on_error)
-        except _topology_errors():
-            self._cluster.mark_stale()
-            raise
-
-    def _bound(self) -> Any:
-        if self._inner is None:
-            raise RuntimeError("a transaction on Redis Cluster starts with WATCH of a key "
-                               "of the owner it writes")
-        return self._inner
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._bound(), name)
-
-
-class FanoutPipeline:
-    """Commands without a transaction, sent to each key's master, replies in order."""
-
-    def __init__(self, cluster: ClusterClient) -> None:
-        self._cluster = cluster
-        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-
-    async def __aenter__(self) -> FanoutPipeline:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._calls = []
-
-    def __await__(self) -> Any:  # redis-py awaits a queued command's return value
-        return self._self().__await__()
-
-    async def _self(self) -> FanoutPipeline:
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-
-        def queue(*args: Any, **kwargs: Any) -> FanoutPipeline:
-            self._calls.append((name, args, kwargs))
-            return self
-
-        return queue
-
-    async def execute(self, raise_on_error: bool = True) -> list[Any]:
-        calls, self._calls = self._calls, []
-        for attempt in range(2):  # read-only commands: safe to send again
-            try:
-                return await self._run(calls, raise_on_error)
-            except _topology_errors():
-                self._cluster.mark_stale()
-                if attempt == 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    async def _run(self, calls: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]],
-                   raise_on_error: bool) -> list[Any]:
-        groups: dict[str, list[int]] = {}
-        for i, (name, args, _) in enumerate(calls):
-            addr = await self._cluster.addr_for(_first_key(name, args))
-            groups.setdefault(addr, []).append(i)
-        out: list[Any] = [None] * len(calls)
-
-        async def run(addr: str, idxs: list[int]) -> None:
-            async with self._cluster._node(addr).pipeline(transaction=False) as pipe:
-                for i in idxs:
-                    name, args, kwargs = calls[i]
-                    if name == "evalsha":
-                        n = int(args[1])
-                        script = self._cluster.node_script(addr, args[0])
-                        await script(list(args[2:2 + n]), list(args[2 + n:]), client=pipe)
-                    else:
-                        getattr(pipe, name)(*args, **kwargs)
-                replies = await pipe.execute(raise_on_error)
-            for i, reply in zip(idxs, replies, strict=True):
-                out[i] = reply
-
-        await asyncio.gather(*(run(a, idxs) for a, idxs in groups.items()))
-        return out
-
-
-class ClusterPubSub:
-    """A subscription on one master (classic pub/sub reaches every node of a cluster)."""
-
-    def __init__(self, cluster: ClusterClient) -> None:
-        self._cluster = cluster
-        self._inner: Any = None
-
-    async def subscribe(self, *channels: Any) -> None:
-        try:
-            node = await self._cluster.node_for(channels[0])
-            self._inner = node.pubsub()
-            await self._inner.subscribe(*channels)
-        except _topology_errors():
-            self._cluster.mark_stale()
-            raise
-
-    async def get_message(self, **kwargs: Any) -> Any:
-        try:
-            return await self._inner.get_message(**kwargs)
-        except _topology_errors():
-            self._cluster.mark_stale()
-            raise
-
-    async def aclose(self) -> None:
-        if self._inner is not None:
-            await self._inner.aclose()
