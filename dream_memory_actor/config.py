@@ -57,7 +57,7 @@ class MemorySettings(BaseSettings):
     redis_url: SecretStr | None = None
     redis_prefix: str = "dm"
     # Redis Cluster: True, or a redis_url of the form redis+cluster://host:port[,host:port...]
-    # (rediss+cluster:// for TLS); the hosts are seeds, the slot map is read from them.
+    # (rediss+cluster:// for TLS); the client reads the slot map from those hosts.
     redis_cluster: bool = False
     # After each write transaction, WAIT until this many replicas acknowledged it (0: do
     # not wait; Redis replication is asynchronous) or redis_wait_timeout_ms passed.

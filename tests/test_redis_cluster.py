@@ -97,11 +97,11 @@ async def test_owners_on_three_masters_are_searched_together(redis_cluster_url: 
 
 
 def test_cluster_url_forms() -> None:
-    node_url, seeds = split_cluster_url("redis+cluster://:pw@h1:7000,h2:7001")
-    assert seeds == [("h1", 7000), ("h2", 7001)]
+    node_url, startup = split_cluster_url("redis+cluster://:pw@h1:7000,h2:7001")
+    assert startup == [("h1", 7000), ("h2", 7001)]
     assert node_url("10.0.0.5", 7002) == "redis://:pw@10.0.0.5:7002/0"
-    _, seeds = split_cluster_url("rediss://cache")
-    assert seeds == [("cache", 6379)]
+    _, startup = split_cluster_url("rediss://cache")
+    assert startup == [("cache", 6379)]
     with pytest.raises(ConfigurationError, match="database 0"):
         split_cluster_url("redis+cluster://h1:7000/2")
     with pytest.raises(ConfigurationError, match="host:port"):

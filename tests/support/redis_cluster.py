@@ -176,8 +176,8 @@ def drop_cluster_prefix(url: str, prefix: str) -> None:
     """Delete every key of ``prefix`` on every master of the cluster (test cleanup)."""
     import redis
 
-    seed = url.split("://", 1)[1].split(",")[0]
-    host, _, port = seed.rpartition(":")
+    first = url.split("://", 1)[1].split(",")[0]
+    host, _, port = first.rpartition(":")
     c: Any = redis.Redis(host=host, port=int(port))
     try:
         ports = {int(p[1]) for _, _, p in _raw_slots(c)}

@@ -55,7 +55,7 @@ SLOTS = 16384
 
 
 def split_cluster_url(url: str) -> tuple[Callable[[str, int], str], list[tuple[str, int]]]:
-    """``(node_url(host, port), seeds)`` of ``redis[s][+cluster]://[auth@]h:p[,h:p...][/0]``."""
+    """``(node_url(host, port), startup nodes)`` of ``redis[s][+cluster]://[auth@]h:p[,h:p...][/0]``."""
     parts = urlsplit(url)
     scheme = parts.scheme.removesuffix("+cluster")
     if scheme not in ("redis", "rediss"):
@@ -64,13 +64,13 @@ def split_cluster_url(url: str) -> tuple[Callable[[str, int], str], list[tuple[s
     auth, _, hosts = parts.netloc.rpartition("@")
     if parts.path not in ("", "/", "/0"):
         raise ConfigurationError("Redis Cluster has only database 0: drop the /<db> of redis_url")
-    seeds: list[tuple[str, int]] = []
+    startup: list[tuple[str, int]] = []
     for item in hosts.split(","):
         host, _, port = item.strip().rpartition(":")
         if not host:
             host, port = port, "6379"
         try:
-            seeds.append((host, int(port)))
+            startup.append((host, int(port)))
         except ValueError as exc:
             raise ConfigurationError(f"{item!r} in redis_url is not host:port") from exc
 
@@ -78,7 +78,7 @@ def split_cluster_url(url: str) -> tuple[Callable[[str, int], str], list[tuple[s
         netloc = f"{auth}@{host}:{port}" if auth else f"{host}:{port}"
         return urlunsplit((scheme, netloc, "/0", parts.query, ""))
 
-    return node_url, seeds
+    return node_url, startup
 
 
 class ClusterClient:
@@ -87,7 +87,7 @@ class ClusterClient:
     def __init__(self, url: str, make_node: Callable[[str], Any]) -> None:
         from redis.crc import key_slot
 
-        self._node_url, self._seeds = split_cluster_url(url)
+        self._node_url, self._startup = split_cluster_url(url)
         self._make_node = make_node
         self._key_slot = key_slot
         self._slots: list[str] = []
@@ -96,7 +96,7 @@ class ClusterClient:
         self._lock = asyncio.Lock()
         self._scripts: dict[str, Any] = {}  # sha -> source
         self._node_scripts: dict[tuple[str, str], Any] = {}
-        self._encoder_client = make_node(self._node_url(*self._seeds[0]))
+        self._encoder_client = make_node(self._node_url(*self._startup[0]))
 
     # -- topology ------------------------------------------------------------------------
 
@@ -111,14 +111,14 @@ class ClusterClient:
         self._stale = True
 
     async def refresh(self) -> None:
-        """Read the slot map from the first node that answers (known masters, then seeds)."""
+        """Read the slot map from the first node that answers (masters, then the URL's)."""
         async with self._lock:
             if not self._stale:
                 return
             from redis import exceptions as rx
 
             candidates = list(dict.fromkeys(
-                [*self._nodes, *(f"{h}:{p}" for h, p in self._seeds)]))
+                [*self._nodes, *(f"{h}:{p}" for h, p in self._startup)]))
             errors = []
             for addr in candidates:
                 try:
