@@ -294,3 +294,71 @@ async def test_redis_stack_cluster_indexes_one_shard_so_search_runs_in_the_clien
             assert {h.memory.owner for h in hits} == set(owners.values())
         finally:
             await vector.close()
+
+
+def _move_slot(url: str, slot: int, to_port: int) -> None:
+    """Migrate ``slot`` with its keys to the master on ``to_port`` (as resharding does)."""
+    import redis
+
+    masters = masters_by_port(url)
+    src_port = next(p for p, ranges in masters.items()
+                    if any(a <= slot <= b for a, b in ranges))
+    src: Any = redis.Redis(port=src_port)
+    dst: Any = redis.Redis(port=to_port)
+    try:
+        src_id, dst_id = (c.execute_command("CLUSTER MYID").decode() for c in (src, dst))
+        dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := src.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+            src.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+        for port in masters:
+            c: Any = redis.Redis(port=port)
+            try:
+                c.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+            finally:
+                c.close()
+    finally:
+        src.close()
+        dst.close()
+
+
+async def test_an_owner_moved_to_another_master_is_followed(redis_cluster_url: str) -> None:
+    """Resharding moves an owner's slot: the next calls get MOVED, read the slot map
+    again and go on on the new master, reads, writes and transactions alike."""
+    from redis.crc import key_slot
+
+    prefix = fresh_schema()
+    owners = owner_on_each_master(redis_cluster_url, "mover")
+    (home, owner), (target, _) = list(owners.items())[:2]
+    settings = MemorySettings(backend="redis", redis_url=redis_cluster_url, redis_prefix=prefix)
+    structured, vector = await open_stores(settings, DIM)
+    try:
+        await vector.setup()
+        first = await vector.store(owner, "the runbook lives in the wiki", embedding=vec(1))
+        await structured.add_fact(owner, "on call this week")
+        before = await vector._r.addr_for(owner)  # type: ignore[attr-defined]
+        _move_slot(redis_cluster_url, key_slot(owner.encode()), target)  # the stores' map is stale
+        assert before == f"127.0.0.1:{home}"
+        assert (await vector.get(owner, first.memory.id)).content == first.memory.content
+        await structured.add_fact(owner, "moved to the other master")  # WATCH/MULTI/EXEC
+        await vector.store(owner, "a second note after the move", embedding=vec(3))
+        hits = await vector.search([owner, *[o for o in owners.values() if o != owner]],
+                                   "runbook", embedding=vec(1))
+        assert first.memory.id in {h.memory.id for h in hits}
+        snap = await structured.load(owner)
+        assert [f.content for f in snap.facts] == ["on call this week",
+                                                   "moved to the other master"]
+        for store in (structured, vector):  # each client followed the move
+            assert await store._r.addr_for(owner) == f"127.0.0.1:{target}"  # type: ignore[attr-defined]
+        import redis
+
+        c: Any = redis.Redis(port=target)
+        try:
+            assert len(list(c.scan_iter(match=f"{prefix}:{{{owner}}}:*"))) >= 4
+        finally:
+            c.close()
+        assert home != target
+    finally:
+        await structured.close()
+        await vector.close()
+        drop_cluster_prefix(redis_cluster_url, prefix)
