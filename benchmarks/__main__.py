@@ -27,6 +27,8 @@ BENCHMARKS = {
     "report": "report",
     "extraction": "extraction",
     "batch-ingest": "batch_ingest",
+    "multi-node": "multi_node",
+    "capacity": "capacity",
 }
 
 

@@ -56,6 +56,13 @@ class MemorySettings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir)
     redis_url: SecretStr | None = None
     redis_prefix: str = "dm"
+    # Redis Cluster: True, or a redis_url of the form redis+cluster://host:port[,host:port...]
+    # (rediss+cluster:// for TLS); the client reads the slot map from those hosts.
+    redis_cluster: bool = False
+    # After each write transaction, WAIT until this many replicas acknowledged it (0: do
+    # not wait; Redis replication is asynchronous) or redis_wait_timeout_ms passed.
+    redis_wait_replicas: int = Field(0, ge=0, le=16)
+    redis_wait_timeout_ms: int = Field(1000, ge=1, le=60_000)
 
     # embeddings: None = keyword-only search.
     # "local:multilingual-e5-small" (extra multilingual), "local:use-multilingual" (extra use),

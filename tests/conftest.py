@@ -14,7 +14,7 @@ from tests.support.servers import embedded_postgres
 #: Test embeddings are small; dimension 8 keeps hand-made vectors readable.
 DIM = 8
 
-BACKENDS = ["memory", "postgres", "redis", "redis-stack"]
+BACKENDS = ["memory", "postgres", "redis", "redis-stack", "redis-cluster"]
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +56,15 @@ def redis_stack_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A Redis Cluster of three masters and three replicas (started for the session)."""
+    from tests.support.redis_cluster import redis_cluster_url
+
+    with redis_cluster_url() as url:
+        yield url
+
+
 def fresh_schema() -> str:
     return f"t_{uuid.uuid4().hex[:12]}"
 
@@ -86,6 +95,13 @@ async def make_stores(backend: str, request: pytest.FixtureRequest, dim: int | N
         prefix = fresh_schema()
         settings = MemorySettings(backend="redis", redis_url=url, redis_prefix=prefix)
         request.addfinalizer(lambda: drop_prefix(url, prefix))
+    elif backend == "redis-cluster":
+        from tests.support.redis_cluster import drop_cluster_prefix
+
+        url = request.getfixturevalue("redis_cluster_url")
+        prefix = fresh_schema()
+        settings = MemorySettings(backend="redis", redis_url=url, redis_prefix=prefix)
+        request.addfinalizer(lambda: drop_cluster_prefix(url, prefix))
     else:
         raise AssertionError(f"no fixture for backend {backend}")
     structured, vector = await open_stores(settings, dim)

@@ -3,7 +3,9 @@
 ``backend: redis`` plus ``redis_url`` is the whole switch. Any Redis >= 7.0
 works; when the server has the search module (Redis Stack, Redis 8) semantic
 search runs on an HNSW index, otherwise on exact cosine over each owner's
-vectors cached in this process. ``redis_prefix`` separates deployments (and
+vectors cached in this process. On a Redis Cluster (``redis_cluster`` or a
+``redis+cluster://`` URL) each owner's calls go to the master of its slot, and
+vector search runs on the cached vectors. ``redis_prefix`` separates deployments (and
 tests) sharing one server: every key starts with ``<prefix>:``.
 """
 
@@ -28,9 +30,15 @@ async def open_redis(
 
     Each store has its own connection pool, so closing one leaves the other usable.
     """
+    from .cluster import ClusterClient
+
     limit = settings.max_content_bytes
     structured = RedisStructuredStore(connect(settings), settings.redis_prefix,
                                       max_content_bytes=limit)
-    vector = RedisVectorStore(connect(settings), settings.redis_prefix, embedding_dim,
-                              max_content_bytes=limit, ef_search=settings.hnsw_ef_search)
+    vector_client = connect(settings)
+    # On a cluster the search module would see one shard only (see ``cluster``).
+    module = False if isinstance(vector_client, ClusterClient) else None
+    vector = RedisVectorStore(vector_client, settings.redis_prefix, embedding_dim,
+                              max_content_bytes=limit, ef_search=settings.hnsw_ef_search,
+                              use_search_module=module)
     return structured, vector

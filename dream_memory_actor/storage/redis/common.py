@@ -42,30 +42,50 @@ def import_redis() -> Any:
 
 
 def connect(settings: MemorySettings) -> Any:
-    """A ``redis.asyncio.Redis`` client for ``settings.redis_url`` (connects lazily).
+    """A client for ``settings.redis_url`` (connects lazily).
+
+    A ``redis.asyncio.Redis`` for one server, or a ``cluster.ClusterClient`` on a
+    Redis Cluster (``redis_cluster = True`` or a ``redis+cluster://`` URL): every
+    call of an owner then goes to the master of the owner's slot.
 
     Commands are retried twice, briefly, on a dropped connection (all our writes
     are idempotent: they set absolute values); a server that stays down is a
     ``BackendUnavailable`` within about a second, not after long back-offs.
+    With ``redis_wait_replicas`` each write transaction waits for that many
+    replicas (see ``replication``).
     """
-    redis = import_redis()
+    import_redis()
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff
+
+    from .replication import waiting_client_class
 
     if settings.redis_url is None:
         raise ConfigurationError("backend 'redis' needs redis_url (e.g. redis://localhost:6379/0)")
     url = settings.redis_url.get_secret_value()
-    try:
-        return redis.asyncio.Redis.from_url(
-            url,
-            decode_responses=False,
-            socket_connect_timeout=5.0,
-            socket_timeout=30.0,
-            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
-            health_check_interval=30,
-        )
-    except ValueError as exc:
-        raise ConfigurationError(f"redis_url is not a valid Redis URL: {exc}") from exc
+    client_class = waiting_client_class()
+
+    def make(node_url: str) -> Any:
+        try:
+            client = client_class.from_url(
+                node_url,
+                decode_responses=False,
+                socket_connect_timeout=5.0,
+                socket_timeout=30.0,
+                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+                health_check_interval=30,
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"redis_url is not a valid Redis URL: {exc}") from exc
+        client.wait_replicas = settings.redis_wait_replicas
+        client.wait_timeout_ms = settings.redis_wait_timeout_ms
+        return client
+
+    if settings.redis_cluster or url.split("://", 1)[0].endswith("+cluster"):
+        from .cluster import ClusterClient
+
+        return ClusterClient(url, make)
+    return make(url)
 
 
 @contextmanager
