@@ -27,7 +27,11 @@ async def _postgres(backend: Any) -> list[str]:
 
 
 async def _redis(client: Any, prefix: str) -> list[str]:
-    out = []
+    out: list[str] = []
+    if hasattr(client, "masters"):  # a cluster: every master's keys
+        for addr in await client.masters():
+            out += await _redis(client.node(addr), prefix)
+        return out
     async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
         kind = (await client.type(key)).decode()
         value: Any

@@ -25,17 +25,19 @@ def glob_escaped(text: str) -> str:
 
 
 async def erase(client: Any, *starts: str) -> int:
-    """Unlink every key beginning with one of ``starts``; how many went."""
+    """Unlink every key beginning with one of ``starts`` (each within one owner's hash
+    tag); how many went. On a cluster the SCAN runs on the master of that slot."""
     gone = 0
     for start in starts:
+        node = await client.node_for(start) if hasattr(client, "node_for") else client
         batch: list[bytes] = []
-        async for key in client.scan_iter(match=glob_escaped(start) + "*", count=1000):
+        async for key in node.scan_iter(match=glob_escaped(start) + "*", count=1000):
             batch.append(key)
             if len(batch) >= BATCH:
-                gone += int(await client.unlink(*batch))
+                gone += int(await node.unlink(*batch))
                 batch = []
         if batch:
-            gone += int(await client.unlink(*batch))
+            gone += int(await node.unlink(*batch))
     return gone
 
 
