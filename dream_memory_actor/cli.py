@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .review import cli as review_cli
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dream-memory", description=__doc__)
@@ -25,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import cli_ops
 
     cli_ops.add_parsers(sub)
+    review_cli.add_parser(sub)
     return parser
 
 
@@ -39,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from agents_demo.__main__ import main as demo_main
 
         return demo_main()
+    if args.command == "review":
+        return review_cli.run(args)
     from . import cli_ops
 
     handled: Any = cli_ops.run(args)
