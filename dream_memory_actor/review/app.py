@@ -338,6 +338,7 @@ def create_app(backend: ReviewBackend, tokens: TokenMap | None, *,
         Route("/owners/{owner}", owner_page),
         Route("/owners/{owner}/pending/{pending_id}", decide, methods=["POST"]),
         _static("review.css", "text/css"), _static("review.js", "text/javascript"),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
     ])
     app.state.review = Review(backend, tokens, sessions or SessionStore(),
                               tuple(check.owner_id(o) for o in owners))

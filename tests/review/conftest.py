@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import threading
+from datetime import timedelta
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import uvicorn
 
 from dream_memory_actor.mcp.auth import TokenMap, hash_token
-from dream_memory_actor.models import MemoryPendingItem
+from dream_memory_actor.models import MemoryPendingItem, utcnow
 
 TOKEN_ALICE = "review-alice-3f9c2b7d"
 TOKEN_BOB = "review-bob-8e1a4c6f"
@@ -35,7 +36,8 @@ def tokens() -> TokenMap:
 
 
 def queue() -> dict[str, list[MemoryPendingItem]]:
-    """What waits: for alice a rule, a fact and a status change; for bob one rule."""
+    """What waits: for alice a rule, a fact, a status change and a semantic memory;
+    for bob one rule."""
     return {
         "alice": [
             MemoryPendingItem(kind="rule", content="Prefer pytest over unittest in examples",
@@ -45,6 +47,10 @@ def queue() -> dict[str, list[MemoryPendingItem]]:
                               confidence=0.41, evidence="user: the office is in Berlin now"),
             MemoryPendingItem(kind="status", key="deploy", value="frozen until Friday",
                               confidence=0.57, evidence="user: no deploys until Friday"),
+            MemoryPendingItem(kind="memory", content="The staging cluster is rebuilt every "
+                              "Monday morning", confidence=0.48, source="llm",
+                              expires_at=utcnow() + timedelta(days=7),
+                              evidence="assistant: staging was rebuilt again this Monday"),
         ],
         "bob": [MemoryPendingItem(kind="rule", content="Bob wants answers in German",
                                   confidence=0.55)],

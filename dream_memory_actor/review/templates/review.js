@@ -7,12 +7,12 @@ document.addEventListener("submit", async (event) => {
   if (!(form instanceof HTMLFormElement) || !form.classList.contains("decide")) return;
   event.preventDefault();
   const card = form.closest("[data-item]");
+  const body = new URLSearchParams(new FormData(form, event.submitter));  // before disabling
   const buttons = form.querySelectorAll("button");
-  buttons.forEach((b) => { b.disabled = true; });
-  const body = new URLSearchParams(new FormData(form, event.submitter));
+  buttons.forEach((b) => { b.disabled = true; });  // a second click has nothing to send
   let html;
   try {
-    const response = await fetch(form.action, {
+    const response = await fetch(form.getAttribute("action"), {  // not form.action: a field is named so
       method: "POST", body, credentials: "same-origin",
       headers: { "X-Review-Fetch": "1" },
     });
@@ -35,4 +35,18 @@ document.addEventListener("submit", async (event) => {
   }
   const counter = document.querySelector("[data-pending-count]");
   if (counter) counter.textContent = String(document.querySelectorAll("[data-item]").length);
+  refresh();
 });
+
+// After a decision, the snapshot and the audit trail of the page are read again.
+async function refresh() {
+  try {
+    const response = await fetch(location.href, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    document.querySelectorAll("[data-refresh]").forEach((part) => {
+      const next = fresh.querySelector(`[data-refresh="${part.dataset.refresh}"]`);
+      if (next) part.replaceWith(next);
+    });
+  } catch (err) { /* the parts stay as they were; a reload shows them */ }
+}
