@@ -9,9 +9,7 @@ item's card back, to replace it in place; a plain form post gets the whole page.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 from urllib.parse import quote
@@ -23,141 +21,41 @@ from starlette.routing import Route
 
 from .. import validation as check
 from ..errors import DreamMemoryError, InvalidInput
-from ..mcp.auth import LOCAL, Grant, TokenMap
+from ..mcp.auth import TokenMap
 from ..models import AuditAction, MemoryPendingItem, MemorySnapshot, utcnow
+from .access import (
+    Review,
+    current_session,
+    granted_owner,
+    login,
+    login_page,
+    logout,
+    refusal,
+    review_of,
+    with_session,
+)
 from .backend import AUDIT_REACH, Outcome, ReviewBackend, decision_of
 from .render import proposed
 from .sessions import (
-    COOKIE,
-    LOGIN_COOKIE,
     Forbidden,
-    NotLoggedIn,
     ReplayedForm,
     ReviewError,
     Session,
     SessionStore,
-    same_token,
 )
-from .web import page, read_form, same_origin, set_cookie, status_of, wants_fragment
+from .web import page, read_form, same_origin, status_of, wants_fragment
 
 AUDIT_PAGE = 20
 SEARCH_LIMIT = 10
 _ACTIONS: dict[str, AuditAction] = {"confirm": "confirmed", "reject": "rejected"}
 
 
-@dataclass
-class Review:
-    """The app's state: where decisions go, who may log in, and the live sessions."""
-
-    backend: ReviewBackend
-    tokens: TokenMap | None
-    sessions: SessionStore
-    #: owners listed on the overview for a token granting every owner ("*")
-    owners: tuple[str, ...] = ()
-
-    def listed(self, grant: Grant) -> list[str]:
-        mine = set() if grant.all_owners else set(grant.owners)
-        return sorted(mine | {o for o in self.owners if grant.all_owners or o in grant.owners})
-
-
-def _review(request: Request) -> Review:
-    review: Review = request.app.state.review
-    return review
-
-
-def _session(review: Review, request: Request) -> Session:
-    """The reviewer's session. Without a token map (loopback only) the local user gets one
-    on the first page; with one, ``NotLoggedIn`` until the login page is used."""
-    try:
-        return review.sessions.get(request.cookies.get(COOKIE))
-    except NotLoggedIn:
-        if review.tokens is None and request.method == "GET":
-            return review.sessions.create(LOCAL)
-        raise
-
-
-def _with_session(response: Response, request: Request, session: Session) -> Response:
-    if request.cookies.get(COOKIE) != session.id:
-        set_cookie(response, request, COOKIE, session.id)
-    return response
-
-
-def _owner(session: Session, owner: str) -> str:
-    checked = check.owner_id(owner)
-    session.grant.check([checked])
-    return checked
-
-
-def _error(request: Request, exc: BaseException, session: Session | None = None) -> Response:
-    review = _review(request)
-    status = status_of(exc)
-    if isinstance(exc, NotLoggedIn) and review.tokens is not None and not wants_fragment(request):
-        if request.method == "GET" and COOKIE not in request.cookies:
-            return RedirectResponse("/login", status_code=303)  # a first visit
-        return _login(request, str(exc), status)
-    text = str(exc) if isinstance(exc, DreamMemoryError) else "internal error"
-    if wants_fragment(request):
-        return page("notice.html", status, kind="error", message=text)
-    return page("error.html", status, message=text, session=session, route=review.backend.route)
-
-
-# -- login -----------------------------------------------------------------------------------
-
-def _login(request: Request, message: str | None, status: int) -> Response:
-    nonce = request.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(24)
-    response = page("login.html", status, message=message, login_csrf=nonce, session=None,
-                    route=_review(request).backend.route)
-    set_cookie(response, request, LOGIN_COOKIE, nonce, max_age=3600, path="/login")
-    return response
-
-
-async def login_page(request: Request) -> Response:
-    if _review(request).tokens is None:
-        return RedirectResponse("/", status_code=303)
-    return _login(request, None, 200)
-
-
-async def login(request: Request) -> Response:
-    review = _review(request)
-    if review.tokens is None:
-        return RedirectResponse("/", status_code=303)
-    try:
-        same_origin(request)
-        form = await read_form(request)
-    except ReviewError as exc:
-        return _login(request, str(exc), exc.status)
-    if not same_token(form.get("csrf"), request.cookies.get(LOGIN_COOKIE)):
-        return _login(request, "the login form expired or was not sent by this page; "
-                               "try again", 403)
-    grant = review.tokens.verify(form.get("token", ""))
-    if grant is None:
-        return _login(request, "that token is not known to this server", 401)
-    review.sessions.end(request.cookies.get(COOKIE))  # a fresh session id at every login
-    session = review.sessions.create(grant)
-    response = RedirectResponse("/", status_code=303)
-    set_cookie(response, request, COOKIE, session.id)
-    response.delete_cookie(LOGIN_COOKIE, path="/login")
-    return response
-
-
-async def logout(request: Request) -> Response:
-    review = _review(request)
-    try:
-        session = review.sessions.get(request.cookies.get(COOKIE))
-        same_origin(request)
-        session.check_csrf((await read_form(request)).get("csrf", ""))
-    except ReviewError as exc:
-        return _error(request, exc)
-    review.sessions.end(session.id)
-    response = RedirectResponse("/login" if review.tokens else "/", status_code=303)
-    response.delete_cookie(COOKIE, path="/")
-    return response
-
-
 # -- pages -----------------------------------------------------------------------------------
 
+
 async def _overview(review: Review, session: Session) -> list[dict[str, Any]]:
-    rows = []
+    """The reviewer's owners, most waiting first, then the oldest waiting first."""
+    rows: list[dict[str, Any]] = []
     for owner in review.listed(session.grant):
         snap = await review.backend.snapshot(owner)
         oldest = min((p.created_at for p in snap.pending), default=None)
@@ -179,8 +77,9 @@ def _forms(session: Session, owner: str, items: Iterable[MemoryPendingItem]) -> 
     return {p.id: session.issue(f"decide:{owner}:{p.id}") for p in items}
 
 
-async def _owner_context(review: Review, session: Session, owner: str, request: Request
-                         ) -> dict[str, Any]:
+async def _owner_context(
+    review: Review, session: Session, owner: str, request: Request
+) -> dict[str, Any]:
     number = _page_number(request.query_params.get("page"))
     query = request.query_params.get("q", "").strip()
     snap = await review.backend.snapshot(owner)
@@ -193,25 +92,39 @@ async def _owner_context(review: Review, session: Session, owner: str, request: 
         except InvalidInput as exc:
             search_error = str(exc)
     return {
-        "session": session, "owner": owner, "snap": snap, "route": review.backend.route,
-        "forms": _forms(session, owner, snap.pending), "messages": {}, "results": [],
-        "audit": entries[(number - 1) * AUDIT_PAGE: number * AUDIT_PAGE], "page": number,
-        "has_next": len(entries) > number * AUDIT_PAGE, "query": query, "hits": hits,
-        "search_error": search_error, "max_bytes": review.backend.settings.max_content_bytes,
+        "session": session,
+        "owner": owner,
+        "snap": snap,
+        "route": review.backend.route,
+        "forms": _forms(session, owner, snap.pending),
+        "messages": {},
+        "results": [],
+        "audit": entries[(number - 1) * AUDIT_PAGE : number * AUDIT_PAGE],
+        "page": number,
+        "has_next": len(entries) > number * AUDIT_PAGE,
+        "query": query,
+        "hits": hits,
+        "search_error": search_error,
+        "max_bytes": review.backend.settings.max_content_bytes,
     }
 
 
 async def overview(request: Request) -> Response:
-    review = _review(request)
+    review = review_of(request)
     session = None
     try:
-        session = _session(review, request)
+        session = current_session(review, request)
         rows = await _overview(review, session)
     except DreamMemoryError as exc:
-        return _error(request, exc, session)
-    response = page("overview.html", rows=rows, session=session, route=review.backend.route,
-                    all_owners=session.grant.all_owners)
-    return _with_session(response, request, session)
+        return refusal(request, exc, session)
+    response = page(
+        "overview.html",
+        rows=rows,
+        session=session,
+        route=review.backend.route,
+        all_owners=session.grant.all_owners,
+    )
+    return with_session(response, request, session)
 
 
 async def open_owner(request: Request) -> Response:
@@ -220,27 +133,28 @@ async def open_owner(request: Request) -> Response:
 
 
 async def owner_page(request: Request) -> Response:
-    review = _review(request)
+    review = review_of(request)
     session = None
     try:
-        session = _session(review, request)
-        owner = _owner(session, request.path_params["owner"])
+        session = current_session(review, request)
+        owner = granted_owner(session, request.path_params["owner"])
         context = await _owner_context(review, session, owner, request)
     except DreamMemoryError as exc:
-        return _error(request, exc, session)
-    return _with_session(page("owner.html", **context), request, session)
+        return refusal(request, exc, session)
+    return with_session(page("owner.html", **context), request, session)
 
 
 # -- decisions -------------------------------------------------------------------------------
 
+
 async def decide(request: Request) -> Response:
     """Confirm or reject one pending item, once."""
-    review = _review(request)
+    review = review_of(request)
     session = owner = None
     pending_id = request.path_params["pending_id"]
     try:
-        session = _session(review, request)
-        owner = _owner(session, request.path_params["owner"])
+        session = current_session(review, request)
+        owner = granted_owner(session, request.path_params["owner"])
         check.ids([pending_id], "pending item id")
         same_origin(request)
         form = await read_form(request)
@@ -249,20 +163,20 @@ async def decide(request: Request) -> Response:
         if action is None:
             raise ReviewError("choose confirm or reject; nothing was done")
         edited = _edit(review, await review.backend.snapshot(owner), pending_id, action, form)
-        outcome = await review.backend.decide(owner, pending_id, action, session.grant.name,
-                                              edited)
+        outcome = await review.backend.decide(owner, pending_id, action, session.grant.name, edited)
     except ReplayedForm as exc:
         assert session is not None and owner is not None
         return await _replayed(request, review, session, owner, pending_id, exc)
     except DreamMemoryError as exc:
         if session is None or owner is None or isinstance(exc, Forbidden):
-            return _error(request, exc, session)
+            return refusal(request, exc, session)
         return await _retry(request, review, session, owner, pending_id, exc)
     return await _result(request, review, session, owner, outcome)
 
 
-def _edit(review: Review, snap: MemorySnapshot, pending_id: str, action: AuditAction,
-          form: dict[str, str]) -> str | None:
+def _edit(
+    review: Review, snap: MemorySnapshot, pending_id: str, action: AuditAction, form: dict[str, str]
+) -> str | None:
     """The edited text of a confirmation, or ``None`` (unchanged, or not a confirmation)."""
     if action != "confirmed" or "edited" not in form:
         return None
@@ -274,8 +188,9 @@ def _edit(review: Review, snap: MemorySnapshot, pending_id: str, action: AuditAc
     return None if item is not None and text == proposed(item) else text
 
 
-async def _result(request: Request, review: Review, session: Session, owner: str,
-                  outcome: Outcome) -> Response:
+async def _result(
+    request: Request, review: Review, session: Session, owner: str, outcome: Outcome
+) -> Response:
     status = 200 if outcome.applied else 409
     if wants_fragment(request):
         return page("result.html", status, outcome=outcome, session=session)
@@ -284,30 +199,50 @@ async def _result(request: Request, review: Review, session: Session, owner: str
     return page("owner.html", status, **context)
 
 
-async def _replayed(request: Request, review: Review, session: Session, owner: str,
-                    pending_id: str, exc: ReplayedForm) -> Response:
+async def _replayed(
+    request: Request,
+    review: Review,
+    session: Session,
+    owner: str,
+    pending_id: str,
+    exc: ReplayedForm,
+) -> Response:
     """A form posted again: the decision it made, if it made one; never a second write."""
     entry = await decision_of(review.backend, owner, pending_id)
     if entry is None:
-        return _error(request, exc, session)
+        return refusal(request, exc, session)
     return await _result(request, review, session, owner, Outcome(entry=entry, applied=False))
 
 
-async def _retry(request: Request, review: Review, session: Session, owner: str,
-                 pending_id: str, exc: DreamMemoryError) -> Response:
+async def _retry(
+    request: Request,
+    review: Review,
+    session: Session,
+    owner: str,
+    pending_id: str,
+    exc: DreamMemoryError,
+) -> Response:
     """A refused decision: the message, and the item's card again with a fresh form."""
     try:
         snap = await review.backend.snapshot(owner)
     except DreamMemoryError:
-        return _error(request, exc, session)
+        return refusal(request, exc, session)
     item = next((p for p in snap.pending if p.id == pending_id), None)
     if item is None:
-        return _error(request, exc, session)
+        return refusal(request, exc, session)
     status = status_of(exc)
     if wants_fragment(request):
-        return page("card.html", status, item=item, snap=snap, owner=owner, message=str(exc),
-                    form_id=_forms(session, owner, [item])[item.id], session=session,
-                    max_bytes=review.backend.settings.max_content_bytes)
+        return page(
+            "card.html",
+            status,
+            item=item,
+            snap=snap,
+            owner=owner,
+            message=str(exc),
+            form_id=_forms(session, owner, [item])[item.id],
+            session=session,
+            max_bytes=review.backend.settings.max_content_bytes,
+        )
     context = await _owner_context(review, session, owner, request)
     context["messages"] = {pending_id: str(exc)}
     return page("owner.html", status, **context)
@@ -315,31 +250,52 @@ async def _retry(request: Request, review: Review, session: Session, owner: str,
 
 # -- the app ---------------------------------------------------------------------------------
 
+
 def _static(name: str, media_type: str) -> Route:
-    body = resources.files("dream_memory_actor.review").joinpath("templates", name).read_bytes()
+    body = (
+        resources.files("dream_memory_actor.review")
+        .joinpath("templates")
+        .joinpath(name)
+        .read_bytes()
+    )
 
     async def serve(request: Request) -> Response:
-        return Response(body, media_type=media_type, headers={
-            "X-Content-Type-Options": "nosniff", "Cache-Control": "max-age=300"})
+        return Response(
+            body,
+            media_type=media_type,
+            headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "max-age=300"},
+        )
 
     return Route(f"/static/{name}", serve)
 
 
-def create_app(backend: ReviewBackend, tokens: TokenMap | None, *,
-               owners: Iterable[str] = (), sessions: SessionStore | None = None) -> Starlette:
+def create_app(
+    backend: ReviewBackend,
+    tokens: TokenMap | None,
+    *,
+    owners: Iterable[str] = (),
+    sessions: SessionStore | None = None,
+) -> Starlette:
     """The review app over ``backend``. ``tokens``: who may log in (``None``: the local
     user, for a server bound to loopback only). ``owners``: listed on the overview for a
     token that grants every owner (others may be opened by name)."""
     if tokens is not None and not len(tokens):
         raise ReviewError("the token map is empty: nobody could log in")
-    app = Starlette(routes=[
-        Route("/", overview), Route("/login", login_page), Route("/login", login, methods=["POST"]),
-        Route("/logout", logout, methods=["POST"]), Route("/open", open_owner),
-        Route("/owners/{owner}", owner_page),
-        Route("/owners/{owner}/pending/{pending_id}", decide, methods=["POST"]),
-        _static("review.css", "text/css"), _static("review.js", "text/javascript"),
-        Route("/favicon.ico", lambda request: Response(status_code=204)),
-    ])
-    app.state.review = Review(backend, tokens, sessions or SessionStore(),
-                              tuple(check.owner_id(o) for o in owners))
+    app = Starlette(
+        routes=[
+            Route("/", overview),
+            Route("/login", login_page),
+            Route("/login", login, methods=["POST"]),
+            Route("/logout", logout, methods=["POST"]),
+            Route("/open", open_owner),
+            Route("/owners/{owner}", owner_page),
+            Route("/owners/{owner}/pending/{pending_id}", decide, methods=["POST"]),
+            _static("review.css", "text/css"),
+            _static("review.js", "text/javascript"),
+            Route("/favicon.ico", lambda request: Response(status_code=204)),
+        ]
+    )
+    app.state.review = Review(
+        backend, tokens, sessions or SessionStore(), tuple(check.owner_id(o) for o in owners)
+    )
     return app

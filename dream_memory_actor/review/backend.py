@@ -45,8 +45,9 @@ class ReviewBackend(Protocol):
 
     async def snapshot(self, owner: str) -> MemorySnapshot: ...
 
-    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str,
-                     edited: str | None) -> Outcome: ...
+    async def decide(
+        self, owner: str, pending_id: str, action: AuditAction, by: str, edited: str | None
+    ) -> Outcome: ...
 
     async def audit(self, owner: str, limit: int) -> list[AuditEntry]: ...
 
@@ -57,12 +58,14 @@ class ReviewBackend(Protocol):
 
 async def decision_of(backend: ReviewBackend, owner: str, pending_id: str) -> AuditEntry | None:
     """The recorded decision on ``owner``'s item ``pending_id``, if there is one in reach."""
-    return next((e for e in await backend.audit(owner, AUDIT_REACH)
-                 if e.pending_id == pending_id), None)
+    return next(
+        (e for e in await backend.audit(owner, AUDIT_REACH) if e.pending_id == pending_id), None
+    )
 
 
-async def _outcome(backend: ReviewBackend, owner: str, pending_id: str,
-                   decision: HitlDecision | None) -> Outcome:
+async def _outcome(
+    backend: ReviewBackend, owner: str, pending_id: str, decision: HitlDecision | None
+) -> Outcome:
     if decision is not None:
         return Outcome(entry=decision.entry, applied=decision.applied)
     entry = await decision_of(backend, owner, pending_id)
@@ -76,16 +79,22 @@ class EngineReview:
 
     route = "storage"
 
-    def __init__(self, engine: MemoryEngine, service: ExtractionService | None = None, *,
-                 owns_engine: bool = False) -> None:
+    def __init__(
+        self,
+        engine: MemoryEngine,
+        service: ExtractionService | None = None,
+        *,
+        owns_engine: bool = False,
+    ) -> None:
         from ..extraction.rules import RuleBasedExtractor
         from ..extraction.service import ExtractionService
 
         self.engine = engine
         self.settings = engine.settings
         # deciding needs no extractor: the rule-based one is never called here
-        self.service = service or ExtractionService(engine, engine.structured,
-                                                    RuleBasedExtractor(), engine.settings)
+        self.service = service or ExtractionService(
+            engine, engine.structured, RuleBasedExtractor(), engine.settings
+        )
         self._owns_engine = owns_engine
 
     @classmethod
@@ -97,12 +106,12 @@ class EngineReview:
     async def snapshot(self, owner: str) -> MemorySnapshot:
         return await self.engine.snapshot(owner)
 
-    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str,
-                     edited: str | None) -> Outcome:
+    async def decide(
+        self, owner: str, pending_id: str, action: AuditAction, by: str, edited: str | None
+    ) -> Outcome:
         try:
             if action == "confirmed":
-                done = await self.service.confirm(owner, pending_id, by=by,
-                                                  edited_content=edited)
+                done = await self.service.confirm(owner, pending_id, by=by, edited_content=edited)
             else:
                 done = await self.service.reject(owner, pending_id, by=by)
         except PendingItemDecided:  # decided the other way: report that decision
@@ -138,8 +147,9 @@ class SystemReview:
     async def snapshot(self, owner: str) -> MemorySnapshot:
         return await self.system.owner(owner).snapshot_async()
 
-    async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str,
-                     edited: str | None) -> Outcome:
+    async def decide(
+        self, owner: str, pending_id: str, action: AuditAction, by: str, edited: str | None
+    ) -> Outcome:
         handle = self.system.owner(owner)
         try:
             if action == "confirmed":

@@ -79,8 +79,11 @@ def environment() -> Any:
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("dream_memory_actor.review", "templates"),
-        autoescape=True, trim_blocks=True, lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined)
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters.update(age=age, stamp=stamp, score=score)
     env.globals.update(replaced=replaced, proposed=proposed)
     return env

@@ -75,8 +75,10 @@ class Session:
     def check_csrf(self, csrf: str) -> None:
         """``Forbidden`` unless ``csrf`` is this session's CSRF token."""
         if not csrf or not hmac.compare_digest(csrf.encode(), self.csrf.encode()):
-            raise Forbidden("the form's CSRF token is missing or wrong; nothing was done. "
-                            "Reload the page and try again.")
+            raise Forbidden(
+                "the form's CSRF token is missing or wrong; nothing was done. "
+                "Reload the page and try again."
+            )
 
     def spend(self, csrf: str, form_id: str, purpose: str) -> None:
         """Accept a posted form once: CSRF token of this session, an open form id issued
@@ -85,8 +87,10 @@ class Session:
         if form_id in self.spent_forms and self.spent_forms[form_id] == purpose:
             raise ReplayedForm("this form was already submitted; nothing was done again")
         if self.open_forms.get(form_id) != purpose:
-            raise Forbidden("this form was not issued to this session (or it is too old); "
-                            "nothing was done. Reload the page and try again.")
+            raise Forbidden(
+                "this form was not issued to this session (or it is too old); "
+                "nothing was done. Reload the page and try again."
+            )
         del self.open_forms[form_id]
         self.spent_forms[form_id] = purpose
         while len(self.spent_forms) > MAX_SPENT_FORMS:
@@ -96,8 +100,13 @@ class Session:
 class SessionStore:
     """Sessions of this server process (in memory: a restart logs everyone out)."""
 
-    def __init__(self, *, idle_s: float = 1800.0, max_age_s: float = 12 * 3600.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        idle_s: float = 1800.0,
+        max_age_s: float = 12 * 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.idle_s = idle_s
         self.max_age_s = max_age_s
         self.clock = clock
@@ -106,8 +115,13 @@ class SessionStore:
     def create(self, grant: Grant) -> Session:
         now = self.clock()
         self._expire(now)
-        s = Session(id=secrets.token_urlsafe(32), grant=grant, csrf=secrets.token_urlsafe(32),
-                    created=now, seen=now)
+        s = Session(
+            id=secrets.token_urlsafe(32),
+            grant=grant,
+            csrf=secrets.token_urlsafe(32),
+            created=now,
+            seen=now,
+        )
         self._sessions[s.id] = s
         return s
 
@@ -127,8 +141,11 @@ class SessionStore:
         self._sessions.pop(session_id or "", None)
 
     def _expire(self, now: float) -> None:
-        dead = [k for k, s in self._sessions.items()
-                if now - s.seen > self.idle_s or now - s.created > self.max_age_s]
+        dead = [
+            k
+            for k, s in self._sessions.items()
+            if now - s.seen > self.idle_s or now - s.created > self.max_age_s
+        ]
         for k in dead:
             del self._sessions[k]
 

@@ -19,8 +19,8 @@ MAX_FORM_BYTES = 256 * 1024
 FETCH_HEADER = "x-review-fetch"
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; script-src 'self'; "
-                               "img-src 'self'; connect-src 'self'; form-action 'self'; "
-                               "frame-ancestors 'none'; base-uri 'none'",
+    "img-src 'self'; connect-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "same-origin",
@@ -53,11 +53,24 @@ def wants_fragment(request: Request) -> bool:
     return bool(request.headers.get(FETCH_HEADER))
 
 
-def set_cookie(response: Response, request: Request, name: str, value: str,
-               max_age: int | None = None, path: str = "/") -> None:
+def set_cookie(
+    response: Response,
+    request: Request,
+    name: str,
+    value: str,
+    max_age: int | None = None,
+    path: str = "/",
+) -> None:
     """A cookie scripts cannot read, sent to this site only, over https only when served so."""
-    response.set_cookie(name, value, max_age=max_age, path=path, httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https")
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path=path,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
 
 
 async def read_form(request: Request) -> dict[str, str]:

@@ -7,9 +7,9 @@ import os
 import re
 import socket
 import threading
-from datetime import timedelta
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import uvicorn
@@ -22,17 +22,26 @@ TOKEN_BOB = "review-bob-8e1a4c6f"
 TOKEN_ADMIN = "review-admin-5d7b9e2a"
 #: Debian's Chromium: the browser the page tests drive (browser downloads are not used).
 CHROMIUM = os.environ.get("REVIEW_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def tokens() -> TokenMap:
-    return TokenMap.parse({
-        hash_token(TOKEN_ALICE): {"owners": ["alice"], "name": "ana"},
-        hash_token(TOKEN_BOB): {"owners": ["bob"], "name": "ben"},
-        hash_token(TOKEN_ADMIN): {"owners": ["*"], "name": "ops"},
-    })
+    return TokenMap.parse(
+        {
+            hash_token(TOKEN_ALICE): {"owners": ["alice"], "name": "ana"},
+            hash_token(TOKEN_BOB): {"owners": ["bob"], "name": "ben"},
+            hash_token(TOKEN_ADMIN): {"owners": ["*"], "name": "ops"},
+        }
+    )
 
 
 def queue() -> dict[str, list[MemoryPendingItem]]:
@@ -40,20 +49,37 @@ def queue() -> dict[str, list[MemoryPendingItem]]:
     for bob one rule."""
     return {
         "alice": [
-            MemoryPendingItem(kind="rule", content="Prefer pytest over unittest in examples",
-                              confidence=0.62, evidence="user: we use pytest everywhere, "
-                              "please stop writing unittest classes"),
-            MemoryPendingItem(kind="fact", content="Alice moved the team to Berlin",
-                              confidence=0.41, evidence="user: the office is in Berlin now"),
-            MemoryPendingItem(kind="status", key="deploy", value="frozen until Friday",
-                              confidence=0.57, evidence="user: no deploys until Friday"),
-            MemoryPendingItem(kind="memory", content="The staging cluster is rebuilt every "
-                              "Monday morning", confidence=0.48, source="llm",
-                              expires_at=utcnow() + timedelta(days=7),
-                              evidence="assistant: staging was rebuilt again this Monday"),
+            MemoryPendingItem(
+                kind="rule",
+                content="Prefer pytest over unittest in examples",
+                confidence=0.62,
+                evidence="user: we use pytest everywhere, please stop writing unittest classes",
+            ),
+            MemoryPendingItem(
+                kind="fact",
+                content="Alice moved the team to Berlin",
+                confidence=0.41,
+                evidence="user: the office is in Berlin now",
+            ),
+            MemoryPendingItem(
+                kind="status",
+                key="deploy",
+                value="frozen until Friday",
+                confidence=0.57,
+                evidence="user: no deploys until Friday",
+            ),
+            MemoryPendingItem(
+                kind="memory",
+                content="The staging cluster is rebuilt every Monday morning",
+                confidence=0.48,
+                source="llm",
+                expires_at=utcnow() + timedelta(days=7),
+                evidence="assistant: staging was rebuilt again this Monday",
+            ),
         ],
-        "bob": [MemoryPendingItem(kind="rule", content="Bob wants answers in German",
-                                  confidence=0.55)],
+        "bob": [
+            MemoryPendingItem(kind="rule", content="Bob wants answers in German", confidence=0.55)
+        ],
     }
 
 
@@ -68,8 +94,9 @@ def free_port() -> int:
 def served(app: Any) -> Iterator[str]:
     """``app`` served by uvicorn on 127.0.0.1 in a thread of its own; yields the base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     for _ in range(500):

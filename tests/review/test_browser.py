@@ -40,8 +40,10 @@ SYSTEM = "test-review"
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"the review page tests need Chromium at {CHROMIUM} "
-                    "(apt-get install chromium), none found")
+        pytest.fail(
+            f"the review page tests need Chromium at {CHROMIUM} "
+            "(apt-get install chromium), none found"
+        )
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -102,16 +104,21 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
         page.click(".search button")
         page.wait_for_url(f"{base}/owners/alice?q=deploy+helm")
         helm = page.locator("[data-hit]", has_text="helm charts")
-        signals = {s: float(helm.locator(f"[data-signal={s}]").inner_text())
-                   for s in ("score", "vector", "keyword", "time")}
+        signals = {
+            s: float(helm.locator(f"[data-signal={s}]").inner_text())
+            for s in ("score", "vector", "keyword", "time")
+        }
         assert signals["keyword"] > 0 and signals["score"] > 0
         assert all(0 <= v <= 1 for v in signals.values())
 
         # the confirm form as the page holds it, to post it again afterwards
         card = page.locator(f"#item-{rule.id}")
-        replay = {"csrf": card.locator("input[name=csrf]").get_attribute("value"),
-                  "form": card.locator("input[name=form]").get_attribute("value"),
-                  "action": "confirm", "edited": "Prefer pytest in every example"}
+        replay = {
+            "csrf": card.locator("input[name=csrf]").get_attribute("value"),
+            "form": card.locator("input[name=form]").get_attribute("value"),
+            "action": "confirm",
+            "edited": "Prefer pytest in every example",
+        }
         card.locator("summary").click()
         card.locator("textarea").fill("Prefer pytest in every example")
         card.locator("button[value=confirm]").click()
@@ -139,8 +146,10 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
         again = ctx.request.post(f"{base}/owners/alice/pending/{rule.id}", form=replay)
         assert again.status == 409 and "Already confirmed by ana at" in again.text()
         # a forged post without the CSRF token: refused, nothing written
-        forged = ctx.request.post(f"{base}/owners/alice/pending/{status.id}",
-                                  form={"action": "reject", "form": replay["form"]})
+        forged = ctx.request.post(
+            f"{base}/owners/alice/pending/{status.id}",
+            form={"action": "reject", "form": replay["form"]},
+        )
         assert forged.status == 403 and "CSRF" in forged.text()
         assert alice.snapshot().version == version
 
@@ -150,7 +159,9 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
         assert fact.content not in [f.content for f in snap.facts]
         assert [p.id for p in snap.pending] == [status.id, memory.id]
         assert {(e.pending_id, e.action, e.by) for e in alice.audit()} == {
-            (rule.id, "confirmed", "ana"), (fact.id, "rejected", "ana")}
+            (rule.id, "confirmed", "ana"),
+            (fact.id, "rejected", "ana"),
+        }
 
         # another owner's token sees neither decision nor alice's memory
         other = browser.new_context()
@@ -165,8 +176,10 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
         assert response is not None and response.status == 403
         assert "may not access" in bob_page.locator("main").inner_text()
         bob_csrf = hidden(bob_page.content(), "csrf")
-        refused = other.request.post(f"{base}/owners/alice/pending/{status.id}",
-                                     form={"csrf": bob_csrf, "form": "x", "action": "reject"})
+        refused = other.request.post(
+            f"{base}/owners/alice/pending/{status.id}",
+            form={"csrf": bob_csrf, "form": "x", "action": "reject"},
+        )
         assert refused.status == 403
         assert [p.id for p in alice.snapshot().pending] == [status.id, memory.id]
         other.close()

@@ -46,10 +46,8 @@ class Site:
 
     def seed(self, client: TestClient) -> None:
         for owner, items in self.items.items():
-            client.portal.call(self.backend.engine.apply, owner,
-                               [AddPending(i) for i in items])
-        client.portal.call(self.backend.engine.apply, "alice",
-                           [SetStatus("deploy", "open")])
+            client.portal.call(self.backend.engine.apply, owner, [AddPending(i) for i in items])
+        client.portal.call(self.backend.engine.apply, "alice", [SetStatus("deploy", "open")])
 
     def client(self, base_url: str = "http://testserver") -> TestClient:
         return TestClient(self.app, base_url=base_url, follow_redirects=False)
@@ -79,13 +77,22 @@ def login(c: TestClient, token: str) -> None:
     assert r.status_code == 303, r.text
 
 
-def decide(c: TestClient, owner: str, pending_id: str, action: str, edited: str | None = None,
-           **override: str) -> Any:
+def decide(
+    c: TestClient,
+    owner: str,
+    pending_id: str,
+    action: str,
+    edited: str | None = None,
+    **override: str,
+) -> Any:
     page = c.get(f"/owners/{owner}")
     assert page.status_code == 200, page.text
     after = f"pending/{pending_id}"
-    data = {"csrf": hidden(page.text, "csrf", after), "form": hidden(page.text, "form", after),
-            "action": action}
+    data = {
+        "csrf": hidden(page.text, "csrf", after),
+        "form": hidden(page.text, "form", after),
+        "action": action,
+    }
     if edited is not None:
         data["edited"] = edited
     data.update(override)
@@ -114,11 +121,17 @@ def test_second_reviewer_gets_the_first_decision(site: Site, alice: TestClient) 
         # so post the form ops would have had
         page = ops.get("/owners/alice")
         assert fact.content not in page.text.split("Audit trail")[0]
-        r = ops.post(f"/owners/alice/pending/{fact.id}", headers=FETCH, data={
-            "csrf": hidden(page.text, "csrf"),
-            "form": ops.app.state.review.sessions.get(ops.cookies["dm_review"]).issue(
-                f"decide:alice:{fact.id}"),
-            "action": "confirm"})
+        r = ops.post(
+            f"/owners/alice/pending/{fact.id}",
+            headers=FETCH,
+            data={
+                "csrf": hidden(page.text, "csrf"),
+                "form": ops.app.state.review.sessions.get(ops.cookies["dm_review"]).issue(
+                    f"decide:alice:{fact.id}"
+                ),
+                "action": "confirm",
+            },
+        )
     assert r.status_code == 409 and "Already rejected by ana at" in r.text
     snap, audit = site.state(alice)
     assert fact.content not in [f.content for f in snap.facts]
@@ -132,8 +145,7 @@ def test_supersession_is_shown_side_by_side(alice: TestClient) -> None:
     assert old < page.index("open", old) < new < page.index("frozen until Friday", new)
 
 
-@pytest.mark.parametrize("case", ["unknown", "foreign", "bad-id", "empty", "too-long",
-                                  "no-action"])
+@pytest.mark.parametrize("case", ["unknown", "foreign", "bad-id", "empty", "too-long", "no-action"])
 def test_bad_decisions_write_nothing(site: Site, alice: TestClient, case: str) -> None:
     rule = site.items["alice"][0]
     bob_item = site.items["bob"][0]
@@ -143,13 +155,15 @@ def test_bad_decisions_write_nothing(site: Site, alice: TestClient, case: str) -
     if case in ("unknown", "foreign", "bad-id"):
         pending_id = {"unknown": "no-such-item", "foreign": bob_item.id, "bad-id": "x" * 300}[case]
         page = alice.get("/owners/alice").text
-        r = alice.post(f"/owners/alice/pending/{pending_id}", headers=FETCH, data={
-            "csrf": hidden(page, "csrf"), "form": "f", "action": "confirm"})
+        r = alice.post(
+            f"/owners/alice/pending/{pending_id}",
+            headers=FETCH,
+            data={"csrf": hidden(page, "csrf"), "form": "f", "action": "confirm"},
+        )
         expected = {"unknown": 403, "foreign": 403, "bad-id": 400}[case]
     else:
         edited = {"empty": "   ", "too-long": "é" * limit, "no-action": "x"}[case]
-        r, _ = decide(alice, "alice", rule.id, "confirm" if case != "no-action" else "hold",
-                      edited)
+        r, _ = decide(alice, "alice", rule.id, "confirm" if case != "no-action" else "hold", edited)
         expected = 400
     assert r.status_code == expected, r.text
     assert 'class="notice error"' in r.text
@@ -163,23 +177,31 @@ def test_unknown_item_with_a_real_form_is_404(site: Site, alice: TestClient) -> 
     before = site.state(alice)
     session = site.app.state.review.sessions.get(alice.cookies["dm_review"])
     for pending_id in ("no-such-item", site.items["bob"][0].id):
-        r = alice.post(f"/owners/alice/pending/{pending_id}", headers=FETCH, data={
-            "csrf": session.csrf, "form": session.issue(f"decide:alice:{pending_id}"),
-            "action": "confirm"})
+        r = alice.post(
+            f"/owners/alice/pending/{pending_id}",
+            headers=FETCH,
+            data={
+                "csrf": session.csrf,
+                "form": session.issue(f"decide:alice:{pending_id}"),
+                "action": "confirm",
+            },
+        )
         assert r.status_code == 404 and "no pending item" in r.text
     assert site.state(alice) == before
 
 
-def test_refused_edit_gives_the_card_back_with_a_fresh_form(site: Site, alice: TestClient
-                                                            ) -> None:
+def test_refused_edit_gives_the_card_back_with_a_fresh_form(site: Site, alice: TestClient) -> None:
     rule = site.items["alice"][0]
     r, spent = decide(alice, "alice", rule.id, "confirm", "")
     assert r.status_code == 400 and "edited content is empty" in r.text
     assert f'id="item-{rule.id}"' in r.text and hidden(r.text, "form") != spent["form"]
     replay = alice.post(f"/owners/alice/pending/{rule.id}", data=spent, headers=FETCH)
     assert replay.status_code == 409 and "already submitted" in replay.text
-    ok = alice.post(f"/owners/alice/pending/{rule.id}", headers=FETCH, data={
-        **spent, "form": hidden(r.text, "form"), "edited": "Use pytest"})
+    ok = alice.post(
+        f"/owners/alice/pending/{rule.id}",
+        headers=FETCH,
+        data={**spent, "form": hidden(r.text, "form"), "edited": "Use pytest"},
+    )
     assert ok.status_code == 200
 
 
@@ -189,8 +211,11 @@ def test_forged_posts_are_refused(site: Site, alice: TestClient, forgery: str) -
     before = site.state(alice)
     page = alice.get("/owners/alice").text
     after = f"pending/{rule.id}"
-    data = {"csrf": hidden(page, "csrf", after), "form": hidden(page, "form", after),
-            "action": "reject"}
+    data = {
+        "csrf": hidden(page, "csrf", after),
+        "form": hidden(page, "form", after),
+        "action": "reject",
+    }
     headers = dict(FETCH)
     if forgery == "no-csrf":
         del data["csrf"]
@@ -266,12 +291,15 @@ def test_without_token_map_the_local_user_decides() -> None:
         assert [e.by for e in local.state(c)[1]] == ["local"]
 
 
-def test_audit_trail_is_paginated_and_search_shows_the_signals(site: Site,
-                                                               alice: TestClient) -> None:
+def test_audit_trail_is_paginated_and_search_shows_the_signals(
+    site: Site, alice: TestClient
+) -> None:
     from dream_memory_actor.models import MemoryPendingItem
 
-    extra = [MemoryPendingItem(kind="fact", content=f"fact number {i}", confidence=0.5)
-             for i in range(AUDIT_PAGE + 3)]
+    extra = [
+        MemoryPendingItem(kind="fact", content=f"fact number {i}", confidence=0.5)
+        for i in range(AUDIT_PAGE + 3)
+    ]
     alice.portal.call(site.backend.engine.apply, "alice", [AddPending(i) for i in extra])
     for item in extra:
         alice.portal.call(site.backend.decide, "alice", item.id, "rejected", "ana", None)
@@ -286,8 +314,9 @@ def test_audit_trail_is_paginated_and_search_shows_the_signals(site: Site,
         assert hits.count(f'data-signal="{signal}"') == 1
 
 
-def test_refuses_a_public_address_without_tokens(monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_refuses_a_public_address_without_tokens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(ConfigurationError, match="without a token map"):
         review_cli.serve(MemorySettings(backend="memory"), "0.0.0.0", 0, None)
     monkeypatch.delenv("DREAM_MEMORY_MCP_TOKENS", raising=False)
