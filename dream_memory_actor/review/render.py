@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..models import MemoryPendingItem, MemorySnapshot, utcnow
 
 
-@dataclass(frozen=True)
-class Replaced:
+class Replaced(NamedTuple):
     """What a pending item would replace when confirmed, shown beside it."""
 
     what: str

@@ -325,3 +325,19 @@ def test_refuses_a_public_address_without_tokens(
     assert "without a token map" in capsys.readouterr().err
     assert review_cli.is_loopback("127.0.0.1") and review_cli.is_loopback("::1")
     assert not review_cli.is_loopback("0.0.0.0")
+
+
+def test_what_an_item_supersedes_is_found_in_the_snapshot() -> None:
+    from types import SimpleNamespace
+
+    from dream_memory_actor.models import MemoryFact, MemoryRule
+    from dream_memory_actor.review.render import replaced
+
+    rule = MemoryRule(content="Answer in English")
+    snap = MemorySnapshot(owner="alice", rules=(rule,), facts=(MemoryFact(content="x"),))
+    names = SimpleNamespace(kind="rule", key=None, supersedes=rule.id)
+    assert replaced(names, snap) == ("the rule it supersedes", "Answer in English")  # type: ignore[arg-type]
+    gone = SimpleNamespace(kind="fact", key=None, supersedes="old-id")
+    assert replaced(gone, snap).text == "old-id"  # type: ignore[arg-type, union-attr]
+    plain = SimpleNamespace(kind="rule", key=None)
+    assert replaced(plain, snap) is None  # type: ignore[arg-type]
