@@ -76,7 +76,8 @@ def refusal(request: Request, exc: BaseException, session: Session | None = None
         return _login(request, str(exc), status)
     text = str(exc) if isinstance(exc, DreamMemoryError) else "internal error"
     if wants_fragment(request):
-        return page("notice.html", status, kind="error", message=text)
+        login = isinstance(exc, NotLoggedIn) and review.tokens is not None
+        return page("notice.html", status, kind="error", message=text, login=login)
     return page("error.html", status, message=text, session=session, route=review.backend.route)
 
 

@@ -132,7 +132,7 @@ class SessionStore:
         if s is None:
             raise NotLoggedIn("you are not logged in (or the server was restarted)")
         if now - s.seen > self.idle_s or now - s.created > self.max_age_s:
-            del self._sessions[s.id]
+            # kept until the next login prunes it, so every page says why
             raise NotLoggedIn("your session expired; log in again")
         s.seen = now
         return s

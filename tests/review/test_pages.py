@@ -114,28 +114,33 @@ def test_confirm_with_edit_then_double_post_writes_once(site: Site, alice: TestC
 
 def test_second_reviewer_gets_the_first_decision(site: Site, alice: TestClient) -> None:
     fact = site.items["alice"][1]
-    assert decide(alice, "alice", fact.id, "reject")[0].status_code == 200
     with site.client() as ops:
         login(ops, TOKEN_ADMIN)
-        # ops opened the page before alice decided: the item is gone from the queue now,
-        # so post the form ops would have had
-        page = ops.get("/owners/alice")
-        assert fact.content not in page.text.split("Audit trail")[0]
-        r = ops.post(
-            f"/owners/alice/pending/{fact.id}",
-            headers=FETCH,
-            data={
-                "csrf": hidden(page.text, "csrf"),
-                "form": ops.app.state.review.sessions.get(ops.cookies["dm_review"]).issue(
-                    f"decide:alice:{fact.id}"
-                ),
-                "action": "confirm",
-            },
-        )
+        page = ops.get("/owners/alice").text  # ops opens the page before alice decides
+        after = f"pending/{fact.id}"
+        form = {"csrf": hidden(page, "csrf", after), "form": hidden(page, "form", after)}
+        assert decide(alice, "alice", fact.id, "reject")[0].status_code == 200
+        url = f"/owners/alice/pending/{fact.id}"
+        r = ops.post(url, headers=FETCH, data={**form, "action": "confirm"})
     assert r.status_code == 409 and "Already rejected by ana at" in r.text
     snap, audit = site.state(alice)
     assert fact.content not in [f.content for f in snap.facts]
     assert [(e.action, e.by) for e in audit] == [("rejected", "ana")]
+
+
+def test_a_token_for_every_owner_sees_the_listed_owners() -> None:
+    site = Site(owners=["alice", "bob", "carol"])
+    with site.client() as ops:
+        site.seed(ops)
+        login(ops, TOKEN_ADMIN)
+        page = ops.get("/").text
+        rows = [page.index(f">{o}</a>") for o in ("alice", "bob", "carol")]
+        assert rows == sorted(rows)  # the most waiting first; carol has nothing waiting
+        assert "nothing waiting" in page[rows[2] :] and 'name="owner"' in page
+        assert ops.get("/open?owner=dave").headers["location"] == "/owners/dave"
+        assert ops.get("/owners/dave").status_code == 200
+        r, _ = decide(ops, "bob", site.items["bob"][0].id, "confirm")
+        assert r.status_code == 200 and "by ops" in r.text
 
 
 def test_supersession_is_shown_side_by_side(alice: TestClient) -> None:
@@ -240,6 +245,8 @@ def test_sessions_missing_expired_and_logged_out(site: Site, alice: TestClient) 
         assert r.status_code == 401 and "not logged in" in r.text
         assert stranger.get("/owners/alice").headers["location"] == "/login"
     site.clock.now += 601
+    r = alice.post(f"/owners/alice/pending/{rule.id}", data=data, headers=FETCH)
+    assert r.status_code == 401 and "session expired" in r.text and 'href="/login"' in r.text
     r = alice.post(f"/owners/alice/pending/{rule.id}", data=data)
     assert r.status_code == 401 and "session expired" in r.text and 'name="token"' in r.text
     assert alice.get("/owners/alice").status_code == 401
