@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect, sync_playwright  # the dev extras hold it
 
 from dream_memory_actor.review.app import create_app
 from dream_memory_actor.review.backend import SystemReview
@@ -37,17 +38,14 @@ SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "review.png"
 SYSTEM = "test-review"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def browser() -> Iterator[Any]:
+    """Chromium, for one test: the sync API holds this thread's event loop while it runs."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(
             f"the review page tests need Chromium at {CHROMIUM} "
             "(apt-get install chromium), none found"
         )
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the review page tests need Playwright for Python (pip install playwright)")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -132,7 +130,7 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
 
         # the page reads the snapshot and the audit trail again after a decision
         trail = page.locator("table.audit tbody")
-        page.wait_for_function("document.querySelectorAll('[data-audit]').length == 2")
+        expect(page.locator("[data-audit]")).to_have_count(2)
         assert "confirmed" in trail.locator(f"[data-audit='{rule.id}']").inner_text()
         assert "rejected" in trail.locator(f"[data-audit='{fact.id}']").inner_text()
         assert "Prefer pytest in every example" in page.locator("[data-rules]").inner_text()
@@ -184,3 +182,23 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
         assert [p.id for p in alice.snapshot().pending] == [status.id, memory.id]
         other.close()
         ctx.close()
+
+
+async def test_system_decisions_are_written_once(system: MemorySystem) -> None:
+    from dream_memory_actor.errors import PendingItemNotFound
+    from dream_memory_actor.models import MemoryPendingItem
+
+    review = SystemReview(MemorySystem.connect(SYSTEM), SYSTEM)
+    item = MemoryPendingItem(kind="fact", content="Carol is on call this week", confidence=0.5)
+    carol = system.owner("carol")
+    await carol.apply_async([AddPending(item)])
+    first = await review.decide("carol", item.id, "confirmed", "ana", None)
+    assert first.applied and first.entry.by == "ana"
+    version = (await carol.snapshot_async()).version
+    for action in ("confirmed", "rejected"):
+        again = await review.decide("carol", item.id, action, "ops", None)  # type: ignore[arg-type]
+        assert not again.applied and again.entry == first.entry
+    assert (await carol.snapshot_async()).version == version
+    with pytest.raises(PendingItemNotFound):
+        await review.decide("carol", "no-such-item", "confirmed", "ana", None)
+    assert [e.pending_id for e in await review.audit("carol", 10)] == [item.id]
