@@ -18,7 +18,7 @@ from dream_memory_actor.mcp.auth import TokenMap, hash_token
 from dream_memory_actor.models import MemoryPendingItem, utcnow
 
 TOKEN_ALICE = "review-alice-3f9c2b7d"
-TOKEN_BOB = "review-bob-8e1a4c6f"
+TOKEN_OSCAR = "review-oscar-8e1a4c6f"
 TOKEN_ADMIN = "review-admin-5d7b9e2a"
 #: Debian's Chromium: the browser the page tests drive (browser downloads are not used).
 CHROMIUM = os.environ.get("REVIEW_CHROMIUM", "/usr/bin/chromium")
@@ -38,7 +38,7 @@ def tokens() -> TokenMap:
     return TokenMap.parse(
         {
             hash_token(TOKEN_ALICE): {"owners": ["alice"], "name": "ana"},
-            hash_token(TOKEN_BOB): {"owners": ["bob"], "name": "ben"},
+            hash_token(TOKEN_OSCAR): {"owners": ["oscar"], "name": "olga"},
             hash_token(TOKEN_ADMIN): {"owners": ["*"], "name": "ops"},
         }
     )
@@ -46,7 +46,7 @@ def tokens() -> TokenMap:
 
 def queue() -> dict[str, list[MemoryPendingItem]]:
     """What waits: for alice a rule, a fact, a status change and a semantic memory;
-    for bob one rule."""
+    for oscar one rule."""
     return {
         "alice": [
             MemoryPendingItem(
@@ -77,8 +77,8 @@ def queue() -> dict[str, list[MemoryPendingItem]]:
                 evidence="assistant: staging was rebuilt again this Monday",
             ),
         ],
-        "bob": [
-            MemoryPendingItem(kind="rule", content="Bob wants answers in German", confidence=0.55)
+        "oscar": [
+            MemoryPendingItem(kind="rule", content="Oscar wants answers in German", confidence=0.55)
         ],
     }
 

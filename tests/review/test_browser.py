@@ -25,7 +25,7 @@ from .conftest import (
     CHROMIUM,
     CHROMIUM_ARGS,
     TOKEN_ALICE,
-    TOKEN_BOB,
+    TOKEN_OSCAR,
     hidden,
     queue,
     served,
@@ -163,20 +163,20 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
 
         # another owner's token sees neither decision nor alice's memory
         other = browser.new_context()
-        bob_page = log_in(other, base, TOKEN_BOB)
-        assert "alice" not in bob_page.locator("main").inner_text()
-        bob_page.click("text=bob")
-        text = bob_page.locator("main").inner_text()
-        assert items["bob"][0].content in text
+        oscar_page = log_in(other, base, TOKEN_OSCAR)
+        assert "alice" not in oscar_page.locator("main").inner_text()
+        oscar_page.click("text=oscar")
+        text = oscar_page.locator("main").inner_text()
+        assert items["oscar"][0].content in text
         for secret in ("Prefer pytest", fact.content, "frozen until Friday", "ana"):
             assert secret not in text
-        response = bob_page.goto(f"{base}/owners/alice")
+        response = oscar_page.goto(f"{base}/owners/alice")
         assert response is not None and response.status == 403
-        assert "may not access" in bob_page.locator("main").inner_text()
-        bob_csrf = hidden(bob_page.content(), "csrf")
+        assert "may not access" in oscar_page.locator("main").inner_text()
+        oscar_csrf = hidden(oscar_page.content(), "csrf")
         refused = other.request.post(
             f"{base}/owners/alice/pending/{status.id}",
-            form={"csrf": bob_csrf, "form": "x", "action": "reject"},
+            form={"csrf": oscar_csrf, "form": "x", "action": "reject"},
         )
         assert refused.status == 403
         assert [p.id for p in alice.snapshot().pending] == [status.id, memory.id]

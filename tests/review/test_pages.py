@@ -20,7 +20,7 @@ from dream_memory_actor.review.backend import EngineReview
 from dream_memory_actor.review.sessions import SessionStore
 from dream_memory_actor.storage.ops import AddPending, SetStatus
 
-from .conftest import TOKEN_ADMIN, TOKEN_ALICE, TOKEN_BOB, hidden, queue, tokens
+from .conftest import TOKEN_ADMIN, TOKEN_ALICE, TOKEN_OSCAR, hidden, queue, tokens
 
 FETCH = {"X-Review-Fetch": "1"}
 
@@ -129,17 +129,17 @@ def test_second_reviewer_gets_the_first_decision(site: Site, alice: TestClient) 
 
 
 def test_a_token_for_every_owner_sees_the_listed_owners() -> None:
-    site = Site(owners=["alice", "bob", "carol"])
+    site = Site(owners=["alice", "oscar", "carol"])
     with site.client() as ops:
         site.seed(ops)
         login(ops, TOKEN_ADMIN)
         page = ops.get("/").text
-        rows = [page.index(f">{o}</a>") for o in ("alice", "bob", "carol")]
+        rows = [page.index(f">{o}</a>") for o in ("alice", "oscar", "carol")]
         assert rows == sorted(rows)  # the most waiting first; carol has nothing waiting
         assert "nothing waiting" in page[rows[2] :] and 'name="owner"' in page
         assert ops.get("/open?owner=dave").headers["location"] == "/owners/dave"
         assert ops.get("/owners/dave").status_code == 200
-        r, _ = decide(ops, "bob", site.items["bob"][0].id, "confirm")
+        r, _ = decide(ops, "oscar", site.items["oscar"][0].id, "confirm")
         assert r.status_code == 200 and "by ops" in r.text
 
 
@@ -153,12 +153,14 @@ def test_supersession_is_shown_side_by_side(alice: TestClient) -> None:
 @pytest.mark.parametrize("case", ["unknown", "foreign", "bad-id", "empty", "too-long", "no-action"])
 def test_bad_decisions_write_nothing(site: Site, alice: TestClient, case: str) -> None:
     rule = site.items["alice"][0]
-    bob_item = site.items["bob"][0]
+    oscar_item = site.items["oscar"][0]
     before = site.state(alice)
     limit = site.backend.settings.max_content_bytes
     r: Any
     if case in ("unknown", "foreign", "bad-id"):
-        pending_id = {"unknown": "no-such-item", "foreign": bob_item.id, "bad-id": "x" * 300}[case]
+        pending_id = {"unknown": "no-such-item", "foreign": oscar_item.id, "bad-id": "x" * 300}[
+            case
+        ]
         page = alice.get("/owners/alice").text
         r = alice.post(
             f"/owners/alice/pending/{pending_id}",
@@ -173,15 +175,15 @@ def test_bad_decisions_write_nothing(site: Site, alice: TestClient, case: str) -
     assert r.status_code == expected, r.text
     assert 'class="notice error"' in r.text
     assert site.state(alice) == before
-    with site.client() as bob_client:  # bob's item is untouched
-        login(bob_client, TOKEN_BOB)
-        assert bob_item.content in bob_client.get("/owners/bob").text
+    with site.client() as oscar_client:  # oscar's item is untouched
+        login(oscar_client, TOKEN_OSCAR)
+        assert oscar_item.content in oscar_client.get("/owners/oscar").text
 
 
 def test_unknown_item_with_a_real_form_is_404(site: Site, alice: TestClient) -> None:
     before = site.state(alice)
     session = site.app.state.review.sessions.get(alice.cookies["dm_review"])
-    for pending_id in ("no-such-item", site.items["bob"][0].id):
+    for pending_id in ("no-such-item", site.items["oscar"][0].id):
         r = alice.post(
             f"/owners/alice/pending/{pending_id}",
             headers=FETCH,
@@ -271,10 +273,10 @@ def test_login_refusals(site: Site) -> None:
 
 
 def test_other_owner_is_refused(site: Site, alice: TestClient) -> None:
-    assert "bob" not in alice.get("/").text.split("<main>")[1]
-    r = alice.get("/owners/bob")
+    assert "oscar" not in alice.get("/").text.split("<main>")[1]
+    r = alice.get("/owners/oscar")
     assert r.status_code == 403 and "may not access" in r.text
-    assert site.items["bob"][0].content not in r.text
+    assert site.items["oscar"][0].content not in r.text
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
