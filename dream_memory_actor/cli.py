@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 #: The modules that add subcommands (each has ``register(sub)``), in help order.
-COMMAND_MODULES: tuple[str, ...] = ("cli_memory", "cli_lifecycle", "cli_ops", "cli_owner")
+COMMAND_MODULES: tuple[str, ...] = ("cli_memory", "cli_lifecycle", "cli_ops", "cli_owner",
+                                     "review.cli")
 
 DESCRIPTION = """\
 Shared long-term memory for LLM agents, from the command line.

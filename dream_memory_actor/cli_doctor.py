@@ -27,6 +27,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "metrics": ("prometheus_client",),
     "mcp": ("mcp",),
     "langgraph": ("langgraph",),
+    "review": ("starlette", "uvicorn", "jinja2"),
 }
 
 
