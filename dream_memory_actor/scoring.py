@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from .models import SearchHit, VectorMemory
-from .text import fold
+from .text import fold, is_cjk, occurs, word_start_at
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,11 @@ class TermStats(NamedTuple):
     """What the weights of a query's terms are computed from.
 
     ``docs``: memories held by the searched owners (with or without an embedding);
-    ``df``: for each query term, how many of them have it among their ``text.terms``
-    (absent: 0); ``table_docs``: memories in the whole store, when the backend knows it
-    cheaply (only for choosing a query plan, never for scores).
+    ``df``: for each query term, how many of them it is found in, as counted from the
+    whole terms every write keeps (``storage.terms``: the counts of the terms starting
+    with it, at most each owner's memories; absent: 0); ``table_docs``: memories in the
+    whole store, when the backend knows it cheaply (only for choosing a query plan,
+    never for scores).
     """
 
     docs: int
@@ -105,8 +107,8 @@ def strongest_terms(terms: Sequence[str], weights: Sequence[float], stats: TermS
                     limit: int = MAX_QUERY_TERMS) -> tuple[list[str], list[float]]:
     """The ``limit`` terms a search keeps, with their weights, in query order.
 
-    First the terms some memory has (``df > 0``), rarest first, then the others (which
-    can only match inside a longer word); equal weights keep query order. The rarest
+    First the terms some memory has (``df > 0``: a term of some memory starts with
+    it), rarest first, then the others; equal weights keep query order. The rarest
     terms overall would be words no memory has, which find nothing.
     """
     if len(terms) <= limit:
@@ -120,19 +122,21 @@ def strongest_terms(terms: Sequence[str], weights: Sequence[float], stats: TermS
 
 def matched_weight(query_terms: Sequence[str], weights: Sequence[float] | None,
                    folded: str) -> float:
-    """Sum of the weights of the terms that occur in ``folded`` (each weight 1 if None)."""
+    """Sum of the weights of the terms found in ``folded`` (``text.occurs``; each weight
+    1 if None)."""
     if weights is None:
-        return float(sum([t in folded for t in query_terms]))
-    return sum([w for t, w in zip(query_terms, weights, strict=True) if t in folded])
+        return float(sum([occurs(t, folded) for t in query_terms]))
+    return sum([w for t, w in zip(query_terms, weights, strict=True) if occurs(t, folded)])
 
 
 def keyword_score(query_terms: Sequence[str], content: str,
                   weights: Sequence[float] | None = None) -> float:
-    """Weighted share of the query's terms that occur in ``content`` (substring, case-folded).
+    """Weighted share of the query's terms found in ``content`` (case-folded).
 
-    A term is found the way ``ILIKE '%term%'`` finds it, so "deploy" matches
-    "deployment". ``weights`` (aligned with the terms; ``None``: all equal) make a
-    rare term count for more. No terms means no keyword evidence: 0. Always in [0, 1].
+    A CJK term is found anywhere, any other term where a word starts (``text.occurs``):
+    "deploy" matches "deployment", "ate" does not match "create". ``weights`` (aligned
+    with the terms; ``None``: all equal) make a rare term count for more. No terms
+    means no keyword evidence: 0. Always in [0, 1].
     """
     return keyword_score_folded(query_terms, fold(content), weights)
 
@@ -155,8 +159,9 @@ def keyword_order(items: Iterable[_T], query_terms: Sequence[str], weights: Sequ
                   limit: int, *, folded: Callable[[_T], str],
                   updated_at: Callable[[_T], datetime], ident: Callable[[_T], str]
                   ) -> list[_T]:
-    """The keyword candidates every backend proposes: the ``limit`` items matching at
-    least one term, by sum of the weights of matched terms, then newest, then smallest id.
+    """The keyword candidates every backend proposes: the ``limit`` items in which at
+    least one term is found (``text.occurs``), by sum of the weights of the terms found,
+    then newest, then smallest id.
 
     One ordering for all backends, so the same data gives the same candidates
     (PostgreSQL computes it in SQL, in this order).
@@ -174,9 +179,15 @@ def keyword_order(items: Iterable[_T], query_terms: Sequence[str], weights: Sequ
     hay = "\x00".join(texts)
     got: dict[int, float] = {}
     for term, w in zip(query_terms, weights, strict=True):
-        pos = hay.find(term)
+        anywhere = is_cjk(term[0])  # else only where a word starts (the separator is a
+        pos = hay.find(term)        # break: a row's first word starts after it)
         while pos >= 0:
             i = bisect.bisect_right(starts, pos) - 1
+            if not anywhere:
+                pos = word_start_at(term, hay, pos, starts[i + 1])
+                if pos < 0:
+                    pos = hay.find(term, starts[i + 1])
+                    continue
             got[i] = got.get(i, 0.0) + w
             pos = hay.find(term, starts[i + 1])
     ranked = heapq.nsmallest(
@@ -270,8 +281,8 @@ def rank(
     seen: set[str] = set()
     n_terms = len(query_terms)
     pairs = list(zip(query_terms, [1.0] * n_terms if term_weights is None else term_weights,
-                     strict=True))
-    total = sum(w for _, w in pairs)
+                     [not is_cjk(t[0]) for t in query_terms], strict=True))
+    total = sum(w for _, w, _ in pairs)
     if total <= 0.0:
         n_terms = 0
     wv, wk, wt, half_life = weights.vector, weights.keyword, weights.time, weights.half_life_days
@@ -283,7 +294,8 @@ def rank(
         seen.add(cid)
         if n_terms:
             folded = c.folded if c.folded is not None else fold(c.content)
-            kw = min(1.0, sum([w for t, w in pairs if t in folded]) / total)
+            kw = min(1.0, sum([w for t, w, word in pairs if (p := folded.find(t)) >= 0 and (
+                not word or word_start_at(t, folded, p) >= 0)]) / total)
         else:
             kw = 0.0
         if not hybrid and kw == 0.0:

@@ -8,8 +8,8 @@ does on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -22,6 +22,7 @@ from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
 from .dedup import df_delta, merge_target, merged
 from .ops import AddAudit, L1Op, apply_ops
+from .terms import TermCounts, prefix_df, summed
 
 
 class InMemoryStructuredStore(StructuredStore):
@@ -97,7 +98,7 @@ class _Row(NamedTuple):
 class InMemoryVectorStore(VectorStore):
     """L2 in a dictionary per owner, with exact (brute-force) cosine search.
 
-    Each owner's document frequencies (memories per term) are a ``Counter`` beside
+    Each owner's term counts (memories per term, ``terms.TermCounts``) are kept beside
     its rows, moved by every write (``dedup.df_delta``).
     """
 
@@ -105,7 +106,7 @@ class InMemoryVectorStore(VectorStore):
         self.dim = dim
         self.max_content_bytes = max_content_bytes
         self._rows: defaultdict[str, dict[str, _Row]] = defaultdict(dict)
-        self._df: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._df: defaultdict[str, TermCounts] = defaultdict(TermCounts)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._ops: dict[tuple[str, str], StoreResult] = {}
 
@@ -141,20 +142,21 @@ class InMemoryVectorStore(VectorStore):
             old = rows[target[0]]
             new = merged(old.memory, content, metadata, now, self.limits)
             rows[new.id] = _Row(new, old.vec, fold(new.content))
-            _bump(self._df[owner], df_delta(old.memory.content, new.content))
+            self._df[owner].apply(df_delta(old.memory.content, new.content))
             return StoreResult(memory=new, merged=True, similarity=target[1])
         mem = VectorMemory(owner=owner, content=content, metadata=metadata,
                            created_at=now, updated_at=now,
                            has_embedding=embedding is not None)
         vec = None if embedding is None else np.asarray(embedding)
         rows[mem.id] = _Row(mem, vec, fold(content))
-        _bump(self._df[owner], df_delta(None, content))
+        self._df[owner].apply(df_delta(None, content))
         return StoreResult(memory=mem, merged=False)
 
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
         docs = sum(len(self._rows.get(o, {})) for o in owners)
-        counters = [self._df[o] for o in owners if o in self._df]
-        return TermStats(docs, {t: sum(c[t] for c in counters) for t in terms})
+        per_owner = [prefix_df(self._df[o], len(self._rows.get(o, {})), terms)
+                     for o in owners if o in self._df]
+        return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
@@ -192,7 +194,7 @@ class InMemoryVectorStore(VectorStore):
             row = self._rows.get(owner, {}).pop(memory_id, None)
             if row is None:
                 return False
-            _bump(self._df[owner], df_delta(row.memory.content, None))
+            self._df[owner].apply(df_delta(row.memory.content, None))
             return True
 
     async def _list(self, owner: str, limit: int, offset: int) -> list[VectorMemory]:
@@ -202,13 +204,3 @@ class InMemoryVectorStore(VectorStore):
 
     async def count(self, owner: str) -> int:
         return len(self._rows.get(owner, {}))
-
-
-def _bump(df: Counter[str], delta: Mapping[str, int]) -> None:
-    """Apply a ``df_delta``, dropping the terms no memory has any more."""
-    for t, d in delta.items():
-        n = df[t] + d
-        if n > 0:
-            df[t] = n
-        else:
-            del df[t]
