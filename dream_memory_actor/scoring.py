@@ -90,7 +90,7 @@ def idf(df: int, docs: int) -> float:
     least ``df``.
 
     >>> round(idf(0, 100), 2), round(idf(50, 100), 2), round(idf(100, 100), 3)
-    (5.3, 0.69, 0.005)
+    (5.31, 0.69, 0.005)
     """
     d = max(0, df)
     n = max(docs, d)
