@@ -61,8 +61,8 @@ def time_score(updated_at: datetime, now: datetime, half_life_days: float = 30.0
     return 1.0 / (1.0 + days / half_life_days)
 
 
-#: A search keeps at most this many of its query's terms, the rarest ones some memory
-#: has first (``strongest_terms``). Bounds the cost of keyword candidates and ranking
+#: A search keeps at most this many of its query's terms, the rarest of those some
+#: memory has (``strongest_terms``). Bounds the cost of keyword candidates and ranking
 #: for any query length.
 MAX_QUERY_TERMS = 32
 
@@ -105,19 +105,22 @@ def term_weights(terms: Sequence[str], stats: TermStats) -> list[float]:
 
 def strongest_terms(terms: Sequence[str], weights: Sequence[float], stats: TermStats,
                     limit: int = MAX_QUERY_TERMS) -> tuple[list[str], list[float]]:
-    """The ``limit`` terms a search keeps, with their weights, in query order.
+    """The terms a search keeps, with their weights, in query order: those some searched
+    memory has (``df > 0``), at most ``limit``, the rarest first (equal weights: query
+    order).
 
-    First the terms some memory has (``df > 0``: a term of some memory starts with
-    it), rarest first, then the others; equal weights keep query order. The rarest
-    terms overall would be words no memory has, which find nothing.
+    A term no memory has is found nowhere, yet it would carry the highest weight of
+    all (the idf of df 0) into the share's denominator: a query with one word the
+    memories lack ("my *trip* to Paris" against memories that say "travel") would cap
+    every memory's keyword score, and a long query with many such words would reduce
+    the keyword signal to noise. Left out, the share is that of the findable part of
+    the query, comparable between short and long queries.
     """
-    if len(terms) <= limit:
-        return list(terms), list(weights)
     get = stats.df.get
-    best = sorted(range(len(terms)),
-                  key=lambda i: (get(terms[i], 0) <= 0, -weights[i], i))[:limit]
-    best.sort()
-    return [terms[i] for i in best], [weights[i] for i in best]
+    present = [i for i in range(len(terms)) if get(terms[i], 0) > 0]
+    if len(present) > limit:
+        present = sorted(sorted(present, key=lambda i: (-weights[i], i))[:limit])
+    return [terms[i] for i in present], [weights[i] for i in present]
 
 
 def matched_weight(query_terms: Sequence[str], weights: Sequence[float] | None,
