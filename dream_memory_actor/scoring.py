@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from .models import SearchHit, VectorMemory
-from .text import fold
+from .text import fold, is_cjk, occurs, word_start_at
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ def time_score(updated_at: datetime, now: datetime, half_life_days: float = 30.0
     return 1.0 / (1.0 + days / half_life_days)
 
 
-#: A search keeps at most this many of its query's terms, the rarest ones some memory
-#: has first (``strongest_terms``). Bounds the cost of keyword candidates and ranking
+#: A search keeps at most this many of its query's terms, the rarest of those some
+#: memory has (``strongest_terms``). Bounds the cost of keyword candidates and ranking
 #: for any query length.
 MAX_QUERY_TERMS = 32
 
@@ -71,9 +71,11 @@ class TermStats(NamedTuple):
     """What the weights of a query's terms are computed from.
 
     ``docs``: memories held by the searched owners (with or without an embedding);
-    ``df``: for each query term, how many of them have it among their ``text.terms``
-    (absent: 0); ``table_docs``: memories in the whole store, when the backend knows it
-    cheaply (only for choosing a query plan, never for scores).
+    ``df``: for each query term, how many of them it is found in, as counted from the
+    whole terms every write keeps (``storage.terms``: the counts of the terms starting
+    with it, at most each owner's memories; absent: 0); ``table_docs``: memories in the
+    whole store, when the backend knows it cheaply (only for choosing a query plan,
+    never for scores).
     """
 
     docs: int
@@ -88,7 +90,7 @@ def idf(df: int, docs: int) -> float:
     least ``df``.
 
     >>> round(idf(0, 100), 2), round(idf(50, 100), 2), round(idf(100, 100), 3)
-    (5.3, 0.69, 0.005)
+    (5.31, 0.69, 0.005)
     """
     d = max(0, df)
     n = max(docs, d)
@@ -103,36 +105,41 @@ def term_weights(terms: Sequence[str], stats: TermStats) -> list[float]:
 
 def strongest_terms(terms: Sequence[str], weights: Sequence[float], stats: TermStats,
                     limit: int = MAX_QUERY_TERMS) -> tuple[list[str], list[float]]:
-    """The ``limit`` terms a search keeps, with their weights, in query order.
+    """The terms a search keeps, with their weights, in query order: those some searched
+    memory has (``df > 0``), at most ``limit``, the rarest first (equal weights: query
+    order).
 
-    First the terms some memory has (``df > 0``), rarest first, then the others (which
-    can only match inside a longer word); equal weights keep query order. The rarest
-    terms overall would be words no memory has, which find nothing.
+    A term no memory has is found nowhere, yet it would carry the highest weight of
+    all (the idf of df 0) into the share's denominator: a query with one word the
+    memories lack ("my *trip* to Paris" against memories that say "travel") would cap
+    every memory's keyword score, and a long query with many such words would reduce
+    the keyword signal to noise. Left out, the share is that of the findable part of
+    the query, comparable between short and long queries.
     """
-    if len(terms) <= limit:
-        return list(terms), list(weights)
     get = stats.df.get
-    best = sorted(range(len(terms)),
-                  key=lambda i: (get(terms[i], 0) <= 0, -weights[i], i))[:limit]
-    best.sort()
-    return [terms[i] for i in best], [weights[i] for i in best]
+    present = [i for i in range(len(terms)) if get(terms[i], 0) > 0]
+    if len(present) > limit:
+        present = sorted(sorted(present, key=lambda i: (-weights[i], i))[:limit])
+    return [terms[i] for i in present], [weights[i] for i in present]
 
 
 def matched_weight(query_terms: Sequence[str], weights: Sequence[float] | None,
                    folded: str) -> float:
-    """Sum of the weights of the terms that occur in ``folded`` (each weight 1 if None)."""
+    """Sum of the weights of the terms found in ``folded`` (``text.occurs``; each weight
+    1 if None)."""
     if weights is None:
-        return float(sum([t in folded for t in query_terms]))
-    return sum([w for t, w in zip(query_terms, weights, strict=True) if t in folded])
+        return float(sum([occurs(t, folded) for t in query_terms]))
+    return sum([w for t, w in zip(query_terms, weights, strict=True) if occurs(t, folded)])
 
 
 def keyword_score(query_terms: Sequence[str], content: str,
                   weights: Sequence[float] | None = None) -> float:
-    """Weighted share of the query's terms that occur in ``content`` (substring, case-folded).
+    """Weighted share of the query's terms found in ``content`` (case-folded).
 
-    A term is found the way ``ILIKE '%term%'`` finds it, so "deploy" matches
-    "deployment". ``weights`` (aligned with the terms; ``None``: all equal) make a
-    rare term count for more. No terms means no keyword evidence: 0. Always in [0, 1].
+    A CJK term is found anywhere, any other term where a word starts (``text.occurs``):
+    "deploy" matches "deployment", "ate" does not match "create". ``weights`` (aligned
+    with the terms; ``None``: all equal) make a rare term count for more. No terms
+    means no keyword evidence: 0. Always in [0, 1].
     """
     return keyword_score_folded(query_terms, fold(content), weights)
 
@@ -155,8 +162,9 @@ def keyword_order(items: Iterable[_T], query_terms: Sequence[str], weights: Sequ
                   limit: int, *, folded: Callable[[_T], str],
                   updated_at: Callable[[_T], datetime], ident: Callable[[_T], str]
                   ) -> list[_T]:
-    """The keyword candidates every backend proposes: the ``limit`` items matching at
-    least one term, by sum of the weights of matched terms, then newest, then smallest id.
+    """The keyword candidates every backend proposes: the ``limit`` items in which at
+    least one term is found (``text.occurs``), by sum of the weights of the terms found,
+    then newest, then smallest id.
 
     One ordering for all backends, so the same data gives the same candidates
     (PostgreSQL computes it in SQL, in this order).
@@ -174,9 +182,15 @@ def keyword_order(items: Iterable[_T], query_terms: Sequence[str], weights: Sequ
     hay = "\x00".join(texts)
     got: dict[int, float] = {}
     for term, w in zip(query_terms, weights, strict=True):
-        pos = hay.find(term)
+        anywhere = is_cjk(term[0])  # else only where a word starts (the separator is a
+        pos = hay.find(term)        # break: a row's first word starts after it)
         while pos >= 0:
             i = bisect.bisect_right(starts, pos) - 1
+            if not anywhere:
+                pos = word_start_at(term, hay, pos, starts[i + 1])
+                if pos < 0:
+                    pos = hay.find(term, starts[i + 1])
+                    continue
             got[i] = got.get(i, 0.0) + w
             pos = hay.find(term, starts[i + 1])
     ranked = heapq.nsmallest(
@@ -270,8 +284,8 @@ def rank(
     seen: set[str] = set()
     n_terms = len(query_terms)
     pairs = list(zip(query_terms, [1.0] * n_terms if term_weights is None else term_weights,
-                     strict=True))
-    total = sum(w for _, w in pairs)
+                     [not is_cjk(t[0]) for t in query_terms], strict=True))
+    total = sum(w for _, w, _ in pairs)
     if total <= 0.0:
         n_terms = 0
     wv, wk, wt, half_life = weights.vector, weights.keyword, weights.time, weights.half_life_days
@@ -283,7 +297,8 @@ def rank(
         seen.add(cid)
         if n_terms:
             folded = c.folded if c.folded is not None else fold(c.content)
-            kw = min(1.0, sum([w for t, w in pairs if t in folded]) / total)
+            kw = min(1.0, sum([w for t, w, word in pairs if (p := folded.find(t)) >= 0 and (
+                not word or word_start_at(t, folded, p) >= 0)]) / total)
         else:
             kw = 0.0
         if not hybrid and kw == 0.0:

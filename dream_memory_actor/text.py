@@ -9,10 +9,19 @@ A query's terms (``query_terms``) are bounded, and leave out the Chinese bigrams
 only of function characters (我们, 今天, 的时 ...): they carry no topic, as English
 stopwords do not, while a mixed bigram (的部) and a content bigram (部署) stay. How much
 each remaining term counts is the store's business (its rarity, ``scoring.term_weights``).
+
+Where a term is found (``occurs``): a CJK term anywhere in the text (its bigrams have no
+word boundaries to respect), any other term only where a word starts, so "deploy"
+finds "deployment" and "ate" does not find "create". A word starts at the beginning of
+the text or after a character of :data:`BREAK_RANGES` (white space, punctuation,
+symbols, CJK); letters and digits of every script continue a word. The rule is this
+one list of ranges, so PostgreSQL's regular expression (``word_start_pattern``) and
+Python's test agree character for character.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 import unicodedata
@@ -60,6 +69,90 @@ MAX_QUERY_TERMS_SCANNED = 256
 
 # Underscores stay inside words: "snake_case" is one term, as identifiers are.
 _WORD = re.compile(r"\w+(?:['’]\w+)*", re.UNICODE)
+
+
+# The characters after which a word starts. Everything else (letters and digits of any
+# script, combining marks, ``_``) continues the word before it. NFKC (``fold``) has
+# already turned full-width forms into ASCII.
+BREAK_RANGES: tuple[tuple[int, int], ...] = tuple(sorted((
+    (0x0000, 0x002F),  # controls, space, ASCII punctuation before the digits
+    (0x003A, 0x0040),  # :;<=>?@
+    (0x005B, 0x005E),  # [\]^
+    (0x0060, 0x0060),  # `
+    (0x007B, 0x00BF),  # {|}~, DEL, C1 controls, Latin-1 punctuation and symbols
+    (0x00D7, 0x00D7),  # multiplication sign
+    (0x00F7, 0x00F7),  # division sign
+    (0x2000, 0x206F),  # general punctuation: spaces, dashes, quotes
+    (0x2190, 0x2BFF),  # arrows, mathematical and technical symbols, shapes, dingbats
+    (0x3000, 0x303F),  # CJK symbols and punctuation
+    (0xFE30, 0xFE4F),  # CJK compatibility forms
+    (0xFF01, 0xFF0F), (0xFF1A, 0xFF20), (0xFF3B, 0xFF40), (0xFF5B, 0xFF65),  # full-width
+    (0x1F000, 0x1FAFF),  # emoji and pictographs
+    *_CJK_RANGES,  # a Latin word right after Chinese text starts there
+)))
+_BREAK_LO = [lo for lo, _ in BREAK_RANGES]
+_ASCII_BREAK = frozenset(chr(c) for lo, hi in BREAK_RANGES if lo < 0x80
+                         for c in range(lo, min(hi, 0x7F) + 1))
+
+#: Sorts after every term that starts with a given term (``term + PREFIX_END``): the
+#: upper end of the range of a prefix in a sorted list of terms.
+PREFIX_END = "\U0010ffff"
+
+
+def is_break(ch: str) -> bool:
+    """True if a word starts after ``ch`` (a character of :data:`BREAK_RANGES`)."""
+    cp = ord(ch)
+    if cp < 0x80:
+        return ch in _ASCII_BREAK
+    i = bisect.bisect_right(_BREAK_LO, cp) - 1
+    return i >= 0 and cp <= BREAK_RANGES[i][1]
+
+
+def is_cjk_term(term: str) -> bool:
+    """True for a CJK term (a bigram or a lone character): found anywhere in a text."""
+    return is_cjk(term[0])
+
+
+def occurs(term: str, folded: str) -> bool:
+    """True if ``term`` is found in ``folded`` (text passed through ``fold``): anywhere
+    for a CJK term, where a word starts for any other.
+
+    >>> occurs("deploy", "the deployment"), occurs("ate", "create"), occurs("部署", "系统部署")
+    (True, False, True)
+    """
+    pos = folded.find(term)
+    if pos < 0 or is_cjk(term[0]):
+        return pos >= 0
+    return word_start_at(term, folded, pos) >= 0
+
+
+def word_start_at(term: str, folded: str, pos: int, end: int = -1) -> int:
+    """The first position >= ``pos`` (and before ``end``, if >= 0) where ``term`` starts
+    a word of ``folded``, or -1; ``pos`` must be an occurrence of ``term`` or -1."""
+    while pos >= 0 and (end < 0 or pos < end):
+        if pos == 0 or is_break(folded[pos - 1]):
+            return pos
+        pos = folded.find(term, pos + 1)
+    return -1
+
+
+def _class_range(lo: int, hi: int) -> str:
+    def esc(cp: int) -> str:
+        return f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
+
+    return esc(lo) if lo == hi else f"{esc(lo)}-{esc(hi)}"
+
+
+#: ``(^|[...])``: the start of a text or a break character, as a PostgreSQL regular
+#: expression (advanced syntax; ``\\u``/``\\U`` escapes inside the bracket).
+WORD_START_SQL = "(^|[" + "".join(_class_range(max(lo, 1), hi)  # a text holds no NUL
+                                  for lo, hi in BREAK_RANGES) + "])"
+
+
+def word_start_pattern(term: str) -> str:
+    """A PostgreSQL regular expression true where ``term`` starts a word (``occurs``
+    for a non-CJK term). Every character of the term is escaped."""
+    return WORD_START_SQL + "".join(ch if ch.isalnum() else "\\" + ch for ch in term)
 
 
 def is_cjk(ch: str) -> bool:

@@ -231,6 +231,32 @@ async def test_memories_written_before_the_counts_existed_are_counted(
         assert after[b"n"] == b"4" and after[b"t:caroline"] == b"2" and b"t:group" not in after
 
 
+@pytest.mark.parametrize("backend", REDIS_FLAVOURS)
+async def test_counts_without_the_sorted_terms_are_rebuilt(
+        backend: str, request: pytest.FixtureRequest) -> None:
+    """A frequency hash from before the sorted set of terms (no ``lex`` field) is not
+    trusted for prefix counts: a search counts from the rows, the next write rebuilds
+    both."""
+    async with opened(backend, request, dim=None) as s:
+        v: Any = s.vector
+        for t in ["deploy the app", "deployment done", "created the plan"]:
+            await v.store("alice", t)
+        want = [(h.memory.id, h.keyword_score) for h in await v.search("alice", "deploy plan")]
+        client = v._r
+        key, terms_key = v._keys.l2_df("alice"), v._keys.l2_terms("alice")
+        assert await client.zrange(terms_key, 0, -1) == sorted(
+            [b"app", b"created", b"deploy", b"deployment", b"done", b"plan"])
+        await client.hdel(key, "lex")  # as an earlier version left it
+        await client.delete(terms_key)
+        got = [(h.memory.id, h.keyword_score) for h in await v.search("alice", "deploy plan")]
+        assert got == want
+        assert (await v._term_stats(["alice"], ["deploy"])).df == {"deploy": 2}
+        await v.store("alice", "deploying again")
+        assert await client.hget(key, "lex") == b"1"
+        assert b"deploying" in await client.zrange(terms_key, 0, -1)
+        assert (await v._term_stats(["alice"], ["deploy"])).df == {"deploy": 3}
+
+
 async def test_frequency_hashes_stay_out_of_the_search_index(
         request: pytest.FixtureRequest) -> None:
     """Terms that are names of indexed fields ("owner", "vec", "folded") are prefixed, so

@@ -197,11 +197,14 @@ def test_strongest_terms_keep_the_rarest_present_terms_in_query_order() -> None:
     assert strongest_terms(terms, [1.0] * 5, every, 2) == (["a1", "b2"], [1.0, 1.0])
     assert strongest_terms(terms[:2], [1.0, 2.0], every) == (["a1", "b2"], [1.0, 2.0])
     many = [f"t{i}" for i in range(100)]
-    assert len(strongest_terms(many, [1.0] * 100, every)[0]) == MAX_QUERY_TERMS
-    # terms no memory has come last, however rare: they alone would find nothing
+    assert len(strongest_terms(many, [1.0] * 100, TermStats(10, dict.fromkeys(many, 1)))[0]
+               ) == MAX_QUERY_TERMS
+    # terms no memory has are left out, however rare: they find nothing, and their
+    # weight would only shrink every memory's share
     stats = TermStats(10, {"b2": 4, "e5": 9})
     w = term_weights(terms, stats)
-    assert strongest_terms(terms, w, stats, 3) == (["a1", "b2", "e5"], [w[0], w[1], w[4]])
+    assert strongest_terms(terms, w, stats, 3) == (["b2", "e5"], [w[1], w[4]])
+    assert strongest_terms(terms, w, TermStats(10, {}), 3) == ([], [])
 
 
 def test_keyword_order_by_matched_weight_then_newest_then_smallest_id() -> None:

@@ -8,7 +8,7 @@ does on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -32,6 +32,7 @@ from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
 from .dedup import df_delta, merge_target, merged
 from .ops import AddAudit, L1Op, apply_ops
+from .terms import TermCounts, prefix_df, summed
 from .vector_l2 import BatchItem
 from .versions import closed, matches, successor, updated
 
@@ -138,7 +139,7 @@ class _Row(NamedTuple):
 class InMemoryVectorStore(VectorStore):
     """L2 in a dictionary per owner, with exact (brute-force) cosine search.
 
-    Each owner's document frequencies (memories per term) are a ``Counter`` beside
+    Each owner's term counts (memories per term, ``terms.TermCounts``) are kept beside
     its rows, moved by every write (``dedup.df_delta``).
     """
 
@@ -146,7 +147,7 @@ class InMemoryVectorStore(VectorStore):
         self.dim = dim
         self.max_content_bytes = max_content_bytes
         self._rows: defaultdict[str, dict[str, _Row]] = defaultdict(dict)
-        self._df: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._df: defaultdict[str, TermCounts] = defaultdict(TermCounts)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._ops: dict[tuple[str, str], Any] = {}
         self._versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
@@ -184,14 +185,14 @@ class InMemoryVectorStore(VectorStore):
             old = rows[target[0]]
             new = merged(old.memory, content, metadata, now, self.limits)
             rows[new.id] = _Row(new, old.vec, fold(new.content))
-            _bump(self._df[owner], df_delta(old.memory.content, new.content))
+            self._df[owner].apply(df_delta(old.memory.content, new.content))
             return StoreResult(memory=new, merged=True, similarity=target[1])
         mem = VectorMemory(owner=owner, content=content, metadata=metadata,
                            created_at=now, updated_at=now,
                            has_embedding=embedding is not None)
         vec = None if embedding is None else np.asarray(embedding)
         rows[mem.id] = _Row(mem, vec, fold(content))
-        _bump(self._df[owner], df_delta(None, content))
+        self._df[owner].apply(df_delta(None, content))
         return StoreResult(memory=mem, merged=False)
 
     async def _store_many(self, owner: str, items: Sequence[BatchItem], *, threshold: float,
@@ -217,7 +218,7 @@ class InMemoryVectorStore(VectorStore):
             self._versions[owner].append(closed(old, now, "update"))
             vec = None if embedding is None else np.asarray(embedding)
             self._rows[owner][memory_id] = _Row(new, vec, fold(new.content))
-            _bump(self._df[owner], df_delta(old.content, new.content))
+            self._df[owner].apply(df_delta(old.content, new.content))
             if op_id is not None:
                 self._ops[(owner, op_id)] = new
             return new
@@ -238,7 +239,7 @@ class InMemoryVectorStore(VectorStore):
             del rows[memory_id]
             vec = None if embedding is None else np.asarray(embedding)
             rows[new.id] = _Row(new, vec, fold(new.content))
-            _bump(self._df[owner], df_delta(old.content, new.content))
+            self._df[owner].apply(df_delta(old.content, new.content))
             if op_id is not None:
                 self._ops[(owner, op_id)] = new
             return new
@@ -249,8 +250,9 @@ class InMemoryVectorStore(VectorStore):
 
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
         docs = sum(len(self._rows.get(o, {})) for o in owners)
-        counters = [self._df[o] for o in owners if o in self._df]
-        return TermStats(docs, {t: sum(c[t] for c in counters) for t in terms})
+        per_owner = [prefix_df(self._df[o], len(self._rows.get(o, {})), terms)
+                     for o in owners if o in self._df]
+        return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
@@ -290,7 +292,7 @@ class InMemoryVectorStore(VectorStore):
             row = self._rows.get(owner, {}).pop(memory_id, None)
             if row is None:
                 return False
-            _bump(self._df[owner], df_delta(row.memory.content, None))
+            self._df[owner].apply(df_delta(row.memory.content, None))
             return True
 
     async def _list(self, owner: str, limit: int, offset: int,
@@ -314,7 +316,7 @@ class InMemoryVectorStore(VectorStore):
             for mem, vec in items:
                 rows[mem.id] = _Row(mem, None if vec is None else np.asarray(vec),
                                     fold(mem.content))
-                _bump(self._df[owner], df_delta(None, mem.content))
+                self._df[owner].apply(df_delta(None, mem.content))
 
     async def _forget(self, owner: str) -> int:
         async with self._locks[owner]:
@@ -325,13 +327,4 @@ class InMemoryVectorStore(VectorStore):
                 del self._ops[key]
             return gone
 
-
-def _bump(df: Counter[str], delta: Mapping[str, int]) -> None:
-    """Apply a ``df_delta``, dropping the terms no memory has any more."""
-    for t, d in delta.items():
-        n = df[t] + d
-        if n > 0:
-            df[t] = n
-        else:
-            del df[t]
 

@@ -52,14 +52,22 @@ async def test_term_stats_follow_every_write(stores: Stores) -> None:
     # a merge of the same text changes nothing
     assert (await v.store("alice", "went  shopping for SHOES")).merged
     assert await _df(stores, ["alice"], ["went", "shoes"]) == (4, {"went": 3, "shoes": 1})
-    # a term counts once per memory, however often it occurs (and only as a whole term)
+    # a term counts once per memory, however often it occurs; a query term counts the
+    # memory terms that start with it, at most once per memory of the owner
     await v.store("alice", "went went went; wentworth", embedding=axis(5))
-    assert await _df(stores, ["alice"], ["went", "wentworth"]) == (
-        5, {"went": 4, "wentworth": 1})
+    assert await _df(stores, ["alice"], ["went", "wentworth", "wentw", "entworth"]) == (
+        5, {"went": 5, "wentworth": 1, "wentw": 1, "entworth": 0})
     assert await v.delete("alice", ids[2])
     assert not await v.delete("alice", ids[2])
     assert await _df(stores, ["alice"], ["caroline", "sunrise", "went"]) == (
         4, {"caroline": 1, "sunrise": 0, "went": 4})
+    # the sum of the counts of "went" and "wentworth" (2) is capped at bob's memories
+    await v.store("bob", "wentworth", embedding=axis(1))
+    assert await _df(stores, ["bob"], ["went"]) == (2, {"went": 2})
+    await v.delete("alice", ids[0])
+    await v.delete("alice", ids[1])
+    await v.delete("alice", ids[3])
+    assert await _df(stores, ["alice", "bob"], ["went"]) == (3, {"went": 1 + 2})
     assert await _df(stores, ["nobody"], ["went"]) == (0, {"went": 0})
 
 
@@ -82,6 +90,46 @@ async def test_same_weighted_keyword_scores_on_every_backend(keyword_stores: Sto
         assert 0.0 <= h.keyword_score <= 1.0
     # the rare name outweighs the common verb: Caroline's painting before two "went"s
     assert hits[1].keyword_score > 0.5 > hits[2].keyword_score
+
+
+PREFIX_CORPUS = [
+    "We ate at the harbour",            # "ate" as a word
+    "Create a deployment plan",         # "ate" only inside "create": no match
+    "deployed the focus group survey",  # "deploy" starts "deployed"; "us" inside "focus"
+    "Tell us about 系统部署完成",          # "us" as a word; the bigram inside a CJK run
+    "用docker部署",                      # a Latin word right after Chinese starts there
+]
+
+
+async def test_terms_match_where_a_word_starts_and_cjk_anywhere(keyword_stores: Stores
+                                                                ) -> None:
+    v = keyword_stores.vector
+    now = utcnow()
+    for i, text in enumerate(PREFIX_CORPUS):
+        await v.store("alice", text, now=now - timedelta(days=i))
+    terms = ["ate", "deploy", "us", "部署", "docker", "reate"]
+    # document frequencies follow the same rule: "deploy" counts "deployment" and
+    # "deployed", "ate" does not count "create", "reate" is no word start
+    assert await _df(keyword_stores, ["alice"], terms) == (
+        5, {"ate": 1, "deploy": 2, "us": 1, "部署": 2, "docker": 1, "reate": 0})
+    hits = await v.search("alice", "ate deploy us 部署 docker", now=now)
+    w = {"ate": idf(1, 5), "deploy": idf(2, 5), "us": idf(1, 5), "部署": idf(2, 5),
+         "docker": idf(1, 5)}
+    total = sum(w.values())
+    expected = {
+        PREFIX_CORPUS[0]: w["ate"] / total,
+        PREFIX_CORPUS[1]: w["deploy"] / total,
+        PREFIX_CORPUS[2]: w["deploy"] / total,
+        PREFIX_CORPUS[3]: (w["us"] + w["部署"]) / total,
+        PREFIX_CORPUS[4]: (w["部署"] + w["docker"]) / total,
+    }
+    assert {h.memory.content: h.keyword_score for h in hits} == pytest.approx(
+        expected, abs=1e-9)
+    # a term found only inside a word finds nothing: no hit at all
+    assert await v.search("alice", "reate ocus", now=now) == []
+    # the same with a query vector absent and present alike: candidates by keyword
+    hits = await v.search("alice", "create", now=now)
+    assert [h.memory.content for h in hits] == [PREFIX_CORPUS[1]]
 
 
 async def test_keyword_cut_keeps_the_smallest_ids_among_equals(stores: Stores) -> None:

@@ -134,15 +134,18 @@ async def test_keyword_candidates_rank_by_terms_matched_then_newest(
     the trigram index, from reading the owner's rows, or first from its newest rows
     (a window holding all 300, or only 50: too few, so the usual statement answers)."""
     from dream_memory_actor.storage.postgres import statements
+    from dream_memory_actor.text import occurs
 
     if mode == "small-window":
         monkeypatch.setattr(statements, "RECENT_WINDOW", 50)
-    plan = SearchPlan(300, 300, None, "scan" if mode == "owner-scan" else "trigram",
+    plan = SearchPlan(330, 330, None, "scan" if mode == "owner-scan" else "trigram",
                       recent_window="window" in mode)
     _, vector = pg
     rng = np.random.default_rng(8)
     texts = ([f"alpha beta note {i}" for i in range(60)] + [f"alpha note {i}" for i in range(120)]
-             + [f"beta only {i}" for i in range(60)] + [f"other note {i}" for i in range(60)])
+             + [f"beta only {i}" for i in range(60)] + [f"other note {i}" for i in range(60)]
+             # found only inside words: no match, on every path (text.occurs)
+             + [f"subalpha xbeta {i}" for i in range(30)])
     start = utcnow()
     ats = [start - timedelta(seconds=int(s)) for s in rng.permutation(len(texts))]
     await vector.bulk_insert("kw", [(t, None, at) for t, at in zip(texts, ats, strict=True)])
@@ -153,9 +156,10 @@ async def test_keyword_candidates_rank_by_terms_matched_then_newest(
     cands = [r["content"] for r in rows]
     # the window answers only when its rows hold k memories with every term
     assert {r["src"] for r in rows} == {"recent" if mode == "window" and k == 40 else "index"}
-    reference = sorted(((sum(t in x for t in terms), at, x) for x, at in zip(texts, ats,
-                                                                            strict=True)
-                        if any(t in x for t in terms)), reverse=True)[:k]
+    reference = sorted(((sum(occurs(t, x) for t in terms), at, x)
+                        for x, at in zip(texts, ats, strict=True)
+                        if any(occurs(t, x) for t in terms)), reverse=True)[:k]
+    assert not any(x.startswith("subalpha") for x in cands)
     assert len(cands) == k and set(cands) == {x for _, _, x in reference}
     if mode != "trigram":
         return

@@ -68,15 +68,26 @@ async def add_terms(conn: Any, s: str, owner: str, delta: Mapping[str, int]) -> 
                            owner, gone)
 
 
-def stats_sql(s: str, owners: Sequence[str]) -> str:
+def stats_sql(s: str, owners: Sequence[str], *, codepoint_order: bool = True) -> str:
     """One statement for :func:`term_stats`: ``$1`` the owners (``text[]``), ``$2`` the terms.
 
-    The table's memories come from the planner's statistics (0 before the first
-    ANALYZE): exact enough to choose a plan, and free."""
+    A term's document frequency is the sum of the counts of the terms starting with it,
+    at most each owner's memories (``storage.terms``): a range of the primary key,
+    ``[t, t || U+10FFFF)``, where the database's collation sorts by code point (C,
+    C.UTF-8); under any other collation the range is compared in "C" (the same result,
+    without the index). The table's memories come from the planner's statistics (0
+    before the first ANALYZE): exact enough to choose a plan, and free."""
     mine = "owner_id = ($1::text[])[1]" if len(owners) == 1 else "owner_id = ANY($1::text[])"
+    c = "" if codepoint_order else ' COLLATE "C"'
     return f"""WITH d AS MATERIALIZED (
-                   SELECT term, sum(df)::bigint AS n FROM {s}.term_df
-                   WHERE {mine} AND term = ANY($2::text[]) GROUP BY term)
+                   SELECT q.t AS term, sum(least(x.n, o.memories))::bigint AS n
+                   FROM unnest($2::text[]) AS q(t)
+                   CROSS JOIN LATERAL (
+                       SELECT owner_id, sum(df) AS n FROM {s}.term_df
+                       WHERE {mine} AND term{c} >= q.t AND term{c} < q.t || chr(1114111)
+                       GROUP BY owner_id) x
+                   JOIN {s}.owner_memory_counts o USING (owner_id)
+                   GROUP BY q.t)
                SELECT (SELECT coalesce(sum(memories), 0)::bigint
                        FROM {s}.owner_memory_counts WHERE {mine}) AS docs,
                       (SELECT greatest(reltuples, 0)::float8 FROM pg_class
@@ -85,11 +96,17 @@ def stats_sql(s: str, owners: Sequence[str]) -> str:
                       (SELECT array_agg(n ORDER BY term) FROM d) AS df"""
 
 
-async def term_stats(conn: Any, s: str, owners: Sequence[str], query: Sequence[str]
-                     ) -> TermStats:
+#: True when the database's default collation sorts text by code point: an uppercase
+#: letter before every lowercase one, and punctuation not ignored.
+CODEPOINT_ORDER_SQL = "SELECT 'B' < 'a' AND 'a-c' < 'ab' AND 'a' || chr(1114111) > 'az'"
+
+
+async def term_stats(conn: Any, s: str, owners: Sequence[str], query: Sequence[str], *,
+                     codepoint_order: bool = True) -> TermStats:
     """The owners' memory count, the table's, and the document frequency of each of
     ``query`` among the owners' memories: one round trip."""
-    row = await conn.fetchrow(stats_sql(s, owners), list(owners), list(dict.fromkeys(query)))
+    row = await conn.fetchrow(stats_sql(s, owners, codepoint_order=codepoint_order),
+                              list(owners), list(dict.fromkeys(query)))
     df = dict(zip(row["terms"] or [], row["df"] or [], strict=True))
     return TermStats(int(row["docs"]), df, int(row["table_docs"]))
 

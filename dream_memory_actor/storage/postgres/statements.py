@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...text import escape_like
+from ...text import escape_like, is_cjk_term, word_start_pattern
 from .migrations import dim_sql
 from .plan import RECENT_WINDOW, SearchPlan
 
@@ -136,10 +136,14 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
     mine = owners_filter(own) + text_metadata_condition(p, s, where)
     k = p(keyword_k)
     scan = plan.keyword == "scan"
-    # The index can use LIKE; reading the rows, a plain substring test is cheaper.
-    found = [f"strpos(search_text, {p(t)}) > 0" if scan
-             else f"search_text LIKE {p('%' + escape_like(t) + '%')} ESCAPE '\\'"
-             for t in terms]
+    # The index can use LIKE; reading the rows, a plain substring test is cheaper. A
+    # term found only inside a word is no match (text.occurs): the regular expression
+    # checks that it starts a word, on the rows the substring test let through.
+    contains = [f"strpos(search_text, {p(t)}) > 0" if scan
+                else f"search_text LIKE {p('%' + escape_like(t) + '%')} ESCAPE '\\'"
+                for t in terms]
+    found = [x if is_cjk_term(t) else f"({x} AND search_text ~ {p(word_start_pattern(t))})"
+             for x, t in zip(contains, terms, strict=True)]
     score = balanced_sum([f"({x})::int * {p(float(w))}::float8"
                           for x, w in zip(found, weights, strict=True)])
 
@@ -161,7 +165,10 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
                    ({ranked(f" AND (SELECT count(*) FROM all_terms) < {k}")})"""
     if not plan.recent_window or own.endswith("[]"):
         return usual
-    every = " AND ".join(f"strpos(search_text, {p(t)}) > 0" for t in terms)
+    every = " AND ".join(
+        f"strpos(search_text, {p(t)}) > 0" + (
+            "" if is_cjk_term(t) else f" AND search_text ~ {p(word_start_pattern(t))}")
+        for t in terms)
     # From the timestamp of the WINDOW-th newest row on, its ties included: a prefix of
     # the final order without sorting thousands of tied rows by id.
     return f"""WITH recent AS MATERIALIZED (

@@ -28,7 +28,7 @@ from ..base import VectorStore
 from ..dedup import merged
 from ..vector_l2 import BatchItem
 from . import versions
-from .counts import add_memories, add_terms, term_delta, term_stats
+from .counts import CODEPOINT_ORDER_SQL, add_memories, add_terms, term_delta, term_stats
 from .migrations import dim_sql
 from .plan import (
     EXACT_BREAK_EVEN,
@@ -86,6 +86,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
     def __init__(self, backend: PostgresBackend) -> None:
         super().__init__(backend)
         self.dim = backend.dim
+        self._codepoint_order: bool | None = None  # the database's collation, probed once
 
     # -- counts the plan is chosen from ---------------------------------------------
 
@@ -93,7 +94,10 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         """The owners' memory count, the table's rows and the terms' document
         frequencies, kept by the database with every write: one round trip."""
         async with self.backend.connection() as conn:
-            return await term_stats(conn, self._s, owners, terms)
+            if self._codepoint_order is None:
+                self._codepoint_order = bool(await conn.fetchval(CODEPOINT_ORDER_SQL))
+            return await term_stats(conn, self._s, owners, terms,
+                                    codepoint_order=self._codepoint_order)
 
     async def search_plan(self, owners: Sequence[str], terms: Sequence[str] = (), *,
                           embedding: bool = True, keyword_k: int = 40) -> SearchPlan:

@@ -171,6 +171,9 @@ class Keys:
     def l2_df(self, owner: str) -> str:
         return self.owner(owner) + "l2:df"
 
+    def l2_terms(self, owner: str) -> str:
+        return self.owner(owner) + "l2:terms"
+
     def l2_op(self, owner: str, op_id: str) -> str:
         return self.owner(owner) + "l2:op:" + op_id
 

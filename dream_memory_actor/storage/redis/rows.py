@@ -20,6 +20,7 @@ import numpy as np
 
 from ...models import VectorMemory
 from ...text import content_hash, fold, terms
+from ..terms import TermCounts
 from .common import text
 
 #: The fields of a memory hash that rows are built from, in this order.
@@ -87,7 +88,7 @@ class OwnerRows:
         self.rows: dict[str, Row] = {r.memory.id: r for r in rows}
         self._ids: list[str] = []
         self._unit: np.ndarray | None = None  # unit vectors, capacity >= len(_ids)
-        self._df: Counter[str] | None = None
+        self._df: TermCounts | None = None
 
     @classmethod
     def from_reply(cls, owner: str, reply: Sequence[Any]) -> OwnerRows:
@@ -123,10 +124,11 @@ class OwnerRows:
             self._unit = None
             self._df = None
 
-    def document_frequencies(self) -> Counter[str]:
+    def document_frequencies(self) -> TermCounts:
         """How many of these rows have each term (counted once, then kept with the rows)."""
         if self._df is None:
-            self._df = Counter(t for r in self.rows.values() for t in terms(r.memory.content))
+            self._df = TermCounts(
+                Counter(t for r in self.rows.values() for t in terms(r.memory.content)))
         return self._df
 
     def _matrix(self) -> tuple[list[str], np.ndarray]:

@@ -8,6 +8,7 @@ Keys of owner ``o`` (prefix ``p``)::
     p:{o}:l2:ver    string  a random token, replaced by every write of the owner
     p:{o}:l2:df     hash    memories per term, moved by every write (see ``df``)
     p:{o}:l2:hv:*   list    earlier versions of a memory; ``l2:sb:*`` (see ``versions``)
+    p:{o}:l2:terms  zset    the terms of that hash, in code point order (see ``df``)
 
 The token lets each process cache an owner's rows (``rows.RowCache``): one
 round trip checks it and, only when it changed, returns the rows. A store is an
@@ -38,6 +39,7 @@ from ...scoring import Candidate, TermStats, cosine, keyword_order
 from ...text import content_hash, fold
 from ..base import VectorStore
 from ..dedup import df_delta, merge_target, merged
+from ..terms import prefix_df, summed
 from ..vector_l2 import BatchItem
 from ..versions import matches
 from . import df, versions
@@ -87,6 +89,7 @@ class RedisVectorStore(VectorStore):
         self._module: bool | None = None
         self._closed = False
         self._fetch = client.register_script(FETCH_ROWS)
+        self._read_df = client.register_script(df.READ)
 
     @property
     def search_module(self) -> bool | None:
@@ -150,7 +153,7 @@ class RedisVectorStore(VectorStore):
                             done = None if op_id is None else await pipe.get(
                                 k.l2_op(owner, op_id))
                             rows = await self._rows(pipe, owner)
-                            counted = bool(await pipe.hexists(k.l2_df(owner), df.DOCS))
+                            counted = bool(await pipe.hexists(k.l2_df(owner), df.COMPLETE))
                         except WatchError:
                             continue  # the connection dropped before any write: again
                         if done is not None:  # a retry of a recorded store
@@ -226,12 +229,12 @@ class RedisVectorStore(VectorStore):
                   uncounted: OwnerRows | None) -> None:
         """Queue the write's change of the owner's document frequencies; ``uncounted``:
         the owner's rows before the write, when its frequencies were never counted."""
-        key = self._keys.l2_df(owner)
+        key, terms_key = self._keys.l2_df(owner), self._keys.l2_terms(owner)
         if uncounted is None:
-            df.queue_delta(pipe, key, delta, docs_delta)
+            df.queue_delta(pipe, key, terms_key, delta, docs_delta)
         else:
-            counts = df.apply(uncounted.document_frequencies(), delta)
-            df.queue_rebuild(pipe, key, counts, len(uncounted.rows) + docs_delta)
+            counts = df.apply(uncounted.document_frequencies().counts, delta)
+            df.queue_rebuild(pipe, key, terms_key, counts, len(uncounted.rows) + docs_delta)
 
     def _queue_write(self, pipe: Any, row: Row, *, is_new: bool) -> None:
         mem = row.memory
@@ -260,7 +263,7 @@ class RedisVectorStore(VectorStore):
                         try:
                             await pipe.watch(k.l2_version(owner))
                             content = text(await pipe.hget(k.l2_doc(owner, memory_id), "content"))
-                            counted = bool(await pipe.hexists(k.l2_df(owner), df.DOCS))
+                            counted = bool(await pipe.hexists(k.l2_df(owner), df.COMPLETE))
                             rows = None if counted or content is None else await self._rows(
                                 pipe, owner)
                         except WatchError:
@@ -334,7 +337,8 @@ class RedisVectorStore(VectorStore):
                             self._queue_write(pipe, make_row(
                                 mem, None if vec is None else np.asarray(vec, dtype=np.float64)),
                                 is_new=True)
-                        df.queue_rebuild(pipe, k.l2_df(owner), counts, len(items))
+                        df.queue_rebuild(pipe, k.l2_df(owner), k.l2_terms(owner), counts,
+                                         len(items))
                         pipe.set(k.l2_version(owner), _token())
                         try:
                             await pipe.execute()
@@ -359,21 +363,26 @@ class RedisVectorStore(VectorStore):
 
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
         k = self._keys
-        docs, counts = 0, [0] * len(terms)
+        per_owner: list[list[int]] = []
+        docs = 0
         with translate("search"):
-            async with self._r.pipeline(transaction=False) as pipe:
-                for o in owners:
-                    df.queue_read(pipe, k.l2_df(o), terms)
-                replies = await pipe.execute()
+            if len(owners) == 1:  # one EVALSHA (a pipeline would first send SCRIPT EXISTS)
+                replies = [await self._read_df(keys=[k.l2_df(owners[0]),
+                                                     k.l2_terms(owners[0])], args=terms)]
+            else:
+                async with self._r.pipeline(transaction=False) as pipe:
+                    for o in owners:
+                        pipe.eval(df.READ, 2, k.l2_df(o), k.l2_terms(o), *terms)
+                    replies = await pipe.execute()
             for o, reply in zip(owners, replies, strict=True):
                 got = df.parse_read(reply)
                 if got is None:  # never counted: count the rows this process reads
                     rows = await self._rows(self._r, o)
-                    c = rows.document_frequencies()
-                    got = (len(rows.rows), [c[t] for t in terms])
+                    n = len(rows.rows)
+                    got = (n, prefix_df(rows.document_frequencies(), n, terms))
                 docs += got[0]
-                counts = [a + b for a, b in zip(counts, got[1], strict=True)]
-        return TermStats(docs, dict(zip(terms, counts, strict=True)))
+                per_owner.append(got[1])
+        return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
