@@ -157,10 +157,8 @@ class VectorStore(_Lifecycle, ABC):
         if embedding is None and embed is not None:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
-        q_terms, t_weights, stats = await self.weighted_terms(who, text)
-        cands = await self._candidates(
-            who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n),
-            weights=t_weights, stats=stats,
+        q_terms, t_weights, cands = await self._weighted_candidates(
+            who, text, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n)
         )
         hybrid = vec is not None
         best = rank(cands, q_terms, now or utcnow(), weights, n, hybrid=hybrid, min_score=floor,
@@ -179,6 +177,23 @@ class VectorStore(_Lifecycle, ABC):
         stats = await self._term_stats(owners, found)
         kept, kept_weights = strongest_terms(found, term_weights(found, stats), stats)
         return kept, kept_weights, stats
+
+    async def _weighted_candidates(
+        self,
+        owners: Sequence[str],
+        query: str,
+        embedding: builtins.list[float] | None,
+        *,
+        vector_k: int,
+        keyword_k: int,
+    ) -> tuple[builtins.list[str], builtins.list[float], builtins.list[Candidate]]:
+        """The terms and weights of :meth:`weighted_terms` and the :meth:`_candidates`
+        they give. A backend that reads both in one round trip overrides it, with the
+        same results."""
+        q_terms, t_weights, stats = await self.weighted_terms(owners, query)
+        cands = await self._candidates(owners, q_terms, embedding, vector_k=vector_k,
+                                       keyword_k=keyword_k, weights=t_weights, stats=stats)
+        return q_terms, t_weights, cands
 
     def _materialize(self, payload: Any) -> VectorMemory:
         """The memory a candidate's payload stands for (backends with raw rows override)."""

@@ -68,21 +68,32 @@ async def add_terms(conn: Any, s: str, owner: str, delta: Mapping[str, int]) -> 
                            owner, gone)
 
 
-def stats_sql(s: str, owners: Sequence[str]) -> str:
-    """One statement for :func:`term_stats`: ``$1`` the owners (``text[]``), ``$2`` the terms.
+def stats_sql(s: str, owners: Sequence[str], owners_ref: str = "$1::text[]",
+              terms_ref: str = "$2::text[]") -> str:
+    """One statement for :func:`term_stats`: ``owners_ref`` the owners (``text[]``),
+    ``terms_ref`` the terms (``$1`` and ``$2`` unless a larger statement embeds it).
 
     The table's memories come from the planner's statistics (0 before the first
     ANALYZE): exact enough to choose a plan, and free."""
-    mine = "owner_id = ($1::text[])[1]" if len(owners) == 1 else "owner_id = ANY($1::text[])"
+    o = owners_ref
+    mine = f"owner_id = ({o})[1]" if len(owners) == 1 else f"owner_id = ANY({o})"
     return f"""WITH d AS MATERIALIZED (
                    SELECT term, sum(df)::bigint AS n FROM {s}.term_df
-                   WHERE {mine} AND term = ANY($2::text[]) GROUP BY term)
+                   WHERE {mine} AND term = ANY({terms_ref}) GROUP BY term)
                SELECT (SELECT coalesce(sum(memories), 0)::bigint
                        FROM {s}.owner_memory_counts WHERE {mine}) AS docs,
                       (SELECT greatest(reltuples, 0)::float8 FROM pg_class
                        WHERE oid = '{s}.memories'::regclass) AS table_docs,
                       (SELECT array_agg(term ORDER BY term) FROM d) AS terms,
                       (SELECT array_agg(n ORDER BY term) FROM d) AS df"""
+
+
+def idf_sql(df: str, docs: str) -> str:
+    """:func:`~dream_memory_actor.scoring.idf` as an SQL expression of the ``bigint``
+    expressions ``df`` and ``docs``, in the same float8 steps (the same values)."""
+    d = f"greatest({df}, 0)::float8"
+    return (f"ln(1::float8 + (greatest({docs}::float8, {d}) - {d} + 0.5::float8)"
+            f" / ({d} + 0.5::float8))")
 
 
 async def term_stats(conn: Any, s: str, owners: Sequence[str], query: Sequence[str]
