@@ -7,7 +7,7 @@ each term (``term_df``); the table's rows come from the planner's statistics.
 the choice is learned or cached by the process, so two processes searching the
 same data choose the same way.
 
-Each rule below rests on ``dream-memory bench search-latency`` (``--owners 1
+Each rule below rests on ``python -m benchmarks search-latency`` (``--owners 1
 --per-owner N`` for one owner of N memories, ``--owners 100 --per-owner 10000``
 for the 1M-row table), PostgreSQL 18 + pgvector 0.8, 384 dimensions.
 """
@@ -54,7 +54,7 @@ MAX_STATEMENT_TERMS = 256
 
 #: From this many memories of the owners on, a search whose branches are both index
 #: searches runs them on two connections (``SearchPlan.split``) and tries the recent
-#: window. Measured with ``bench search-latency --owners 1``: at 100k memories
+#: window. Measured with ``search-latency --owners 1``: at 100k memories
 #: splitting matches the previous learned choice (p95 24-25 ms against 24 ms; one
 #: statement 31-80 ms under load) and the window pays (without it p95 84-122 ms
 #: against 66-80 ms, same load); at 10k both cost (split p95 11-12 ms against 7-8 ms;
