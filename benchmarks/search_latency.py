@@ -10,6 +10,7 @@ bulk-loaded (PostgreSQL ``COPY``) so large sizes fit in a benchmark run.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import uuid
 from typing import Any
@@ -133,6 +134,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         queries = [corpus.query() for _ in range(args.queries)]
         for text, vec in queries[:10]:  # warm the pool and caches
             await vector.search(owners[0], text, embedding=vec, limit=args.limit)
+        # What else the machine ran: on a shared machine, tails follow the load
+        load = [round(x, 2) for x in os.getloadavg()]
         lat = []
         for i, (text, vec) in enumerate(queries):
             owner = owners[i % len(owners)]
@@ -142,6 +145,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                 keyword_k=settings.keyword_candidates)
             lat.append(time.perf_counter() - t0)
         result["search"] = percentiles_ms(lat)
+        result["load_average"] = {"before_searches": load,
+                                  "after_searches": [round(x, 2) for x in os.getloadavg()]}
         if args.backend == "redis":
             result["redis_search_module"] = vector.search_module
             if vector.search_module:  # the flavour, so reports keep the two apart

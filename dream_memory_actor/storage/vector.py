@@ -183,10 +183,9 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         if embedding is None and embed is not None:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
-        q_terms, t_weights, stats = await self.weighted_terms(who, text)
-        cands = await self._candidates(
-            who, q_terms, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n),
-            weights=t_weights, stats=stats, where=where,
+        q_terms, t_weights, cands = await self._weighted_candidates(
+            who, text, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n),
+            where=where,
         )
         hybrid = vec is not None
         best = rank(cands, q_terms, now or utcnow(), weights, n, hybrid=hybrid, min_score=floor,
@@ -205,6 +204,25 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         stats = await self._term_stats(owners, found)
         kept, kept_weights = strongest_terms(found, term_weights(found, stats), stats)
         return kept, kept_weights, stats
+
+    async def _weighted_candidates(
+        self,
+        owners: Sequence[str],
+        query: str,
+        embedding: builtins.list[float] | None,
+        *,
+        vector_k: int,
+        keyword_k: int,
+        where: Mapping[str, Any] | None = None,
+    ) -> tuple[builtins.list[str], builtins.list[float], builtins.list[Candidate]]:
+        """The terms and weights of :meth:`weighted_terms` and the :meth:`_candidates`
+        they give. A backend that reads both in one round trip overrides it, with the
+        same results."""
+        q_terms, t_weights, stats = await self.weighted_terms(owners, query)
+        cands = await self._candidates(owners, q_terms, embedding, vector_k=vector_k,
+                                       keyword_k=keyword_k, weights=t_weights, stats=stats,
+                                       where=where)
+        return q_terms, t_weights, cands
 
     async def dump(self, owner: str) -> builtins.list[tuple[VectorMemory, list[float] | None]]:
         """Every memory of ``owner`` with its embedding, oldest first (for export)."""

@@ -68,8 +68,10 @@ async def add_terms(conn: Any, s: str, owner: str, delta: Mapping[str, int]) -> 
                            owner, gone)
 
 
-def stats_sql(s: str, owners: Sequence[str], *, codepoint_order: bool = True) -> str:
-    """One statement for :func:`term_stats`: ``$1`` the owners (``text[]``), ``$2`` the terms.
+def stats_sql(s: str, owners: Sequence[str], owners_ref: str = "$1::text[]",
+              terms_ref: str = "$2::text[]", *, codepoint_order: bool = True) -> str:
+    """One statement for :func:`term_stats`: ``owners_ref`` the owners (``text[]``),
+    ``terms_ref`` the terms (``$1`` and ``$2`` unless a larger statement embeds it).
 
     A term's document frequency is the sum of the counts of the terms starting with it,
     at most each owner's memories (``storage.terms``): a range of the primary key,
@@ -77,11 +79,12 @@ def stats_sql(s: str, owners: Sequence[str], *, codepoint_order: bool = True) ->
     C.UTF-8); under any other collation the range is compared in "C" (the same result,
     without the index). The table's memories come from the planner's statistics (0
     before the first ANALYZE): exact enough to choose a plan, and free."""
-    mine = "owner_id = ($1::text[])[1]" if len(owners) == 1 else "owner_id = ANY($1::text[])"
+    o = owners_ref
+    mine = f"owner_id = ({o})[1]" if len(owners) == 1 else f"owner_id = ANY({o})"
     c = "" if codepoint_order else ' COLLATE "C"'
     return f"""WITH d AS MATERIALIZED (
                    SELECT q.t AS term, sum(least(x.n, o.memories))::bigint AS n
-                   FROM unnest($2::text[]) AS q(t)
+                   FROM unnest({terms_ref}) AS q(t)
                    CROSS JOIN LATERAL (
                        SELECT owner_id, sum(df) AS n FROM {s}.term_df
                        WHERE {mine} AND term{c} >= q.t AND term{c} < q.t || chr(1114111)
@@ -94,6 +97,14 @@ def stats_sql(s: str, owners: Sequence[str], *, codepoint_order: bool = True) ->
                        WHERE oid = '{s}.memories'::regclass) AS table_docs,
                       (SELECT array_agg(term ORDER BY term) FROM d) AS terms,
                       (SELECT array_agg(n ORDER BY term) FROM d) AS df"""
+
+
+def idf_sql(df: str, docs: str) -> str:
+    """:func:`~dream_memory_actor.scoring.idf` as an SQL expression of the ``bigint``
+    expressions ``df`` and ``docs``, in the same float8 steps (the same values)."""
+    d = f"greatest({df}, 0)::float8"
+    return (f"ln(1::float8 + (greatest({docs}::float8, {d}) - {d} + 0.5::float8)"
+            f" / ({d} + 0.5::float8))")
 
 
 #: True when the database's default collation sorts text by code point: an uppercase

@@ -7,7 +7,7 @@ each term (``term_df``); the table's rows come from the planner's statistics.
 the choice is learned or cached by the process, so two processes searching the
 same data choose the same way.
 
-Each rule below rests on ``dream-memory bench search-latency`` (``--owners 1
+Each rule below rests on ``python -m benchmarks search-latency`` (``--owners 1
 --per-owner N`` for one owner of N memories, ``--owners 100 --per-owner 10000``
 for the 1M-row table), PostgreSQL 18 + pgvector 0.8, 384 dimensions.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 #: Where an exact scan of an owner's vectors costs what the filtered HNSW search does.
@@ -53,7 +54,7 @@ MAX_STATEMENT_TERMS = 256
 
 #: From this many memories of the owners on, a search whose branches are both index
 #: searches runs them on two connections (``SearchPlan.split``) and tries the recent
-#: window. Measured with ``bench search-latency --owners 1``: at 100k memories
+#: window. Measured with ``search-latency --owners 1``: at 100k memories
 #: splitting matches the previous learned choice (p95 24-25 ms against 24 ms; one
 #: statement 31-80 ms under load) and the window pays (without it p95 84-122 ms
 #: against 66-80 ms, same load); at 10k both cost (split p95 11-12 ms against 7-8 ms;
@@ -159,3 +160,45 @@ def search_plan(owner_rows: int, table_rows: float, *, owners: int, embedding: b
                                             keyword_k))
     split = vector == "hnsw" and keyword == "trigram" and owner_rows >= LARGE_OWNER_ROWS
     return SearchPlan(owner_rows, table, vector, keyword, window, split)
+
+
+def _last_true(pred: Any, high: int = 1 << 48) -> int:
+    """The largest ``x`` in ``[0, high]`` with ``pred(x)``, for a ``pred`` true at 0 that
+    turns false at most once as ``x`` grows."""
+    lo, hi = 0, high
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if pred(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@lru_cache(maxsize=256)
+def plan_limits(table_rows: int) -> tuple[int, int, int]:
+    """Where :func:`search_plan`'s choices switch in a table of ``table_rows``: the most
+    owner rows still searched exactly, the most whose keyword candidates still come
+    from their rows, and the most below :data:`LARGE_OWNER_ROWS`. Each choice switches
+    once as the owners' rows grow.
+
+    >>> plan_limits(1_000_000)
+    (31622, 50000, 49999)
+    """
+    return (_last_true(lambda x: prefer_exact(x, max(table_rows, x))),
+            _last_true(lambda x: prefer_keyword_scan(x, max(table_rows, x))),
+            LARGE_OWNER_ROWS - 1)
+
+
+def same_plan_rows(owner_rows: int, table_rows: float) -> tuple[int, int]:
+    """The owner row counts, from first to last, for which :func:`search_plan` chooses
+    as it does for ``owner_rows`` (same table rows, every other argument the same).
+
+    >>> same_plan_rows(1_000, 1_000), same_plan_rows(10_000, 1_000_000)
+    ((0, 1000), (0, 31622))
+    """
+    table = int(table_rows) if math.isfinite(table_rows) else 0
+    limits = plan_limits(table)
+    lo = max((t + 1 for t in limits if t < owner_rows), default=0)
+    hi = min((t for t in limits if t >= owner_rows), default=1 << 62)
+    return lo, hi

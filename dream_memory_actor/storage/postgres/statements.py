@@ -14,8 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...text import escape_like, is_cjk_term, word_start_pattern
+from .counts import idf_sql, stats_sql
 from .migrations import dim_sql
 from .plan import RECENT_WINDOW, SearchPlan
+
+#: A term's weight in a statement: a float (bound as a parameter) or an SQL
+#: expression of the statement's own counts (:func:`counted_statement`).
+Weight = float | str
 
 COLUMNS = ("id", "owner_id", "content", "metadata", "created_at", "updated_at")
 #: The columns of a memory row, as ``_memory`` reads them.
@@ -74,15 +79,17 @@ def balanced_sum(parts: Sequence[str]) -> str:
 def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
                         terms: Sequence[str], embedding: list[float] | None,
                         plan: SearchPlan, *, vector_k: int, keyword_k: int,
-                        weights: Sequence[float], where: Mapping[str, Any] | None = None
+                        weights: Sequence[Weight], where: Mapping[str, Any] | None = None,
+                        params: Params | None = None
                         ) -> tuple[str, list[Any]]:
     """The statement and its arguments. Rows: the memory columns, ``search_text``
     (keyword rows), ``sim`` (cosine, when ``embedding``) and ``src`` (keyword rows:
     ``recent`` when the recent window answered, else ``index``). A memory found by
-    both branches comes twice; ranking keeps it once."""
+    both branches comes twice; ranking keeps it once. ``params``: the parameters of
+    a larger statement this one is part of."""
     s = schema
     d = int(dim or 0)
-    p = Params()
+    p = Params() if params is None else params
     own = owners_param(p, owners)
     mine = owners_filter(own, "m.owner_id")
     q = f"{p(embedding)}::vector({d})" if embedding is not None else None
@@ -117,7 +124,7 @@ def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
 
 
 def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
-                weights: Sequence[float], plan: SearchPlan, keyword_k: int,
+                weights: Sequence[Weight], plan: SearchPlan, keyword_k: int,
                 where: Mapping[str, Any] | None = None) -> str:
     """The ``keyword_k`` memories of the owners with the highest sum of the weights of
     the terms they contain (then newest, then smallest id): ``id, search_text, src``.
@@ -144,7 +151,7 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
                 for t in terms]
     found = [x if is_cjk_term(t) else f"({x} AND search_text ~ {p(word_start_pattern(t))})"
              for x, t in zip(contains, terms, strict=True)]
-    score = balanced_sum([f"({x})::int * {p(float(w))}::float8"
+    score = balanced_sum([f"({x})::int * {w if isinstance(w, str) else p(float(w))}::float8"
                           for x, w in zip(found, weights, strict=True)])
 
     def ranked(only: str = "") -> str:
@@ -182,3 +189,37 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
                WHERE (SELECT count(*) FROM recent) >= {k}
                UNION ALL
                SELECT * FROM ({usual}) usual WHERE (SELECT count(*) FROM recent) < {k}"""
+
+
+def counted_statement(schema: str, dim: int | None, owners: Sequence[str],
+                      terms: Sequence[str], embedding: list[float] | None, plan: SearchPlan,
+                      *, vector_k: int, keyword_k: int, owner_rows: tuple[int, int],
+                      table_rows: int, codepoint_order: bool = True) -> tuple[str, list[Any]]:
+    """The counts of :func:`~.counts.term_stats` and the candidates of ``plan`` in one
+    statement, the terms weighted in SQL from those counts (as ``scoring.idf``).
+
+    The candidates come only while the owners' memories are within ``owner_rows``
+    (first, last) and the table's are ``table_rows``: where the counts choose
+    ``plan`` (:func:`~.plan.same_plan_rows`). Rows: the candidate rows, and one row
+    whose ``st_docs``, ``st_table``, ``st_terms``, ``st_df`` (the counts), ``st_w``
+    (each term's weight) and ``st_same`` (whether the candidates came) are set and
+    every candidate column is NULL.
+    """
+    p = Params()
+    o, t = p(list(owners)), p(list(terms))
+    stats = stats_sql(schema, owners, f"{o}::text[]", f"{t}::text[]",
+                      codepoint_order=codepoint_order)
+    w = ", ".join(idf_sql(f"coalesce(x.df[array_position(x.terms, ({t}::text[])[{i}])], 0)",
+                          "x.docs") for i in range(1, len(terms) + 1))
+    lo, hi = p(owner_rows[0]), p(owner_rows[1])
+    same = (f"x.docs BETWEEN {lo}::bigint AND {hi}::bigint "
+            f"AND floor(x.table_docs) = {p(float(table_rows))}::float8")
+    cands, _ = candidate_statement(
+        schema, dim, owners, terms, embedding, plan, vector_k=vector_k, keyword_k=keyword_k,
+        weights=[f"(SELECT w[{i}] FROM counts)" for i in range(1, len(terms) + 1)], params=p)
+    return f"""WITH counts AS MATERIALIZED (
+                   SELECT x.*, ARRAY[{w}]::float8[] AS w, {same} AS same FROM ({stats}) x)
+               SELECT c.*, k.docs AS st_docs, k.table_docs AS st_table, k.terms AS st_terms,
+                      k.df AS st_df, k.w AS st_w, k.same AS st_same
+               FROM (SELECT * FROM ({cands}) c WHERE (SELECT same FROM counts)) c
+               FULL JOIN counts k ON false""", p.values

@@ -1,13 +1,18 @@
 """L2 on PostgreSQL + pgvector: dedup-merge on store, candidates for hybrid search.
 
-A search costs two round trips. The first (``_term_stats``) reads the owners'
-memory count, the table's rows and the query terms' document frequencies, all
-kept by the database in the transaction of every write (``counts.py``); a plan is
-chosen from them (``plan.py``). The second gathers the candidates in one statement
-(``statements.py``): the nearest memories (exact scan or HNSW index,
-owner-filtered) and the memories with the highest sum of the weights of the terms
-they contain (owner rows or trigram index), each with its exact cosine to the
-query. The base class ranks them, so the scores equal every other backend's.
+A search reads the owners' memory count, the table's rows and the query terms'
+document frequencies, all kept by the database in the transaction of every write
+(``counts.py``), chooses a plan from them (``plan.py``) and gathers the candidates
+in one statement (``statements.py``): the nearest memories (exact scan or HNSW
+index, owner-filtered) and the memories with the highest sum of the weights of
+the terms they contain (owner rows or trigram index), each with its exact cosine
+to the query. The base class ranks them, so the scores equal every other backend's.
+
+Reading the counts first costs a round trip. So a search is planned from the
+counts the previous one read, and one statement reads the counts and, only where
+they choose that same plan, the candidates (``counted_statement``); where they do
+not, the search is planned again from the counts it just read. Either way the
+plan is the one the current counts choose, and the results are the same.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from typing import Any
 
 from ...errors import MemoryNotFound
 from ...models import MemoryVersion, StoreResult, VectorMemory
-from ...scoring import Candidate, TermStats
-from ...text import content_hash, fold
+from ...scoring import MAX_QUERY_TERMS, Candidate, TermStats, strongest_terms, term_weights
+from ...text import content_hash, fold, query_terms
 from ..base import VectorStore
 from ..dedup import merged
 from ..vector_l2 import BatchItem
@@ -40,10 +45,17 @@ from .plan import (
     SearchPlan,
     prefer_exact,
     prefer_keyword_scan,
+    same_plan_rows,
     search_plan,
 )
 from .pool import PostgresBackend, PostgresStore
-from .statements import MEMORY_COLUMNS, Params, candidate_statement, metadata_condition
+from .statements import (
+    MEMORY_COLUMNS,
+    Params,
+    candidate_statement,
+    counted_statement,
+    metadata_condition,
+)
 
 __all__ = [
     "EXACT_BREAK_EVEN",
@@ -72,6 +84,16 @@ def _plan(stats: TermStats, owners: Sequence[str], terms: Sequence[str], *,
                        embedding=embedding, terms=terms, keyword_k=keyword_k, df=stats.df)
 
 
+def _paths(plan: SearchPlan) -> tuple[Any, ...]:
+    """What a plan does, without the counts it was chosen from."""
+    return plan.vector, plan.keyword, plan.recent_window, plan.split
+
+
+def _candidate(r: Any) -> Candidate:
+    return Candidate(str(r["id"]), r["content"], r["updated_at"],
+                     None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
+
+
 def _is_uuid(value: str) -> bool:
     try:
         uuid.UUID(value)
@@ -87,6 +109,9 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         super().__init__(backend)
         self.dim = backend.dim
         self._codepoint_order: bool | None = None  # the database's collation, probed once
+        #: (owner rows, table rows) the last search read: the next one is planned from
+        #: them, and checks in its statement that its own counts choose the same.
+        self._last_counts: tuple[int, int] | None = None
 
     # -- counts the plan is chosen from ---------------------------------------------
 
@@ -96,8 +121,10 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         async with self.backend.connection() as conn:
             if self._codepoint_order is None:
                 self._codepoint_order = bool(await conn.fetchval(CODEPOINT_ORDER_SQL))
-            return await term_stats(conn, self._s, owners, terms,
-                                    codepoint_order=self._codepoint_order)
+            stats = await term_stats(conn, self._s, owners, terms,
+                                     codepoint_order=self._codepoint_order)
+        self._last_counts = (stats.docs, stats.table_docs or 0)
+        return stats
 
     async def search_plan(self, owners: Sequence[str], terms: Sequence[str] = (), *,
                           embedding: bool = True, keyword_k: int = 40) -> SearchPlan:
@@ -251,6 +278,48 @@ class PostgresVectorStore(PostgresStore, VectorStore):
 
     # -- search -----------------------------------------------------------------------
 
+    async def _weighted_candidates(self, owners: Sequence[str], query: str,
+                                   embedding: list[float] | None, *, vector_k: int,
+                                   keyword_k: int, where: Mapping[str, Any] | None = None
+                                   ) -> tuple[list[str], list[float], list[Candidate]]:
+        """Counts and candidates in one round trip where the counts of the last search
+        choose a plan of one statement and the query keeps all its terms; otherwise,
+        or where this search's counts choose otherwise, counts first, then candidates
+        (always with a metadata filter)."""
+        found = query_terms(query)
+        last = self._last_counts
+        if (not found or len(found) > MAX_QUERY_TERMS or last is None or where is not None
+                or self._codepoint_order is None):
+            return await super()._weighted_candidates(owners, query, embedding,
+                                                      vector_k=vector_k, keyword_k=keyword_k,
+                                                      where=where)
+        guess = search_plan(last[0], float(last[1]), owners=len(owners),
+                            embedding=embedding is not None, terms=found, keyword_k=keyword_k)
+        if guess.split or guess.recent_window:  # two statements, or a plan the df decide
+            return await super()._weighted_candidates(owners, query, embedding,
+                                                      vector_k=vector_k, keyword_k=keyword_k,
+                                                      where=where)
+        rows = await self._fetch(counted_statement(
+            self._s, self.dim, owners, found, embedding, guess, vector_k=vector_k,
+            keyword_k=keyword_k, owner_rows=same_plan_rows(*last), table_rows=last[1],
+            codepoint_order=self._codepoint_order))
+        head = next(r for r in rows if r["st_docs"] is not None)
+        stats = TermStats(int(head["st_docs"]),
+                          dict(zip(head["st_terms"] or [], head["st_df"] or [], strict=True)),
+                          int(head["st_table"]))
+        self._last_counts = (stats.docs, stats.table_docs or 0)
+        weights = term_weights(found, stats)
+        plan = _plan(stats, owners, found, embedding=embedding is not None,
+                     keyword_k=keyword_k)
+        kept, kept_weights = strongest_terms(found, weights, stats)
+        if head["st_same"] and _paths(plan) == _paths(guess) and list(head["st_w"]) == weights:
+            # A term no memory has matches none of them, so the candidates ranked with
+            # every term are those of the terms kept; the share counts the kept ones.
+            return kept, kept_weights, [_candidate(r) for r in rows if r["st_docs"] is None]
+        return kept, kept_weights, await self._candidates(
+            owners, kept, embedding, vector_k=vector_k, keyword_k=keyword_k,
+            weights=kept_weights, stats=stats)
+
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int, keyword_k: int,
                           weights: Sequence[float] | None = None,
@@ -278,9 +347,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             rows = await self._fetch(self.statement(owners, terms, embedding, plan,
                                                     vector_k=vector_k, keyword_k=keyword_k,
                                                     weights=w, where=where))
-        return [Candidate(str(r["id"]), r["content"], r["updated_at"],
-                          None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
-                for r in rows]
+        return [_candidate(r) for r in rows]
 
     async def _fetch(self, statement: tuple[str, list[Any]]) -> list[Any]:
         async with self.backend.connection() as conn:
