@@ -10,6 +10,7 @@ The document is versioned and self-describing, one JSON object a line::
     {"type": "version", "owner": "alice", "item": {...}}   a superseded rule or fact
     {"type": "status_change", "owner": "alice", "item": {...}}   a kept status value
     {"type": "memory", "owner": "alice", "item": {...}, "embedding": [...] | null}
+    {"type": "memory_version", "owner": "alice", "item": {...}}   an earlier version
     {"type": "end", "counts": {"rule": 2, ...}}
 
 Every record names its owner, and an import refuses a record of another owner than
@@ -38,6 +39,7 @@ from .models import (
     MemoryFact,
     MemoryPendingItem,
     MemoryRule,
+    MemoryVersion,
     VectorMemory,
     utcnow,
 )
@@ -57,7 +59,7 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 _ITEMS: dict[str, type[Any]] = {"rule": MemoryRule, "fact": MemoryFact,
                                "version": ItemVersion, "status_change": StatusChange,
                                "pending": MemoryPendingItem, "audit": AuditEntry,
-                               "memory": VectorMemory}
+                               "memory": VectorMemory, "memory_version": MemoryVersion}
 
 
 async def export_owner(engine: MemoryEngine, owner: str) -> list[str]:
@@ -82,6 +84,8 @@ async def export_owner(engine: MemoryEngine, owner: str) -> list[str]:
                 for e in reversed(audit)]  # oldest first, as they were written
     records += [{"type": "memory", "item": m.model_dump(mode="json"), "embedding": emb}
                 for m, emb in memories]
+    records += [{"type": "memory_version", "item": v.model_dump(mode="json")}
+                for v in await engine.vector.versions(owner)]
     header = {"type": "header", "format": FORMAT, "version": VERSION, "owner": owner,
               "exported_at": utcnow().isoformat(),
               "embedding_model": _model(engine),
@@ -179,6 +183,8 @@ def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
     except ValidationError as exc:
         raise InvalidImport(f"line {n}: invalid {kind}: {exc.errors()[0]['msg']}") from None
     out = {"type": kind, "item": item}
+    if kind in ("memory", "memory_version") and item.owner != owner:
+        raise InvalidImport(f"line {n}: a {kind} of owner {item.owner!r}")
     if kind == "memory":
         if item.owner != owner:
             raise InvalidImport(f"line {n}: a memory of owner {item.owner!r}")
@@ -207,6 +213,7 @@ async def import_owner(engine: MemoryEngine, lines: Iterable[str | bytes]) -> di
     audit = [check.audit_entry(e, st.max_content_bytes) for e in doc.items("audit")]
     memories = engine.vector.check_restore(
         owner, list(zip(doc.items("memory"), embeddings, strict=True)))
+    engine.vector.check_versions(owner, doc.items("memory_version"))
     # A rehearsal on the reference backend first: any write the target would refuse
     # (limits, ids, a broken chain) is refused here, before the target has anything.
     rehearsal = InMemoryStructuredStore(max_content_bytes=st.max_content_bytes)
@@ -218,6 +225,7 @@ async def import_owner(engine: MemoryEngine, lines: Iterable[str | bytes]) -> di
     if audit:  # the decisions as they were taken (``apply`` refuses to write audit entries)
         await st._apply(owner, [AddAudit(e) for e in audit], now, None)
     written = await engine.vector.restore(owner, memories)
+    await engine.vector.restore_versions(owner, doc.items("memory_version"))
     counts = Counter(r["type"] for r in doc.records)
     counts["status"] = sum(isinstance(op, SetStatus) for _, op in writes)
     counts["memory"] = written

@@ -318,6 +318,13 @@ class InMemoryVectorStore(VectorStore):
                                     fold(mem.content))
                 self._df[owner].apply(df_delta(None, mem.content))
 
+    async def _all_versions(self, owner: str) -> list[MemoryVersion]:
+        return list(self._versions.get(owner, []))
+
+    async def _restore_versions(self, owner: str, versions: Sequence[MemoryVersion]) -> None:
+        async with self._locks[owner]:
+            self._versions[owner].extend(versions)
+
     async def _forget(self, owner: str) -> int:
         async with self._locks[owner]:
             gone = len(self._rows.pop(owner, {}))

@@ -18,7 +18,7 @@ from typing import Any
 from .. import validation as check
 from .. import validation_l2 as check_l2
 from ..errors import InvalidQuery, MemoryNotFound
-from ..models import SearchHit, StoreResult, VectorMemory, utcnow
+from ..models import MemoryVersion, SearchHit, StoreResult, VectorMemory, utcnow
 from ..scoring import (
     DEFAULT_WEIGHTS,
     Candidate,
@@ -116,6 +116,14 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
                        items: Sequence[tuple[VectorMemory, list[float] | None]]) -> None:
         """Insert ``items`` as they are (ids, times, metadata; no dedup) for an owner
         that has no memories, atomically where the backend has transactions."""
+
+    @abstractmethod
+    async def _all_versions(self, owner: str) -> builtins.list[MemoryVersion]:
+        """Every closed version of the owner's memories (updates and supersessions)."""
+
+    @abstractmethod
+    async def _restore_versions(self, owner: str, versions: Sequence[MemoryVersion]) -> None:
+        """Write exported closed versions as they were, for an owner being imported."""
 
     @abstractmethod
     async def _forget(self, owner: str) -> int:
@@ -242,6 +250,41 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         if checked:
             await self._restore(owner, checked)
         return len(checked)
+
+    async def versions(self, owner: str) -> builtins.list[MemoryVersion]:
+        """Every closed version of ``owner``'s memories, oldest closed first (for export)."""
+        found = await self._all_versions(check.owner_id(owner))
+        return sorted(found, key=lambda v: (v.valid_to or v.valid_from, v.valid_from, v.id))
+
+    async def restore_versions(self, owner: str, versions: Sequence[MemoryVersion]) -> None:
+        """Write exported closed versions of ``owner``'s memories as they were (an import
+        right after ``restore``), checked first (``check_versions``)."""
+        self.check_versions(owner, versions)
+        if versions:
+            await self._restore_versions(owner, list(versions))
+
+    def check_versions(self, owner: str, versions: Sequence[MemoryVersion]) -> None:
+        """``InvalidInput`` for a version ``restore_versions`` would refuse: of another
+        owner, not closed, an id that is not a UUID, content or metadata over the limits."""
+        import uuid
+
+        from ..errors import InvalidImport
+
+        check.owner_id(owner)
+        for v in versions:
+            if v.owner != owner:
+                raise InvalidImport(f"a memory version of owner {v.owner!r} among {owner!r}'s")
+            if v.valid_to is None or v.change is None:
+                raise InvalidImport(f"memory version {v.id!r} is not closed")
+            try:
+                for i in (v.id, v.memory_id, v.superseded_by):
+                    if i is not None:
+                        uuid.UUID(i)
+            except ValueError:
+                raise InvalidImport(f"memory version {v.id!r} has an id that is not a UUID"
+                                    ) from None
+            check.content(v.content, self.max_content_bytes)
+            check.metadata(v.metadata, self.limits)
 
     def check_restore(self, owner: str,
                       items: Sequence[tuple[VectorMemory, Sequence[float] | None]]

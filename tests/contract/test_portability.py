@@ -48,6 +48,11 @@ async def fill(engine: MemoryEngine) -> None:
                   metadata={"agent": "deploy"}, now=old)
     await v.store(OWNER, "上线了新的部署流程", embedding=vec(2), metadata={"lang": "zh"})
     await v.store(OWNER, "keyword only memory")  # no embedding
+    # a memory changed twice: its earlier versions come along too
+    kept = await v.store(OWNER, "the sprint ends on Friday", embedding=vec(3))
+    await v.update(OWNER, kept.memory.id, "the sprint ends on Thursday", embedding=vec(3))
+    await v.supersede_memory(OWNER, kept.memory.id, "the sprint ends on Wednesday",
+                             embedding=vec(4), by="alice", reason="moved")
 
 
 def comparable(snap):  # type: ignore[no-untyped-def]
@@ -65,8 +70,14 @@ async def test_round_trip(stores, request: pytest.FixtureRequest, target: str) -
     try:
         dest = engine_on(other)
         counts = await import_owner(dest, lines)
-        assert counts == {"audit": 1, "fact": 1, "memory": 3, "pending": 1, "rule": 3,
-                          "status": 3, "status_change": 3, "version": 2}
+        assert counts == {"audit": 1, "fact": 1, "memory": 4, "memory_version": 2,
+                          "pending": 1, "rule": 3, "status": 3, "status_change": 3,
+                          "version": 2}
+        wed = next(m for m in await dest.vector.list(OWNER) if "Wednesday" in m.content)
+        assert ([x.content for x in await source.vector.memory_history(OWNER, wed.id)]
+                == [x.content for x in await dest.vector.memory_history(OWNER, wed.id)]
+                == ["the sprint ends on Friday", "the sprint ends on Thursday",
+                    "the sprint ends on Wednesday"])
         a, b = await source.structured.load(OWNER), await dest.structured.load(OWNER)
         assert comparable(a) == comparable(b)
         assert await source.structured.audit(OWNER) == await dest.structured.audit(OWNER)
@@ -164,4 +175,4 @@ async def test_import_re_embeds_for_another_model(stores) -> None:  # type: igno
                         target.structured, target.vector, Embedder())  # type: ignore[arg-type]
     await import_owner(dest, lines)
     dumped = await target.vector.dump(OWNER)
-    assert [e for _, e in dumped] == [vec(7)] * 3
+    assert [e for _, e in dumped] == [vec(7)] * 4

@@ -421,6 +421,12 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             await add_memories(conn, s, owner, len(items))
             await add_terms(conn, s, owner, term_delta(added=[m.content for m, _ in items]))
 
+    async def _all_versions(self, owner: str) -> list[MemoryVersion]:
+        return await versions.all_versions(self, owner)
+
+    async def _restore_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
+        await versions.restore_versions(self, owner, list(found))
+
     async def _forget(self, owner: str) -> int:
         from .erase import L2_TABLES, erase
 

@@ -233,6 +233,27 @@ async def history(store: PostgresVectorStore, owner: str, memory_id: str) -> lis
             owner,
             mid,
         )
+    return _versions(rows)
+
+
+async def all_versions(store: PostgresVectorStore, owner: str) -> list[MemoryVersion]:
+    """Every closed version of the owner's memories (for export)."""
+    async with store.backend.connection() as conn:
+        rows = await conn.fetch(
+            f"""SELECT {VERSION_COLUMNS} FROM {store._s}.memory_versions WHERE owner_id = $1
+                ORDER BY valid_to, valid_from""", owner)
+    return _versions(rows)
+
+
+async def restore_versions(store: PostgresVectorStore, owner: str,
+                           versions: list[MemoryVersion]) -> None:
+    """Insert exported closed versions as they were (an import)."""
+    async with store.backend.transaction() as conn:
+        for v in versions:
+            await _add_version(conn, store._s, v)
+
+
+def _versions(rows: Any) -> list[MemoryVersion]:
     return [
         MemoryVersion(
             id=str(r["id"]),

@@ -350,6 +350,12 @@ class RedisVectorStore(VectorStore):
                     return
         raise BackendError(f"owner {owner!r}: too many concurrent writers, import gave up")
 
+    async def _all_versions(self, owner: str) -> list[MemoryVersion]:
+        return await versions.all_versions(self, owner)
+
+    async def _restore_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
+        await versions.restore_versions(self, owner, list(found))
+
     async def _forget(self, owner: str) -> int:
         from .erase import erase
 

@@ -241,3 +241,34 @@ async def history(store: RedisVectorStore, owner: str, memory_id: str) -> list[M
     if before is not None:
         found.append(MemoryVersion.model_validate_json(before))
     return found
+
+
+async def all_versions(store: RedisVectorStore, owner: str) -> list[MemoryVersion]:
+    """Every closed version of the owner's memories (for export): the histories'
+    lists (a successor link repeats a version that is in its memory's list)."""
+    from .erase import glob_escaped
+
+    start = history_key(store, owner, "")
+    node = await store._r.node_for(start) if hasattr(store._r, "node_for") else store._r
+    found: dict[str, MemoryVersion] = {}
+    with translate_errors("export"):
+        async for key in node.scan_iter(match=glob_escaped(start) + "*", count=1000):
+            for raw in await node.lrange(key, 0, -1):
+                v = MemoryVersion.model_validate_json(raw)
+                found[v.id] = v
+    return sorted(found.values(), key=lambda v: (v.valid_to or v.valid_from, v.valid_from))
+
+
+async def restore_versions(store: RedisVectorStore, owner: str,
+                           versions: list[MemoryVersion]) -> None:
+    """Write exported closed versions as they were (an import), in one transaction."""
+    with translate_errors("import"):
+        async with store._r.pipeline(transaction=True) as pipe:
+            await pipe.watch(store._keys.l2_version(owner))  # on a cluster: the owner's master
+            pipe.multi()
+            for v in versions:
+                encoded = v.model_dump_json()
+                pipe.rpush(history_key(store, owner, v.memory_id), encoded)
+                if v.change == "supersede" and v.superseded_by is not None:
+                    pipe.set(successor_key(store, owner, v.superseded_by), encoded)
+            await pipe.execute()
