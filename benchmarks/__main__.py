@@ -26,6 +26,7 @@ BENCHMARKS = {
     "compare-mem0": "compare_mem0",
     "report": "report",
     "extraction": "extraction",
+    "embedding-speed": "embedding_speed",
 }
 
 
