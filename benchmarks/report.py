@@ -11,7 +11,8 @@ newest file of each size) and ``concurrency`` (throughput by writers, every file
 point). The runtime section reads ``actor-overhead`` (the newest file of each
 placement), ``footprint`` and ``cold-start`` (the newest figure of each placement), and the
 extraction section the newest ``extraction`` run, the batch-ingest section every
-``batch-ingest`` run.
+``batch-ingest`` run; ``embedding-speed`` (every run) the section on the local
+embedding models.
 Each table says which machine and which command produced it. The README's table
 of measured figures (``--readme``, between its markers) is rewritten from the same
 results (see ``report_figures``). Plots need matplotlib
@@ -26,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .report_embedding import embedding_speed_section
 from .report_figures import figures_block, with_figures
 from .report_ingest import ingest_section
 from .report_runtime import extraction_section, runtime_section
@@ -122,6 +124,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                            out_dir / f"{name.replace('-', '_')}.png")))
         else:
             lines += [f"## {title.capitalize()}", "", f"No {name} results yet.", ""]
+    lines += embedding_speed_section(results.get("embedding-speed", []))
     lines += runtime_section(results)
     lines += extraction_section(results.get("extraction", []))
     lines += ingest_section(results.get("batch-ingest", []))

@@ -87,6 +87,19 @@ class MemorySettings(BaseSettings):
     keyword_candidates: int = Field(40, ge=1, le=10_000)
     hnsw_ef_search: int = Field(100, ge=1, le=1000)
 
+    # reranking (``rerank``): None = off. "cross-encoder:<path or name>" runs a
+    # sentence-transformers CrossEncoder in-process (extra local); anything else = a
+    # litellm rerank model (Cohere/Jina-compatible endpoint, extra litellm)
+    rerank_model: str | None = None
+    rerank_candidates: int = Field(20, ge=1, le=1000)
+    rerank_api_base: str | None = None
+    rerank_api_key: SecretStr | None = None
+    rerank_timeout_s: float = Field(10.0, gt=0)
+    rerank_max_length: int | None = Field(None, ge=8, le=8192)
+    # when the reranker fails: "fallback" = answer the hybrid order (rerank_score None),
+    # "raise" = RerankError
+    rerank_on_error: str = "fallback"
+
     # writes
     dedup_threshold: float = Field(0.85, ge=0, le=1)
     max_content_bytes: int = Field(32 * 1024, ge=16, le=1024 * 1024)
@@ -148,6 +161,14 @@ class MemorySettings(BaseSettings):
             raise ConfigurationError(
                 f"unsupported placement {value!r}; choose one of: {', '.join(PLACEMENTS)}"
             )
+        return value
+
+    @field_validator("rerank_on_error")
+    @classmethod
+    def _known_on_error(cls, value: str) -> str:
+        if value not in ("fallback", "raise"):
+            raise ConfigurationError(
+                f"unsupported rerank_on_error {value!r}; choose one of: fallback, raise")
         return value
 
     @field_validator("postgres_schema", "redis_prefix")

@@ -34,10 +34,12 @@ from .models import (
     Tombstone,
     VectorMemory,
 )
+from .rerank import Reranker, make_reranker, rerank_hits
 from .scoring import Weights
 from .storage import open_stores
 from .storage.base import StructuredStore, VectorStore
 from .storage.ops import L1Op
+from .validation import limit as check_limit
 from .validation import owner_id as check_owner
 
 
@@ -50,6 +52,7 @@ class MemoryEngine:
         structured: StructuredStore,
         vector: VectorStore,
         embedder: CachedEmbedder | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         self.settings = settings
         self.structured = structured
@@ -64,6 +67,9 @@ class MemoryEngine:
             self.weights = dataclasses.replace(self.weights, calibration=calibration.query)
             self.dedup_threshold = min(1.0, max(0.0, calibration.dedup_threshold(
                 settings.dedup_threshold)))
+        #: Orders the best hits of a search (``rerank_model``; ``None``: off). Cheap to make:
+        #: its model or client is loaded on the first search that uses it.
+        self.reranker = reranker if reranker is not None else make_reranker(settings)
         self._closed = False
         self.metrics = get_metrics()
 
@@ -225,15 +231,23 @@ class MemoryEngine:
         filter: Mapping[str, Any] | None = None,
     ) -> list[SearchHit]:
         """Hybrid search (keyword + time only without an embedder), best first;
-        ``filter`` keeps the memories whose metadata has those values."""
+        ``filter`` keeps the memories whose metadata has those values; with a reranker,
+        its order over the best ``rerank_candidates`` (see ``rerank``)."""
         self._open()
         with self.metrics.operation("search", self.settings.backend):
             s = self.settings
-            return await self.vector.search(
-                owners, query, embedding=embedding, limit=limit, weights=self.weights, now=now,
+            reranker = self.reranker
+            fetch = limit if reranker is None else max(check_limit(limit), s.rerank_candidates)
+            hits = await self.vector.search(
+                owners, query, embedding=embedding, limit=fetch, weights=self.weights, now=now,
                 vector_k=s.vector_candidates, keyword_k=s.keyword_candidates,
                 min_score=min_score, embed=self.embed_query, filter=filter,
             )
+            if reranker is None:
+                return hits
+            ranked = await rerank_hits(reranker, query, hits, candidates=s.rerank_candidates,
+                                       on_error=s.rerank_on_error)
+            return ranked[:limit]
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         self._open()

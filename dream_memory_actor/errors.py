@@ -34,6 +34,7 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── BackendUnavailable               cannot connect / connection lost
     │   └── SchemaError                      migrations missing or incompatible
     ├── EmbeddingError                       the embedding model failed
+    ├── RerankError                          the reranker failed (rerank_on_error="raise")
     ├── ExtractionError                      the extraction LLM failed; nothing was written
     │   ├── MalformedExtraction              its reply is not the expected JSON
     │   └── ExtractionUnavailable            timeout, rate limit, 5xx, no connection
@@ -177,6 +178,11 @@ class SchemaError(BackendError):
 
 class EmbeddingError(DreamMemoryError):
     """The embedding model failed or returned something unusable."""
+
+
+class RerankError(DreamMemoryError):
+    """The reranker failed or returned something unusable (the cause is chained). Raised
+    only with ``rerank_on_error="raise"``; by default the search answers the hybrid order."""
 
 
 class SystemClosed(DreamMemoryError):

@@ -253,7 +253,9 @@ class SearchHit(_Frozen):
     embedding model, see ``embedding.calibration``) and ``cosine`` the raw cosine
     of query and memory embeddings; both are ``None`` when no embedding took
     part (keyword-only mode or a memory stored without an embedding); ``mode``
-    says which signals ran.
+    says which signals ran. ``rerank_score`` is the reranker's score when a
+    reranker ordered this hit (``None`` otherwise; see ``dream_memory_actor.rerank``);
+    ``score`` stays the hybrid score.
     """
 
     memory: VectorMemory
@@ -263,6 +265,7 @@ class SearchHit(_Frozen):
     time_score: float
     mode: Literal["hybrid", "keyword"]
     cosine: float | None = None
+    rerank_score: float | None = None
 
 
 class ChatMessage(_Frozen):

@@ -95,6 +95,17 @@ def test_dedup_cut_rises_above_unrelated_pairs_that_score_high() -> None:
     assert dedup_cut(scores) > 0.9
 
 
+def test_dedup_cut_rises_above_most_distinct_events() -> None:
+    scores = {"unrelated": [0.1] * 10, "related": [0.5],
+              "paraphrase": [0.80 + i * 0.01 for i in range(11)]}
+    assert dedup_cut(scores) == pytest.approx(0.81)
+    distinct = [0.5] * 19 + [0.95]  # the 95th percentile is 0.5225: below the paraphrases
+    assert dedup_cut({**scores, "distinct": distinct}) == pytest.approx(0.81)
+    distinct = [0.5] * 10 + [0.88] * 10
+    assert dedup_cut({**scores, "distinct": distinct}) == pytest.approx(0.88)
+    assert fit_curve({**scores, "distinct": distinct})(0.88) == pytest.approx(DUPLICATE)
+
+
 def test_fit_leaves_out_anchors_that_would_break_monotonicity() -> None:
     # a model that scores related pairs above its paraphrases
     curve = fit_curve({"unrelated": [0.1, 0.2], "related": [0.95, 0.96],
@@ -125,6 +136,7 @@ def test_labelled_pairs_cover_both_languages_and_keep_the_test_part_apart() -> N
     for lang in ("en", "zh"):
         for label in ("unrelated", "related", "paraphrase"):
             assert sum(p.lang == lang and p.label == label for p in test) >= 20
+        assert sum(p.lang == lang and p.label == "distinct" for p in test) >= 12
     fit_texts = {t for p in fit for t in (p.a, p.b)}
     assert not fit_texts & {t for p in test for t in (p.a, p.b)}
     assert all(p.a != p.b for p in fit + test)

@@ -17,7 +17,7 @@ from dream_memory_actor.embedding import (
     shipped_calibration,
 )
 from dream_memory_actor.embedding.calibrate import fit, fit_langs, merge_rates, pair_scores
-from dream_memory_actor.embedding.calibration import labelled_pairs
+from dream_memory_actor.embedding.calibration import dedup_cut, fit_curve, labelled_pairs
 from dream_memory_actor.embedding.multilingual import E5_MAX_TOKENS, E5Embedder, USEEmbedder
 from dream_memory_actor.engine import MemoryEngine
 from dream_memory_actor.errors import InvalidContent
@@ -30,6 +30,8 @@ MULTILINGUAL = MODELS[1:]
 #: Acceptance on the held-apart pairs at the default dedup threshold.
 MAX_UNRELATED_MERGED = 0.01
 MIN_PARAPHRASE_MERGED = 0.80
+#: Distinct events of one template (another person, place, date) merged at most.
+MAX_DISTINCT_MERGED = 0.10
 
 _opened: dict[str, CachedEmbedder] = {}
 
@@ -64,8 +66,29 @@ async def test_held_apart_pairs_merge_as_required(model: str) -> None:
     assert share["unrelated"] <= MAX_UNRELATED_MERGED, (model, share)
     assert share["paraphrase"] >= MIN_PARAPHRASE_MERGED, (model, share)
     rates = await merge_rates(emb, cal, 0.85, langs=fit_langs(model))
+    for lang, by_label in rates.items():  # per language: Chinese ones merge most
+        assert by_label["distinct"] <= MAX_DISTINCT_MERGED, (model, lang, by_label)
     for label, value in share.items():
         assert value == pytest.approx(np.mean([rates[lang][label] for lang in rates]))
+
+
+async def test_distinct_events_guard_the_dedup_cut_only(model: str) -> None:
+    # the distinct pairs raise the memory curve's duplicate anchor to their 95th
+    # percentile when they reach that high, and never move the query curve
+    emb = await embedder_for(model)
+    pairs = labelled_pairs("fit", fit_langs(model))
+    memory, query = await pair_scores(emb, pairs)
+    distinct = [s for p, s in zip(pairs, memory, strict=True) if p.label == "distinct"]
+    others = {label: [s for p, s in zip(pairs, memory, strict=True) if p.label == label]
+              for label in ("unrelated", "related", "paraphrase")}
+    shipped = shipped_calibration(model)
+    assert shipped is not None
+    cut = shipped.dedup_threshold(0.85)
+    assert cut == pytest.approx(max(dedup_cut(others), float(np.quantile(distinct, 0.95))),
+                                abs=2e-3)
+    without = {label: [s for p, s in zip(pairs, query, strict=True) if p.label == label]
+               for label in ("unrelated", "related", "paraphrase")}
+    assert shipped.query.xs == pytest.approx(fit_curve(without).xs, abs=2e-3)
 
 
 async def test_shipped_calibration_is_what_the_fit_gives(model: str) -> None:

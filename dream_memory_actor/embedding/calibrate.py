@@ -8,7 +8,8 @@
 
 The model is opened from the settings (``DREAM_MEMORY_*`` variables, e.g. the
 API base and key of a litellm model), with ``--model`` as ``embedding_model``.
-The curves are fitted on the fit part of ``data/pairs.tsv`` and printed as JSON
+The curves are fitted on the fit part of ``data/pairs.tsv`` and ``data/distinct.tsv``
+and printed as JSON
 (``--output`` also writes them to a file; ``--update-shipped`` writes them into
 the package's ``data/calibrations.json``, for the local models). Then the share
 of held-apart pairs merged at the dedup threshold is printed per label and
@@ -66,7 +67,8 @@ async def pair_scores(embedder: Embedder | CachedEmbedder, pairs: Sequence[Pair]
 
 
 def _by_label(pairs: Sequence[Pair], scores: Sequence[float]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"unrelated": [], "related": [], "paraphrase": []}
+    out: dict[str, list[float]] = {"unrelated": [], "related": [], "paraphrase": [],
+                                   "distinct": []}
     for p, s in zip(pairs, scores, strict=True):
         out[p.label].append(s)
     return out
@@ -74,11 +76,13 @@ def _by_label(pairs: Sequence[Pair], scores: Sequence[float]) -> dict[str, list[
 
 async def fit(embedder: Embedder | CachedEmbedder, model: str,
               langs: Iterable[str] | None = None) -> Calibration:
-    """The calibration of ``embedder`` fitted on the fit pairs of ``langs``."""
+    """The calibration of ``embedder`` fitted on the fit pairs of ``langs`` (the distinct
+    pairs guard the memory curve only, see :mod:`.calibration`)."""
     pairs = labelled_pairs("fit", langs or fit_langs(model))
     memory, query = await pair_scores(embedder, pairs)
-    return Calibration(model, fit_curve(_by_label(pairs, memory)),
-                       fit_curve(_by_label(pairs, query)))
+    by_query = _by_label(pairs, query)
+    by_query.pop("distinct")
+    return Calibration(model, fit_curve(_by_label(pairs, memory)), fit_curve(by_query))
 
 
 async def merge_rates(embedder: Embedder | CachedEmbedder, calibration: Calibration,

@@ -14,8 +14,9 @@ median of related pairs (same subject,      :data:`RELATED` (0.50)
 another fact)
 10th percentile of paraphrase pairs (90%    :data:`DUPLICATE` (0.85)
 of them merge at the default threshold),
-at least the 99th of unrelated pairs
-(see :func:`dedup_cut`)
+at least the 99th of unrelated pairs and,
+for the memory curve, the 95th of distinct
+events (see :func:`dedup_cut`)
 ==========================================  ==============
 
 plus ``-1 -> -1`` and ``1 -> 1``, linear in between (so the map is monotone and
@@ -36,6 +37,16 @@ are re-derived, and a user's own model (litellm) is calibrated, with::
 The labelled pairs (``data/pairs.tsv``, English and Chinese) are split into a
 fit part and a held-apart test part (every third group), so the merge rates
 printed by that command are measured on pairs the curves were not fitted on.
+
+``data/distinct.tsv`` adds *distinct* pairs: two events of the same template
+with another person, place, date or amount ("deployed to the Beijing region on
+Tuesday" / "... Shanghai region on Thursday"). Models put them close, closer
+than many paraphrases in Chinese (multilingual-e5-small merged a quarter of
+them at a cut set by paraphrases and unrelated pairs alone), and merging them
+loses an event. So the memory curve's :data:`DUPLICATE` anchor is also at
+least their :data:`DISTINCT_QUANTILE` quantile: dedup merges fewer paraphrases
+rather than distinct events. The query curve leaves them out: for search, a
+distinct event of the same kind is a relevant memory.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ from typing import Any, Literal
 from ..errors import ConfigurationError
 
 __all__ = [
+    "DISTINCT_QUANTILE",
     "DUPLICATE",
     "IDENTITY",
     "RELATED",
@@ -77,8 +89,10 @@ DUPLICATE = 0.85
 PARAPHRASE_QUANTILE = 0.10
 #: The :data:`DUPLICATE` anchor is never below this quantile of the unrelated pairs.
 UNRELATED_QUANTILE = 0.99
+#: ... nor, on the memory curve, below this quantile of the distinct pairs.
+DISTINCT_QUANTILE = 0.95
 
-Label = Literal["unrelated", "related", "paraphrase"]
+Label = Literal["unrelated", "related", "paraphrase", "distinct"]
 Split = Literal["fit", "test"]
 
 
@@ -188,18 +202,35 @@ class Pair:
 UNRELATED_OFFSETS = (7, 19, 31)
 
 
-def _groups() -> list[list[str]]:
-    text = resources.files(__package__).joinpath("data/pairs.tsv").read_text(encoding="utf-8")
+def _rows(name: str, columns: int) -> list[list[str]]:
+    text = resources.files(__package__).joinpath(f"data/{name}").read_text(encoding="utf-8")
     rows = [line.split("\t") for line in text.splitlines() if line and not line.startswith("#")]
     for row in rows:
-        if len(row) != 5:
-            raise ConfigurationError(f"data/pairs.tsv: a row must have 5 columns: {row!r}")
+        if len(row) != columns:
+            raise ConfigurationError(f"data/{name}: a row must have {columns} columns: {row!r}")
     return rows
+
+
+def _groups() -> list[list[str]]:
+    return _rows("pairs.tsv", 5)
+
+
+def _distinct(split: Split | None, wanted: set[str] | None) -> list[Pair]:
+    """The distinct pairs; every third of each language (index 2, 5, ...) is ``"test"``."""
+    out: list[Pair] = []
+    seen: dict[str, int] = {}
+    for lang, a, b in _rows("distinct.tsv", 3):
+        i = seen[lang] = seen.get(lang, -1) + 1
+        part: Split = "test" if i % 3 == 2 else "fit"
+        if (wanted is None or lang in wanted) and (split is None or part == split):
+            out.append(Pair(a, b, "distinct", lang, part))
+    return out
 
 
 def labelled_pairs(split: Split | None = None, langs: Iterable[str] | None = None
                    ) -> list[Pair]:
-    """The shipped pairs, optionally of one split and some languages.
+    """The shipped pairs (``data/distinct.tsv`` last), optionally of one split and some
+    languages.
 
     Every third group of each language (index 2, 5, 8, ...) is held apart as
     ``"test"``; unrelated pairs are made within a split, so no test text is seen
@@ -227,7 +258,7 @@ def labelled_pairs(split: Split | None = None, langs: Iterable[str] | None = Non
                     while groups[j][1] == topic:
                         j = (j + 1) % n
                     out.append(Pair(base, groups[j][2], "unrelated", lang, part))
-    return out
+    return out + _distinct(split, wanted)
 
 
 # -- fitting ----------------------------------------------------------------------
@@ -246,13 +277,18 @@ def dedup_cut(scores: Mapping[str, Sequence[float]]) -> float:
     quantile of the paraphrase pairs (so that share of paraphrases falls below
     it), raised to the :data:`UNRELATED_QUANTILE` quantile of the unrelated pairs
     when those reach higher (a model that cannot tell them apart merges fewer
-    paraphrases rather than unrelated memories)."""
-    return max(_quantile(scores["paraphrase"], PARAPHRASE_QUANTILE),
-               _quantile(scores["unrelated"], UNRELATED_QUANTILE))
+    paraphrases rather than unrelated memories), and to the
+    :data:`DISTINCT_QUANTILE` quantile of the ``"distinct"`` pairs when given."""
+    cut = max(_quantile(scores["paraphrase"], PARAPHRASE_QUANTILE),
+              _quantile(scores["unrelated"], UNRELATED_QUANTILE))
+    if scores.get("distinct"):
+        cut = max(cut, _quantile(scores["distinct"], DISTINCT_QUANTILE))
+    return cut
 
 
 def fit_curve(scores: Mapping[str, Sequence[float]]) -> Curve:
-    """The curve through the anchors of the module doc, fitted on labelled raw cosines.
+    """The curve through the anchors of the module doc, fitted on labelled raw cosines
+    (``"distinct"`` scores, when given, only raise the :data:`DUPLICATE` anchor).
 
     An anchor that would break monotonicity (a model that ranks related pairs
     above its paraphrase cut, say) is left out.

@@ -4,7 +4,10 @@
 returns an embedder whose ``dim`` is given or probed with one short request.
 Inputs are sent in batches of :data:`BATCH_SIZE` texts per request, in order.
 
-Every failure (timeouts, HTTP 4xx/5xx, a body that is not JSON, missing fields,
+Text no model can take raises ``UnembeddableText`` before any request (see
+``base.check_embeddable``); a text longer than the provider's window is the
+provider's to refuse (OpenAI answers HTTP 400, an ``EmbeddingError``) or to
+truncate. Every failure (timeouts, HTTP 4xx/5xx, a body that is not JSON, missing fields,
 the wrong number of vectors, a vector of the wrong dimension or with
 non-finite values) raises :class:`~dream_memory_actor.errors.EmbeddingError`
 with the provider's exception chained. The API key never appears in a message
@@ -36,7 +39,7 @@ import numpy as np
 
 from .. import validation as check
 from ..errors import ConfigurationError, EmbeddingError, InvalidEmbedding, missing_dependency
-from .base import texts_of
+from .base import check_embeddable, texts_of
 
 __all__ = ["BATCH_SIZE", "LiteLLMEmbedder"]
 
@@ -134,6 +137,7 @@ class LiteLLMEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector of ``dim`` floats per text, in order; ``EmbeddingError`` on failure."""
         batch = texts_of(texts)
+        check_embeddable(batch)
         out: list[list[float]] = []
         for start in range(0, len(batch), self.batch_size):
             out.extend(await self._request(batch[start:start + self.batch_size], dim=self.dim))

@@ -31,6 +31,7 @@ import asyncio
 import importlib.util
 import os
 import threading
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,10 +41,13 @@ from ..errors import ConfigurationError, EmbeddingError, missing_dependency
 from .base import check_embeddable, checked_rows, texts_of
 from .calibration import IDENTITY, Calibration, shipped_calibration
 
-__all__ = ["E5_MAX_TOKENS", "E5Embedder", "USEEmbedder"]
+__all__ = ["E5_EXPANDING", "E5_MAX_TOKENS", "E5Embedder", "USEEmbedder"]
 
 #: multilingual-e5-small's window: 512 positions, ``<s>`` and ``</s>`` included.
 E5_MAX_TOKENS = 512
+#: Characters the e5 tokenizer's normalisation expands beyond four code points per
+#: UTF-8 byte (the engine's buffer), with their expansion (NFKC, as in its map).
+E5_EXPANDING = {ch: unicodedata.normalize("NFKC", ch) for ch in ("\ufdfa",)}
 #: Texts per engine call (bounds the memory of one call, keeps calls short).
 BATCH_SIZE = 64
 #: Most BLAS threads the USE forward pass takes by default.
@@ -168,6 +172,14 @@ class E5Embedder(_NumpyEmbedder):
         return engine
 
     @staticmethod
+    def expand(text: str) -> str:
+        """``text`` with the characters of :data:`E5_EXPANDING` replaced by their expansion."""
+        for ch, expansion in E5_EXPANDING.items():
+            if ch in text:
+                text = text.replace(ch, expansion)
+        return text
+
+    @staticmethod
     def fit_window(engine: Any, text: str, query: bool) -> str:
         """``text``, or its longest prefix that fits the model's window."""
         if engine.token_count(text, query) <= E5_MAX_TOKENS:
@@ -182,7 +194,7 @@ class E5Embedder(_NumpyEmbedder):
         return text[:lo]
 
     def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
-        fitted = [self.fit_window(engine, t, query) for t in texts]
+        fitted = [self.fit_window(engine, self.expand(t), query) for t in texts]
         return engine.query(fitted) if query else engine.passage(fitted)
 
     async def embed_query(self, texts: Sequence[str]) -> list[list[float]]:

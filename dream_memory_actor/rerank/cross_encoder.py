@@ -1,0 +1,118 @@
+"""Reranking with a sentence-transformers ``CrossEncoder`` in this process (extra ``local``).
+
+``rerank_model="cross-encoder:<path or name>"``: a local model directory (what
+``CrossEncoder.save_pretrained`` writes), or a hub name already in the local
+Hugging Face cache (``HF_HUB_OFFLINE=1`` is set with ``os.environ.setdefault``,
+as for the local embedder). No cross-encoder ships with the library: the user
+installs the one they want (for example a multilingual MiniLM or BGE reranker).
+
+The model reads each (query, memory) pair together, so it sees which words of
+the query the memory answers; its score is the model's output for the pair
+(for a one-label model, after the model's own activation, usually a sigmoid).
+Pairs longer than ``max_length`` word pieces (``rerank_max_length``, default the
+model's own limit) are truncated by the tokenizer, the memory side first.
+
+The model is loaded on the first ``rerank`` in a worker thread (importing torch
+takes seconds) and shared by the rerankers of this process with the same path;
+scoring runs in a worker thread, one call at a time per model. Any failure of
+loading or scoring is a :class:`~dream_memory_actor.rerank.RerankError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ..embedding.local import _limit_torch_threads, _offline, _prepare_environment
+from ..errors import ConfigurationError, missing_dependency
+from . import RerankError, checked_scores
+
+__all__ = ["BATCH_SIZE", "CrossEncoderReranker"]
+
+#: Pairs per forward pass.
+BATCH_SIZE = 32
+
+_models: dict[tuple[str, int | None], tuple[Any, threading.Lock]] = {}
+_models_lock = threading.Lock()
+
+
+def _load(target: str, max_length: int | None) -> tuple[Any, threading.Lock]:
+    with _models_lock:
+        cached = _models.get((target, max_length))
+        if cached is not None:
+            return cached
+        _prepare_environment()
+        try:
+            import torch
+            from sentence_transformers import CrossEncoder
+        except ImportError as exc:
+            raise missing_dependency((getattr(exc, "name", None) or "sentence_transformers")
+                                     .split(".")[0], "local") from exc
+        _limit_torch_threads(torch)
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
+            pass
+        try:
+            extra = {} if max_length is None else {"max_length": max_length}
+            model = CrossEncoder(target, device="cpu", local_files_only=_offline(), **extra)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"cannot load the cross-encoder {target!r}: {exc}") from exc
+        model.eval()
+        entry = (model, threading.Lock())
+        _models[(target, max_length)] = entry
+        return entry
+
+
+class CrossEncoderReranker:
+    """A sentence-transformers cross-encoder (see the module doc)."""
+
+    def __init__(self, model_name: str, *, max_length: int | None = None) -> None:
+        if not model_name:
+            raise ConfigurationError("the cross-encoder name must not be empty "
+                                     "(rerank_model='cross-encoder:<path or name>')")
+        if max_length is not None and max_length < 8:
+            raise ConfigurationError(f"rerank_max_length must be at least 8, got {max_length}")
+        for module in ("sentence_transformers", "torch"):
+            if importlib.util.find_spec(module) is None:
+                raise missing_dependency(module, "local")
+        self.model = model_name
+        self.max_length = max_length
+
+    def __repr__(self) -> str:
+        return f"CrossEncoderReranker(model={self.model!r})"
+
+    async def load(self) -> None:
+        """Load the model now (in a worker thread) instead of on the first ``rerank``."""
+        try:
+            await asyncio.to_thread(_load, self.model, self.max_length)
+        except ConfigurationError as exc:
+            raise RerankError(str(exc)) from exc
+
+    def _predict(self, query: str, documents: list[str]) -> list[float]:
+        model, lock = _load(self.model, self.max_length)
+        with lock:
+            scores = model.predict([(query, d) for d in documents], batch_size=BATCH_SIZE,
+                                   show_progress_bar=False, convert_to_numpy=True)
+        if getattr(scores, "ndim", 1) != 1:
+            raise RerankError(f"cross-encoder {self.model!r} gives {scores.shape[-1]} labels per "
+                              "pair; a reranker needs a model with one")
+        return checked_scores([float(s) for s in scores], len(documents), self.model)
+
+    async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
+        """One relevance score per document, in the documents' order."""
+        docs = list(documents)
+        if not docs:
+            return []
+        try:
+            return await asyncio.to_thread(self._predict, query, docs)
+        except RerankError:
+            raise
+        except Exception as exc:  # loading (ConfigurationError) or the model itself
+            raise RerankError(f"cross-encoder {self.model!r} failed: {exc}") from exc
