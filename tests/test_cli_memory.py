@@ -45,8 +45,8 @@ def test_every_command_has_json() -> None:
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     for name, p in sub.choices.items():  # type: ignore[union-attr]
-        if name in ("mcp", "demo", "pending"):
-            continue  # mcp: a server; demo: a narrative; pending: on its actions
+        if name in ("mcp", "demo", "pending", "review"):
+            continue  # mcp, review: servers; demo: a narrative; pending: on its actions
         assert any("--json" in a.option_strings for a in p._actions), name
 
 

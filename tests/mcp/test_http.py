@@ -17,7 +17,8 @@ from .conftest import TOKEN_ADMIN, TOKEN_ALICE, HttpServer, free_port, serving
 TOOLS = {"read_snapshot", "search", "store", "list_pending", "confirm_pending", "add_rule",
          "add_fact", "set_status", "delete_status", "remove_rule", "remove_fact",
          "delete_memory", "list_memories", "append_messages", "end_conversation", "audit",
-         "reject_pending"}
+         "reject_pending", "supersede", "history", "status_history", "update_memory",
+         "store_many", "memory_history", "export_owner", "forget_owner"}
 
 
 def ok(result: Any) -> dict[str, Any]:

@@ -225,10 +225,12 @@ async def test_supersede_and_history(target: Target) -> None:
 async def test_batches_filters_updates_and_memory_history(target: Target) -> None:
     who = _owner()
     async with target.connect(None) as c:
+        # (topics t1-t3: far apart for the Ray system's test embedder too)
         stored = ok(await c.call_tool("store_many", {"owner": who, "items": [
-            {"content": "went live on Kubernetes with helm", "metadata": {"agent": "deploy"}},
-            {"content": "the billing service moved to PostgreSQL", "metadata": {"agent": "db"}},
-            "the team prefers short answers"]}))["results"]
+            {"content": "t1: went live on Kubernetes with helm", "metadata": {"agent": "deploy"}},
+            {"content": "t2: the billing service moved to PostgreSQL",
+             "metadata": {"agent": "db"}},
+            "t3: the team prefers short answers"]}))["results"]
         assert [r["merged"] for r in stored] == [False, False, False]
         deploy = stored[0]["memory"]["id"]
         hits = ok(await c.call_tool("search", {"owner": who, "query": "service moved",
@@ -237,13 +239,13 @@ async def test_batches_filters_updates_and_memory_history(target: Target) -> Non
         listed = ok(await c.call_tool("list_memories", {"owner": who,
                                                         "filter": {"agent": "db"}}))
         assert [m["content"] for m in listed["memories"]] == [
-            "the billing service moved to PostgreSQL"]
+            "t2: the billing service moved to PostgreSQL"]
         ok(await c.call_tool("update_memory", {"owner": who, "memory_id": deploy,
-                                               "content": "went live on Kubernetes with argo"}))
+                                               "content": "t1: went live on Kubernetes with argo"}))
         versions = ok(await c.call_tool("memory_history", {"owner": who,
                                                            "memory_id": deploy}))["versions"]
-        assert [v["content"] for v in versions] == ["went live on Kubernetes with helm",
-                                                    "went live on Kubernetes with argo"]
+        assert [v["content"] for v in versions] == ["t1: went live on Kubernetes with helm",
+                                                    "t1: went live on Kubernetes with argo"]
         text = error_text(await c.call_tool("list_memories", {"owner": who,
                                                               "filter": {"a": [1, 2]}}))
         assert "InvalidFilter" in text
