@@ -8,7 +8,7 @@ browser holds only a random session id in a cookie that is ``HttpOnly``,
 
 Every form carries the session's CSRF token and a one-time form id. A post is
 accepted only with both: the CSRF token proves the page came from this server to
-this session; the form id, spent by the first post, makes a replayed form fail
+this login; the form id, spent by the first post, makes a replayed form fail
 instead of acting twice. The login form, before any session exists, is protected
 by a double-submit cookie.
 """
@@ -73,7 +73,7 @@ class Session:
         return form_id
 
     def check_csrf(self, csrf: str) -> None:
-        """``Forbidden`` unless ``csrf`` is this session's CSRF token."""
+        """``Forbidden`` unless ``csrf`` is this login's CSRF token."""
         if not csrf or not hmac.compare_digest(csrf.encode(), self.csrf.encode()):
             raise Forbidden(
                 "the form's CSRF token is missing or wrong; nothing was done. "
@@ -81,14 +81,14 @@ class Session:
             )
 
     def spend(self, csrf: str, form_id: str, purpose: str) -> None:
-        """Accept a posted form once: CSRF token of this session, an open form id issued
+        """Accept a posted form once: CSRF token of this login, an open form id issued
         for this ``purpose``. ``Forbidden`` for a forgery, ``ReplayedForm`` for a replay."""
         self.check_csrf(csrf)
         if form_id in self.spent_forms and self.spent_forms[form_id] == purpose:
             raise ReplayedForm("this form was already submitted; nothing was done again")
         if self.open_forms.get(form_id) != purpose:
             raise Forbidden(
-                "this form was not issued to this session (or it is too old); "
+                "this form was not issued to this login (or it is too old); "
                 "nothing was done. Reload the page and try again."
             )
         del self.open_forms[form_id]

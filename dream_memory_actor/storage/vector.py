@@ -46,24 +46,7 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
 
     # -- primitives a backend implements ------------------------------------------
 
-    @abstractmethod
-    async def _store(
-        self,
-        owner: str,
-        content: str,
-        embedding: list[float] | None,
-        metadata: dict[str, Any],
-        *,
-        threshold: float,
-        now: datetime,
-        op_id: str | None,
-    ) -> StoreResult:
-        """Insert, or merge into the nearest memory of ``owner`` if cosine > ``threshold``
-        (or the same text, case and spaces aside). Atomic per owner. See ``dedup.merged``.
-
-        With an ``op_id`` already recorded for ``owner``, write nothing and return
-        the recorded result; otherwise record ``op_id`` and the result atomically.
-        """
+    # (``_store`` and ``_get`` are declared in ``vector_l2.VersionedL2``, which uses them.)
 
     @abstractmethod
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
@@ -89,10 +72,6 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         once, with its cosine. ``stats`` are those the weights came from. With
         ``where``, only memories whose metadata ``versions.matches`` it, chosen before
         the ``k`` cuts."""
-
-    @abstractmethod
-    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
-        """One memory, or ``MemoryNotFound``."""
 
     @abstractmethod
     async def _delete(self, owner: str, memory_id: str) -> bool:

@@ -9,6 +9,7 @@ that is atomic per owner and idempotent under its ``op_id``.
 from __future__ import annotations
 
 import builtins
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -26,7 +27,7 @@ Embed = Callable[[str], Awaitable["list[float] | None"]]
 BatchItem = tuple[str, "list[float] | None", "dict[str, Any]"]
 
 
-class VersionedL2:
+class VersionedL2(ABC):
     """``store_many``, ``update``, ``supersede_memory`` and ``memory_history``."""
 
     max_content_bytes: int
@@ -34,6 +35,7 @@ class VersionedL2:
 
     # -- primitives a backend implements ------------------------------------------------
 
+    @abstractmethod
     async def _store(
         self,
         owner: str,
@@ -45,8 +47,14 @@ class VersionedL2:
         now: datetime,
         op_id: str | None,
     ) -> StoreResult:
-        raise NotImplementedError
+        """Insert, or merge into the nearest memory of ``owner`` if cosine > ``threshold``
+        (or the same text, case and spaces aside). Atomic per owner. See ``dedup.merged``.
 
+        With an ``op_id`` already recorded for ``owner``, write nothing and return
+        the recorded result; otherwise record ``op_id`` and the result atomically.
+        """
+
+    @abstractmethod
     async def _store_many(
         self,
         owner: str,
@@ -58,15 +66,9 @@ class VersionedL2:
     ) -> list[StoreResult]:
         """Store ``items`` in order, each deduplicated against the owner's memories and
         the batch's earlier items exactly as a ``store`` each would; atomic per owner
-        and idempotent under ``op_id`` (the results recorded as a list).
+        and idempotent under ``op_id`` (the results recorded as a list)."""
 
-        This fallback stores one by one (neither atomic nor idempotent as a whole);
-        every backend of the library overrides it."""
-        return [
-            await self._store(owner, text, vec, meta, threshold=threshold, now=now, op_id=None)
-            for text, vec, meta in items
-        ]
-
+    @abstractmethod
     async def _update(
         self,
         owner: str,
@@ -81,8 +83,8 @@ class VersionedL2:
         """Replace the live memory's content, embedding and (when given) metadata
         (``versions.updated``), its previous version added to its history
         (``versions.closed``), atomically; ``MemoryNotFound`` if it is not live."""
-        raise NotImplementedError(f"{type(self).__name__} has no update")
 
+    @abstractmethod
     async def _supersede(
         self,
         owner: str,
@@ -99,18 +101,19 @@ class VersionedL2:
         """Write the successor (``versions.successor``, no dedup) and close the live
         memory (its last version in its history, naming the successor), atomically;
         ``MemoryNotFound`` if it is not live."""
-        raise NotImplementedError(f"{type(self).__name__} has no supersede")
 
+    @abstractmethod
     async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
         """The closed versions of ``memory_id`` and the closed version whose
         ``superseded_by`` is ``memory_id``, in any order."""
-        raise NotImplementedError(f"{type(self).__name__} has no history")
 
+    @abstractmethod
     async def _get(self, owner: str, memory_id: str) -> VectorMemory:
-        raise NotImplementedError
+        """One memory, or ``MemoryNotFound``."""
 
+    @abstractmethod
     def _check_embedding(self, embedding: Sequence[float] | None) -> builtins.list[float] | None:
-        raise NotImplementedError
+        """See ``VectorStore._check_embedding``."""
 
     # -- the public, validated API ------------------------------------------------------
 

@@ -36,8 +36,6 @@ async def _corpus(stores: Stores) -> dict[str, str]:
 
 
 async def test_filter_applies_before_the_limit(stores: Stores) -> None:
-    if stores.vector.dim is None:
-        pytest.skip("needs embeddings")
     ids = await _corpus(stores)
     v = stores.vector
     # Unfiltered, the far memory is not among the 3 best; filtered it is the only one.
@@ -61,8 +59,6 @@ async def test_filter_applies_before_the_limit(stores: Stores) -> None:
 
 
 async def test_filter_equality_semantics(stores: Stores) -> None:
-    if stores.vector.dim is None:
-        pytest.skip("needs embeddings")
     ids = await _corpus(stores)
     v = stores.vector
 
