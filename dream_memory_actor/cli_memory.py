@@ -14,6 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from . import validation as check
+from . import validation_l1 as check_l1
 from .access import MemoryBackend
 from .cli_common import emit, memory_options, resolve, with_memory
 from .errors import InvalidMetadata, MemoryNotFound
@@ -116,7 +117,7 @@ def _apply(args: argparse.Namespace, ops: list[L1Op]) -> Any:
     async def go(m: MemoryBackend) -> Any:
         s = m.settings
         return await m.apply(check.owner_id(args.owner),
-                             check.ops(ops, s.max_content_bytes, s.limits))
+                             check_l1.ops(ops, s.max_content_bytes, s.limits))
 
     return with_memory(args, go)
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from . import validation as check
+from . import validation_l1 as check_l1
 from .errors import InvalidImport, OwnerNotEmpty
 from .history import ItemVersion, StatusChange
 from .models import (
@@ -210,7 +211,7 @@ async def import_owner(engine: MemoryEngine, lines: Iterable[str | bytes]) -> di
     status = [r for r in doc.records if r["type"] == "status"]
     writes = l1_writes(doc.items("rule"), doc.items("fact"), doc.items("version"), status,
                        doc.items("status_change"), doc.items("pending"), now)
-    audit = [check.audit_entry(e, st.max_content_bytes) for e in doc.items("audit")]
+    audit = [check_l1.audit_entry(e, st.max_content_bytes) for e in doc.items("audit")]
     memories = engine.vector.check_restore(
         owner, list(zip(doc.items("memory"), embeddings, strict=True)))
     engine.vector.check_versions(owner, doc.items("memory_version"))

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dream_memory_actor import validation as check
+from dream_memory_actor import validation_l1 as check_l1
 from dream_memory_actor.errors import (
     DreamMemoryError,
     InvalidContent,
@@ -111,13 +112,13 @@ def test_message_lists() -> None:
 def test_ops_are_normalized_and_refused_as_a_whole() -> None:
     from dream_memory_actor.storage.ops import AddRule, SetStatus
 
-    out = check.ops([AddRule("  keep tests green  "), SetStatus("mood", " ok ", 60)], 1024)
+    out = check_l1.ops([AddRule("  keep tests green  "), SetStatus("mood", " ok ", 60)], 1024)
     assert [getattr(o, "content", None) or getattr(o, "value", None) for o in out] == [
         "keep tests green", "ok"]
     for bad in ([], "AddRule", [AddRule("x", source="")], [SetStatus("k", "v", -1)],
                 [SetStatus("k", "v", True)], ["not an op"]):
         with pytest.raises(InvalidQuery):
-            check.ops(bad, 1024)
+            check_l1.ops(bad, 1024)
 
 
 @pytest.mark.parametrize(("fn", "good", "bad"), [

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import validation as check
+from .. import validation_l1 as check_l1
 from ..models import MemorySnapshot
 from ..storage.ops import L1Op
 from .auth import Grant
@@ -33,7 +34,7 @@ class Door:
 
     async def apply(self, owner: str, ops: list[L1Op]) -> MemorySnapshot:
         s = self.backend.settings
-        return await self.backend.apply(owner, check.ops(ops, s.max_content_bytes, s.limits))
+        return await self.backend.apply(owner, check_l1.ops(ops, s.max_content_bytes, s.limits))
 
 
 Effect = Literal["read", "write", "destructive"]

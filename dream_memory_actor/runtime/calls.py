@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import validation as check
+from .. import validation_l1 as check_l1
 from .. import validation_l2 as check_l2
 from ..errors import FactNotFound, RuleNotFound
 from ..models import (
@@ -112,7 +113,7 @@ def reads(view: ClientView, owner: str, conn: Connection, min_version: int | Non
 
 def apply(view: ClientView, owner: str, ops: Sequence[L1Op], op_id: str | None,
           then: Callable[[Any], T]) -> Call[T]:
-    checked = check.ops(ops, view.max_content_bytes, view.limits)
+    checked = check_l1.ops(ops, view.max_content_bytes, view.limits)
     return _owner(owner, "apply", (checked, _op_id(op_id)), then)
 
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import ClassVar, TypeVar
 
 from .. import validation as check
+from .. import validation_l1 as check_l1
 from ..errors import ItemNotFound
 from ..models import (
     AuditAction,
@@ -90,7 +91,7 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
         check.owner_id(owner)
         if op_id is not None:
             check.op_id(op_id)
-        checked = check.ops(ops, self.max_content_bytes, self.limits)
+        checked = check_l1.ops(ops, self.max_content_bytes, self.limits)
         await self._check_supersessions(owner, checked)
         try:
             return await self._apply(owner, checked, now or utcnow(), op_id)

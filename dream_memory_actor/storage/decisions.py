@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .. import validation as check
+from .. import validation_l1 as check_l1
 from ..errors import InvalidQuery, ItemNotFound
 from ..models import AuditAction, AuditEntry, MemoryPendingItem, MemorySnapshot, utcnow
 from .ops import AddAudit, AddFact, AddRule, L1Op, RemovePending, SetStatus, Supersede
@@ -80,7 +81,7 @@ async def decide(store: StructuredStore, owner: str, pending_id: str, action: Au
     if item is None:
         return None
     ops, entry = decision_ops(item, action, by, text, at)
-    checked = check.ops(ops, store.max_content_bytes, store.limits)
+    checked = check_l1.ops(ops, store.max_content_bytes, store.limits)
     try:
         new = await store._apply(owner, [*checked, AddAudit(entry)], at, op_id)
     except ItemNotFound as exc:  # the item a correction replaces is gone or superseded
