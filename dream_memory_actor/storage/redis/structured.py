@@ -34,26 +34,21 @@ MULTI/EXEC. Which pending ids already have an entry is read under the same WATCH
 document), so a decision replaces an earlier entry of its pending id in the list
 too, as on the other backends.
 
-A chat window is a list: an append is RPUSH, LRANGE of what falls out, LTRIM and
-LRANGE of what is kept in one MULTI/EXEC; ending a conversation is LRANGE and DEL
-in one. Both WATCH the list first, only so that a connection lost during EXEC is
-an error (``BackendUnavailable``) rather than a silent resend by redis-py's
-retry, which would append the messages twice or return an empty window.
+The L3 chat windows are in ``chat``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ...errors import BackendError, BackendUnavailable
+from ...errors import BackendError
 from ...history import HistoryLog
 from ...models import (
     AuditEntry,
-    ChatMessage,
     FrozenMap,
     MemoryFact,
     MemoryPendingItem,
@@ -65,6 +60,7 @@ from ...models import (
 from ..base import StructuredStore
 from ..changes import Change, ChangeCallback, Feeds, Unwatch
 from ..ops import AddAudit, L1Op, apply_ops
+from .chat import RedisChatWindows
 from .common import (
     MAX_TX_ATTEMPTS,
     OP_ID_RETENTION_S,
@@ -121,7 +117,7 @@ def _ms(t: datetime) -> int:
     return max(1, math.ceil(t.timestamp() * 1000))
 
 
-class RedisStructuredStore(RedisHistoryReads, StructuredStore):
+class RedisStructuredStore(RedisChatWindows, RedisHistoryReads, StructuredStore):
     """L1 on a Redis server (any Redis >= 7.0; no module needed)."""
 
     supports_change_feed = True
@@ -272,76 +268,7 @@ class RedisStructuredStore(RedisHistoryReads, StructuredStore):
         if new.pending:
             pipe.rpush(k.l1_pending_ids(owner), *(p.id for p in new.pending))
 
-    # -- L3 chat window and audit trail ----------------------------------------------
-
-    async def _append_messages(self, owner: str, conversation: str,
-                               messages: Sequence[ChatMessage], window: int,
-                               op_id: str | None
-                               ) -> tuple[list[ChatMessage], list[ChatMessage]]:
-        bodies = [m.model_dump_json() for m in messages]
-
-        def queue(pipe: Any, key: str) -> None:
-            if bodies:
-                pipe.rpush(key, *bodies)
-            pipe.lrange(key, 0, -(window + 1))  # what falls out, oldest first
-            pipe.ltrim(key, -window, -1)
-            pipe.lrange(key, 0, -1)
-
-        op_key = None if op_id is None else self._keys.l1_op(owner, op_id)
-        reply = await self._window_tx(owner, conversation, "append_messages", queue, op_key)
-        if reply is None:  # a retry of an applied append
-            return await self._load_window(owner, conversation), []
-        return _chat(reply[-1]), _chat(reply[-3])
-
-    async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
-        with translate("load_window"):
-            raw = await self._r.lrange(self._keys.l3_window(owner, conversation), 0, -1)
-        return _chat(raw)
-
-    async def _end_conversation(self, owner: str, conversation: str) -> list[ChatMessage]:
-        def queue(pipe: Any, key: str) -> None:
-            pipe.lrange(key, 0, -1)
-            pipe.delete(key)
-
-        reply = await self._window_tx(owner, conversation, "end_conversation", queue)
-        assert reply is not None  # None only answers an operation id
-        return _chat(reply[0])
-
-    async def _window_tx(self, owner: str, conversation: str, what: str,
-                         queue: Callable[[Any, str], None], op_key: str | None = None
-                         ) -> list[Any] | None:
-        """Run the commands ``queue`` adds in one MULTI/EXEC on the conversation's window.
-
-        The key is watched so that a lost connection is an error, not a resend.
-        With ``op_key`` (an operation id's record): ``None`` if it exists, else it is
-        written in the same transaction.
-        """
-        from redis.exceptions import WatchError
-
-        key = self._keys.l3_window(owner, conversation)
-        async with self._window_locks.hold(key):
-            with translate(what):
-                for _ in range(MAX_TX_ATTEMPTS):
-                    async with self._r.pipeline(transaction=True) as pipe:
-                        try:
-                            await pipe.watch(key, *([] if op_key is None else [op_key]))
-                            if op_key is not None and await pipe.exists(op_key):
-                                return None
-                        except WatchError:
-                            continue  # the connection dropped before any write: again
-                        pipe.multi()
-                        if op_key is not None:  # first: the replies end with queue's
-                            pipe.set(op_key, 1, ex=OP_ID_RETENTION_S)
-                        queue(pipe, key)
-                        try:
-                            return list(await pipe.execute())
-                        except WatchError as exc:
-                            if lost_connection(exc):
-                                raise BackendUnavailable(
-                                    f"the connection to Redis was lost during {what}; the "
-                                    "chat window may or may not have changed") from exc
-                            continue  # another process wrote the window: again
-        raise BackendError(f"owner {owner!r}: too many concurrent writers, {what} gave up")
+    # -- audit trail ------------------------------------------------------------------
 
     async def _audit(self, owner: str, limit: int, pending_id: str | None
                      ) -> list[AuditEntry]:
@@ -371,10 +298,6 @@ class RedisStructuredStore(RedisHistoryReads, StructuredStore):
 
         with translate("tombstones"):
             return await recorded(self._r, self._keys.prefix, limit)
-
-
-def _chat(raw: Sequence[bytes]) -> list[ChatMessage]:
-    return [ChatMessage.model_validate_json(r) for r in raw]
 
 
 def _snapshot(owner: str, reply: list[Any]) -> MemorySnapshot:
