@@ -33,7 +33,7 @@ from ..base import VectorStore
 from ..dedup import merged
 from ..vector_l2 import BatchItem
 from . import versions
-from .counts import CODEPOINT_ORDER_SQL, add_memories, add_terms, term_delta, term_stats
+from .counts import CODEPOINT_ORDER_SQL, add_memories, add_terms, found_df, term_delta, term_stats
 from .migrations import dim_sql
 from .plan import (
     EXACT_BREAK_EVEN,
@@ -304,8 +304,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             keyword_k=keyword_k, owner_rows=same_plan_rows(*last), table_rows=last[1],
             codepoint_order=self._codepoint_order))
         head = next(r for r in rows if r["st_docs"] is not None)
-        stats = TermStats(int(head["st_docs"]),
-                          dict(zip(head["st_terms"] or [], head["st_df"] or [], strict=True)),
+        stats = TermStats(int(head["st_docs"]), found_df(head["st_terms"], head["st_df"]),
                           int(head["st_table"]))
         self._last_counts = (stats.docs, stats.table_docs or 0)
         weights = term_weights(found, stats)
