@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -89,9 +89,10 @@ def _paths(plan: SearchPlan) -> tuple[Any, ...]:
     return plan.vector, plan.keyword, plan.recent_window, plan.split
 
 
-def _candidate(r: Any) -> Candidate:
-    return Candidate(str(r["id"]), r["content"], r["updated_at"],
-                     None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
+def _candidates_of(rows: Iterable[Any]) -> list[Candidate]:
+    return [Candidate(str(r["id"]), r["content"], r["updated_at"],
+                      None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
+            for r in rows]
 
 
 def _is_uuid(value: str) -> bool:
@@ -314,7 +315,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         if head["st_same"] and _paths(plan) == _paths(guess) and list(head["st_w"]) == weights:
             # A term no memory has matches none of them, so the candidates ranked with
             # every term are those of the terms kept; the share counts the kept ones.
-            return kept, kept_weights, [_candidate(r) for r in rows if r["st_docs"] is None]
+            return kept, kept_weights, _candidates_of(r for r in rows if r["st_docs"] is None)
         return kept, kept_weights, await self._candidates(
             owners, kept, embedding, vector_k=vector_k, keyword_k=keyword_k,
             weights=kept_weights, stats=stats)
@@ -346,7 +347,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             rows = await self._fetch(self.statement(owners, terms, embedding, plan,
                                                     vector_k=vector_k, keyword_k=keyword_k,
                                                     weights=w, where=where))
-        return [_candidate(r) for r in rows]
+        return _candidates_of(rows)
 
     async def _fetch(self, statement: tuple[str, list[Any]]) -> list[Any]:
         async with self.backend.connection() as conn:
