@@ -297,8 +297,10 @@ def rank(
         seen.add(cid)
         if n_terms:
             folded = c.folded if c.folded is not None else fold(c.content)
+            # text.occurs, its usual answers inline: the text's start, after a space
             kw = min(1.0, sum([w for t, w, word in pairs if (p := folded.find(t)) >= 0 and (
-                not word or word_start_at(t, folded, p) >= 0)]) / total)
+                not word or p == 0 or folded[p - 1] == " " or word_start_at(t, folded, p) >= 0
+            )]) / total)
         else:
             kw = 0.0
         if not hybrid and kw == 0.0:

@@ -72,31 +72,42 @@ def stats_sql(s: str, owners: Sequence[str], owners_ref: str = "$1::text[]",
               terms_ref: str = "$2::text[]", *, codepoint_order: bool = True) -> str:
     """One statement for :func:`term_stats`: ``owners_ref`` the owners (``text[]``),
     ``terms_ref`` the terms (``$1`` and ``$2`` unless a larger statement embeds it).
+    Columns: ``docs``, ``table_docs``, ``terms`` (the terms given) and ``df`` (theirs,
+    in the same order; 0 for a term no owner's memory has).
 
     A term's document frequency is the sum of the counts of the terms starting with it,
     at most each owner's memories (``storage.terms``): a range of the primary key,
     ``[t, t || U+10FFFF)``, where the database's collation sorts by code point (C,
     C.UTF-8); under any other collation the range is compared in "C" (the same result,
     without the index). The table's memories come from the planner's statistics (0
-    before the first ANALYZE): exact enough to choose a plan, and free."""
+    before the first ANALYZE): exact enough to choose a plan, and free. Every search
+    plans this statement anew, so it is small: one subquery a term and, for one owner,
+    no join (a CTE with a join and two groups took about 0.15 ms more to plan and run,
+    ``python -m benchmarks search-latency --owners 1``)."""
     o = owners_ref
     mine = f"owner_id = ({o})[1]" if len(owners) == 1 else f"owner_id = ANY({o})"
     c = "" if codepoint_order else ' COLLATE "C"'
-    return f"""WITH d AS MATERIALIZED (
-                   SELECT q.t AS term, sum(least(x.n, o.memories))::bigint AS n
-                   FROM unnest({terms_ref}) AS q(t)
-                   CROSS JOIN LATERAL (
-                       SELECT owner_id, sum(df) AS n FROM {s}.term_df
-                       WHERE {mine} AND term{c} >= q.t AND term{c} < q.t || chr(1114111)
-                       GROUP BY owner_id) x
-                   JOIN {s}.owner_memory_counts o USING (owner_id)
-                   GROUP BY q.t)
-               SELECT (SELECT coalesce(sum(memories), 0)::bigint
-                       FROM {s}.owner_memory_counts WHERE {mine}) AS docs,
-                      (SELECT greatest(reltuples, 0)::float8 FROM pg_class
-                       WHERE oid = '{s}.memories'::regclass) AS table_docs,
-                      (SELECT array_agg(term ORDER BY term) FROM d) AS terms,
-                      (SELECT array_agg(n ORDER BY term) FROM d) AS df"""
+    prefixed = f"{mine} AND term{c} >= q.t AND term{c} < q.t || chr(1114111)"
+    if len(owners) == 1:
+        n = f"least(coalesce((SELECT sum(df) FROM {s}.term_df WHERE {prefixed}), 0), k.docs)"
+    else:
+        n = f"""coalesce((SELECT sum(least(x.n, m.memories)) FROM (
+                    SELECT owner_id, sum(df) AS n FROM {s}.term_df WHERE {prefixed}
+                    GROUP BY owner_id) x
+                JOIN {s}.owner_memory_counts m USING (owner_id)), 0)"""
+    return f"""SELECT k.docs, (SELECT greatest(reltuples, 0)::float8 FROM pg_class
+                               WHERE oid = '{s}.memories'::regclass) AS table_docs,
+                      {terms_ref} AS terms,
+                      ARRAY(SELECT {n}::bigint FROM unnest({terms_ref}) WITH ORDINALITY AS q(t, i)
+                            ORDER BY q.i) AS df
+               FROM (SELECT coalesce(sum(memories), 0)::bigint AS docs
+                     FROM {s}.owner_memory_counts WHERE {mine}) k"""
+
+
+def found_df(terms: Sequence[str] | None, df: Sequence[int] | None) -> dict[str, int]:
+    """The ``terms`` and ``df`` columns of :func:`stats_sql` as a mapping of the terms
+    some memory has."""
+    return {t: int(n) for t, n in zip(terms or [], df or [], strict=True) if n}
 
 
 def idf_sql(df: str, docs: str) -> str:
@@ -118,8 +129,7 @@ async def term_stats(conn: Any, s: str, owners: Sequence[str], query: Sequence[s
     ``query`` among the owners' memories: one round trip."""
     row = await conn.fetchrow(stats_sql(s, owners, codepoint_order=codepoint_order),
                               list(owners), list(dict.fromkeys(query)))
-    df = dict(zip(row["terms"] or [], row["df"] or [], strict=True))
-    return TermStats(int(row["docs"]), df, int(row["table_docs"]))
+    return TermStats(int(row["docs"]), found_df(row["terms"], row["df"]), int(row["table_docs"]))
 
 
 async def backfill_term_df(conn: Any, s: str) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -33,7 +33,7 @@ from ..base import VectorStore
 from ..dedup import merged
 from ..vector_l2 import BatchItem
 from . import versions
-from .counts import CODEPOINT_ORDER_SQL, add_memories, add_terms, term_delta, term_stats
+from .counts import CODEPOINT_ORDER_SQL, add_memories, add_terms, found_df, term_delta, term_stats
 from .migrations import dim_sql
 from .plan import (
     EXACT_BREAK_EVEN,
@@ -89,9 +89,10 @@ def _paths(plan: SearchPlan) -> tuple[Any, ...]:
     return plan.vector, plan.keyword, plan.recent_window, plan.split
 
 
-def _candidate(r: Any) -> Candidate:
-    return Candidate(str(r["id"]), r["content"], r["updated_at"],
-                     None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
+def _candidates_of(rows: Iterable[Any]) -> list[Candidate]:
+    return [Candidate(str(r["id"]), r["content"], r["updated_at"],
+                      None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
+            for r in rows]
 
 
 def _is_uuid(value: str) -> bool:
@@ -304,8 +305,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             keyword_k=keyword_k, owner_rows=same_plan_rows(*last), table_rows=last[1],
             codepoint_order=self._codepoint_order))
         head = next(r for r in rows if r["st_docs"] is not None)
-        stats = TermStats(int(head["st_docs"]),
-                          dict(zip(head["st_terms"] or [], head["st_df"] or [], strict=True)),
+        stats = TermStats(int(head["st_docs"]), found_df(head["st_terms"], head["st_df"]),
                           int(head["st_table"]))
         self._last_counts = (stats.docs, stats.table_docs or 0)
         weights = term_weights(found, stats)
@@ -315,7 +315,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         if head["st_same"] and _paths(plan) == _paths(guess) and list(head["st_w"]) == weights:
             # A term no memory has matches none of them, so the candidates ranked with
             # every term are those of the terms kept; the share counts the kept ones.
-            return kept, kept_weights, [_candidate(r) for r in rows if r["st_docs"] is None]
+            return kept, kept_weights, _candidates_of(r for r in rows if r["st_docs"] is None)
         return kept, kept_weights, await self._candidates(
             owners, kept, embedding, vector_k=vector_k, keyword_k=keyword_k,
             weights=kept_weights, stats=stats)
@@ -347,7 +347,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             rows = await self._fetch(self.statement(owners, terms, embedding, plan,
                                                     vector_k=vector_k, keyword_k=keyword_k,
                                                     weights=w, where=where))
-        return [_candidate(r) for r in rows]
+        return _candidates_of(rows)
 
     async def _fetch(self, statement: tuple[str, list[Any]]) -> list[Any]:
         async with self.backend.connection() as conn:
