@@ -361,7 +361,7 @@ async def test_split_and_single_statement_searches_agree(
     candidates and hits are those of the one statement."""
     from dataclasses import replace
 
-    from dream_memory_actor.storage.postgres import vector as vector_module
+    from dream_memory_actor.storage.postgres import search as search_module
 
     _, vector = pg
     await _bulk(vector, "big", 500, 8)
@@ -384,7 +384,7 @@ async def test_split_and_single_statement_searches_agree(
             return replace(search_plan(*a, **kw), vector="hnsw", keyword="trigram",
                            split=split)
 
-        monkeypatch.setattr(vector_module, "search_plan", forced)
+        monkeypatch.setattr(search_module, "search_plan", forced)
         hits = await vector.search("big", "memory 12", embedding=query, limit=20, now=now)
         results.append([(h.memory.id, h.score) for h in hits])
     assert results[0] == results[1] and len(results[0]) == 20

@@ -1,59 +1,38 @@
-"""L2 on PostgreSQL + pgvector: dedup-merge on store, candidates for hybrid search.
-
-A search reads the owners' memory count, the table's rows and the query terms'
-document frequencies, all kept by the database in the transaction of every write
-(``counts.py``), chooses a plan from them (``plan.py``) and gathers the candidates
-in one statement (``statements.py``): the nearest memories (exact scan or HNSW
-index, owner-filtered) and the memories with the highest sum of the weights of
-the terms they contain (owner rows or trigram index), each with its exact cosine
-to the query. The base class ranks them, so the scores equal every other backend's.
-
-Reading the counts first costs a round trip. So a search is planned from the
-counts the previous one read, and one statement reads the counts and, only where
-they choose that same plan, the candidates (``counted_statement``); where they do
-not, the search is planned again from the counts it just read. Either way the
-plan is the one the current counts choose, and the results are the same.
-"""
+"""L2 on PostgreSQL + pgvector: dedup-merge on store, versions, lifecycle; the search
+candidates are gathered in ``search``."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from ...errors import MemoryNotFound
 from ...models import MemoryVersion, StoreResult, VectorMemory
-from ...scoring import MAX_QUERY_TERMS, Candidate, TermStats, strongest_terms, term_weights
-from ...text import content_hash, fold, query_terms
-from ..base import VectorStore
+from ...text import content_hash, fold
 from ..dedup import merged
 from ..vector_l2 import BatchItem
 from . import versions
-from .counts import CODEPOINT_ORDER_SQL, add_memories, add_terms, found_df, term_delta, term_stats
+from .counts import add_memories, add_terms, term_delta, term_stats
 from .migrations import dim_sql
 from .plan import (
     EXACT_BREAK_EVEN,
     KEYWORD_SCAN_CAP,
     KEYWORD_SCAN_MAX,
     KEYWORD_SCAN_SHARE,
-    MAX_STATEMENT_TERMS,
     RECENT_WINDOW,
     SearchPlan,
     prefer_exact,
     prefer_keyword_scan,
-    same_plan_rows,
     search_plan,
 )
-from .pool import PostgresBackend, PostgresStore
+from .pool import PostgresBackend
+from .search import PostgresSearch
 from .statements import (
     MEMORY_COLUMNS,
     Params,
-    candidate_statement,
-    counted_statement,
     metadata_condition,
 )
 
@@ -78,23 +57,6 @@ def _memory(row: Any) -> VectorMemory:
         updated_at=row["updated_at"], has_embedding=row["has_embedding"])
 
 
-def _plan(stats: TermStats, owners: Sequence[str], terms: Sequence[str], *,
-          embedding: bool, keyword_k: int) -> SearchPlan:
-    return search_plan(stats.docs, float(stats.table_docs or 0), owners=len(owners),
-                       embedding=embedding, terms=terms, keyword_k=keyword_k, df=stats.df)
-
-
-def _paths(plan: SearchPlan) -> tuple[Any, ...]:
-    """What a plan does, without the counts it was chosen from."""
-    return plan.vector, plan.keyword, plan.recent_window, plan.split
-
-
-def _candidates_of(rows: Iterable[Any]) -> list[Candidate]:
-    return [Candidate(str(r["id"]), r["content"], r["updated_at"],
-                      None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
-            for r in rows]
-
-
 def _is_uuid(value: str) -> bool:
     try:
         uuid.UUID(value)
@@ -103,48 +65,14 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-class PostgresVectorStore(PostgresStore, VectorStore):
+class PostgresVectorStore(PostgresSearch):
     """L2 in the ``memories`` table."""
 
     def __init__(self, backend: PostgresBackend) -> None:
         super().__init__(backend)
         self.dim = backend.dim
-        self._codepoint_order: bool | None = None  # the database's collation, probed once
-        #: (owner rows, table rows) the last search read: the next one is planned from
-        #: them, and checks in its statement that its own counts choose the same.
-        self._last_counts: tuple[int, int] | None = None
-
-    # -- counts the plan is chosen from ---------------------------------------------
-
-    async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
-        """The owners' memory count, the table's rows and the terms' document
-        frequencies, kept by the database with every write: one round trip."""
-        async with self.backend.connection() as conn:
-            if self._codepoint_order is None:
-                self._codepoint_order = bool(await conn.fetchval(CODEPOINT_ORDER_SQL))
-            stats = await term_stats(conn, self._s, owners, terms,
-                                     codepoint_order=self._codepoint_order)
-        self._last_counts = (stats.docs, stats.table_docs or 0)
-        return stats
-
-    async def search_plan(self, owners: Sequence[str], terms: Sequence[str] = (), *,
-                          embedding: bool = True, keyword_k: int = 40) -> SearchPlan:
-        """The plan a search of ``owners`` for ``terms`` (``text.terms`` of the query)
-        would use now: the counts of :meth:`_term_stats` through :func:`~.plan.search_plan`,
-        exactly as the search chooses. For benchmarks and diagnostics."""
-        return _plan(await self._term_stats(owners, terms), owners, terms,
-                     embedding=embedding, keyword_k=keyword_k)
-
-    def statement(self, owners: Sequence[str], terms: Sequence[str],
-                  embedding: list[float] | None, plan: SearchPlan, *, vector_k: int,
-                  keyword_k: int, weights: Sequence[float] | None = None,
-                  where: Mapping[str, Any] | None = None) -> tuple[str, list[Any]]:
-        """The candidate statement of a search following ``plan``, with its arguments
-        (for EXPLAIN in benchmarks and tests; ``weights`` default to 1 per term)."""
-        w = [1.0] * len(terms) if weights is None else list(weights)
-        return candidate_statement(self._s, self.dim, owners, terms, embedding, plan,
-                                   vector_k=vector_k, keyword_k=keyword_k, weights=w,
-                                   where=where)
+        self._codepoint_order = None  # see PostgresSearch
+        self._last_counts = None
 
     # -- writes -----------------------------------------------------------------------
 
@@ -278,80 +206,6 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         return await versions.history(self, owner, memory_id)
 
     # -- search -----------------------------------------------------------------------
-
-    async def _weighted_candidates(self, owners: Sequence[str], query: str,
-                                   embedding: list[float] | None, *, vector_k: int,
-                                   keyword_k: int, where: Mapping[str, Any] | None = None
-                                   ) -> tuple[list[str], list[float], list[Candidate]]:
-        """Counts and candidates in one round trip where the counts of the last search
-        choose a plan of one statement and the query keeps all its terms; otherwise,
-        or where this search's counts choose otherwise, counts first, then candidates
-        (always with a metadata filter)."""
-        found = query_terms(query)
-        last = self._last_counts
-        if (not found or len(found) > MAX_QUERY_TERMS or last is None or where is not None
-                or self._codepoint_order is None):
-            return await super()._weighted_candidates(owners, query, embedding,
-                                                      vector_k=vector_k, keyword_k=keyword_k,
-                                                      where=where)
-        guess = search_plan(last[0], float(last[1]), owners=len(owners),
-                            embedding=embedding is not None, terms=found, keyword_k=keyword_k)
-        if guess.split or guess.recent_window:  # two statements, or a plan the df decide
-            return await super()._weighted_candidates(owners, query, embedding,
-                                                      vector_k=vector_k, keyword_k=keyword_k,
-                                                      where=where)
-        rows = await self._fetch(counted_statement(
-            self._s, self.dim, owners, found, embedding, guess, vector_k=vector_k,
-            keyword_k=keyword_k, owner_rows=same_plan_rows(*last), table_rows=last[1],
-            codepoint_order=self._codepoint_order))
-        head = next(r for r in rows if r["st_docs"] is not None)
-        stats = TermStats(int(head["st_docs"]), found_df(head["st_terms"], head["st_df"]),
-                          int(head["st_table"]))
-        self._last_counts = (stats.docs, stats.table_docs or 0)
-        weights = term_weights(found, stats)
-        plan = _plan(stats, owners, found, embedding=embedding is not None,
-                     keyword_k=keyword_k)
-        kept, kept_weights = strongest_terms(found, weights, stats)
-        if head["st_same"] and _paths(plan) == _paths(guess) and list(head["st_w"]) == weights:
-            # A term no memory has matches none of them, so the candidates ranked with
-            # every term are those of the terms kept; the share counts the kept ones.
-            return kept, kept_weights, _candidates_of(r for r in rows if r["st_docs"] is None)
-        return kept, kept_weights, await self._candidates(
-            owners, kept, embedding, vector_k=vector_k, keyword_k=keyword_k,
-            weights=kept_weights, stats=stats)
-
-    async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
-                          embedding: list[float] | None, *, vector_k: int, keyword_k: int,
-                          weights: Sequence[float] | None = None,
-                          stats: TermStats | None = None,
-                          where: Mapping[str, Any] | None = None) -> list[Candidate]:
-        """Candidates of the plan the counts in ``stats`` choose (read first when not
-        given); keyword candidates ordered by the sum of ``weights`` (default 1 each)
-        of the terms they contain, then newest, then smallest id."""
-        if stats is None:
-            stats = await self._term_stats(owners, terms)
-        w = [1.0] * len(terms) if weights is None else [float(x) for x in weights]
-        if len(terms) > MAX_STATEMENT_TERMS:  # the highest weights; ties: the earlier term
-            keep = sorted(sorted(range(len(terms)), key=lambda i: (-w[i], i))
-                          [:MAX_STATEMENT_TERMS])
-            terms, w = [terms[i] for i in keep], [w[i] for i in keep]
-        plan = _plan(stats, owners, terms, embedding=embedding is not None,
-                     keyword_k=keyword_k)
-        if plan.split:  # two connections: the search costs the slower branch
-            parts = await asyncio.gather(*(
-                self._fetch(self.statement(owners, terms, embedding, p, vector_k=vector_k,
-                                           keyword_k=keyword_k, weights=w, where=where))
-                for p in (replace(plan, keyword=None), replace(plan, vector=None))))
-            rows = [r for part in parts for r in part]
-        else:
-            rows = await self._fetch(self.statement(owners, terms, embedding, plan,
-                                                    vector_k=vector_k, keyword_k=keyword_k,
-                                                    weights=w, where=where))
-        return _candidates_of(rows)
-
-    async def _fetch(self, statement: tuple[str, list[Any]]) -> list[Any]:
-        async with self.backend.connection() as conn:
-            return list(await conn.fetch(statement[0], *statement[1]))
 
     def _materialize(self, payload: Any) -> VectorMemory:
         return _memory(payload)
