@@ -58,6 +58,9 @@ MADIAL_MODELS = "multilingual-e5-small,use-multilingual,all-MiniLM-L6-v2"
 VECTOR_ONLY = Weights(1.0, 0.0, 0.0)
 KEYWORD_ONLY = Weights(0.0, 1.0, 0.0)
 Rows = list[tuple[int, Mapping[str, float]]]
+#: The recall@10 the hybrid search is held to on LoCoMo (the LoCoMo paper's best
+#: retriever reports 67.5 on its own corpus).
+TARGET_RECALL10 = 0.70
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -324,6 +327,10 @@ def _targets(head: Mapping[str, Any], tuned: Mapping[str, Any]) -> dict[str, Any
                  "significant": diffs[f"hybrid_default_minus_{k}"]["ci95_lo"] > 0}
              for k in ("vector_only", "keyword_only_weights", "keyword_mode", "bm25")}
     d = tuned.get("tuned_minus_default", {}).get("recall@10", {})
-    return {"hybrid_recall@10_above": beats,
+    best = tuned.get("in_sample_best", {}).get("recall@10")
+    return {"hybrid_recall@10": {"hybrid": r10["hybrid_default"], "target": TARGET_RECALL10,
+                                 "met": r10["hybrid_default"] >= TARGET_RECALL10,
+                                 "in_sample_best": best},
+            "hybrid_recall@10_above": beats,
             "tuned_beats_default_held_out": {"diff": d, "higher": d.get("mean", 0) > 0,
                                           "significant": d.get("ci95_lo", 0) > 0}}

@@ -256,3 +256,25 @@ def test_cached_vectors_are_found_by_trimmed_text() -> None:
     assert lookup("b") == [2.0]
     with pytest.raises(KeyError):
         lookup("c")
+
+
+def test_retrieval_targets_name_the_ceiling_beside_the_verdict() -> None:
+    from benchmarks.report_figures import DEFAULT_MODEL, retrieval_targets
+
+    locomo = {"embedding": {"model": DEFAULT_MODEL},
+              "targets": {"hybrid_recall@10": {"hybrid": 0.638, "target": 0.7, "met": False,
+                                               "in_sample_best": 0.664}}}
+    other = {"embedding": {"model": "all-MiniLM-L6-v2"},
+             "targets": {"hybrid_recall@10": {"hybrid": 0.9, "target": 0.7, "met": True}}}
+    madial = {"targets": {DEFAULT_MODEL: {
+        "en": {"hybrid_gold@5": 0.645, "target": 0.8, "met": False,
+               "in_sample_best_gold@5": 0.671},
+        "zh": {"hybrid_gold@5": 0.76, "target": 0.75, "met": True}}}}
+    got = retrieval_targets({"retrieval": [(Path("a.json"), locomo), (Path("b.json"), other)],
+                             "retrieval-madial": [(Path("m.json"), madial)]})
+    assert got[0].startswith(f"LoCoMo hybrid recall@10 >= 70.0 ({DEFAULT_MODEL}): not met")
+    assert "63.8; best fixed weights 66.4" in got[0]  # the default model's run, not the last
+    assert got[1] == (f"MADial en gold recall@5 >= 0.80 ({DEFAULT_MODEL}): not met "
+                      "(0.645; best fixed weights 0.671)")
+    assert got[2] == f"MADial zh gold recall@5 >= 0.75 ({DEFAULT_MODEL}): met (0.760)"
+    assert retrieval_targets({}) == []
