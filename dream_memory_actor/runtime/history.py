@@ -69,11 +69,10 @@ class HandleHistory:
     _view: ClientView
     owner: str
 
-    def _run(self, call: Call[T]) -> T:  # pragma: no cover - OwnerHandle's
-        raise NotImplementedError
+    if TYPE_CHECKING:  # OwnerHandle's
+        def _run(self, call: Call[T]) -> T: ...
 
-    async def _run_async(self, call: Call[T]) -> T:  # pragma: no cover - OwnerHandle's
-        raise NotImplementedError
+        async def _run_async(self, call: Call[T]) -> T: ...
 
     def supersede(self, item_id: str, new_content: str, *, by: str, reason: str | None = None,
                   op_id: str | None = None) -> Item:
@@ -115,11 +114,10 @@ class HandleHistory:
 class HolderHistory:
     """The history reads of the owner-holding actors (``OwnerHolder`` mixes them in)."""
 
-    async def _open(self) -> MemoryEngine:  # pragma: no cover - OwnerHolder's
-        raise NotImplementedError
+    if TYPE_CHECKING:  # OwnerHolder's
+        async def _open(self) -> MemoryEngine: ...
 
-    def _use(self, owner: str) -> AbstractAsyncContextManager[OwnerMemory]:
-        raise NotImplementedError  # pragma: no cover - OwnerHolder's
+        def _use(self, owner: str) -> AbstractAsyncContextManager[OwnerMemory]: ...
 
     async def history(self, owner: str, item_id: str) -> ItemHistory:
         async with self._use(owner):

@@ -13,7 +13,6 @@ from ...errors import MemoryNotFound
 from ...models import MemoryVersion, StoreResult, VectorMemory
 from ...text import content_hash, fold
 from ..dedup import merged
-from ..vector_l2 import BatchItem
 from . import versions
 from .counts import add_memories, add_terms, term_delta, term_stats
 from .migrations import dim_sql
@@ -184,26 +183,12 @@ class PostgresVectorStore(PostgresSearch):
             await add_terms(conn, self._s, owner, term_delta(added=[m[2] for m in mems]))
         return len(mems)
 
-    async def _store_many(self, owner: str, items: Sequence[BatchItem], *, threshold: float,
-                          now: datetime, op_id: str | None) -> list[StoreResult]:
-        return await versions.store_many(self, owner, items, threshold=threshold, now=now,
-                                         op_id=op_id)
-
-    async def _update(self, owner: str, memory_id: str, content: str,
-                      embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                      now: datetime, op_id: str | None) -> VectorMemory:
-        return await versions.update(self, owner, memory_id, content, embedding, metadata,
-                                     now=now, op_id=op_id)
-
-    async def _supersede(self, owner: str, memory_id: str, content: str,
-                         embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                         by: str | None, reason: str | None, now: datetime,
-                         op_id: str | None) -> VectorMemory:
-        return await versions.supersede(self, owner, memory_id, content, embedding, metadata,
-                                        by=by, reason=reason, now=now, op_id=op_id)
-
-    async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
-        return await versions.history(self, owner, memory_id)
+    # The versioned writes: each is its backend's ``versions`` function, whose first
+    # argument is the store.
+    _store_many = versions.store_many
+    _update = versions.update
+    _supersede = versions.supersede
+    _history = versions.history
 
     # -- search -----------------------------------------------------------------------
 

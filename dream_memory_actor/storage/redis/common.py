@@ -119,6 +119,21 @@ def commit_lost(exc: BaseException) -> BackendUnavailable:
         "been applied (retry with the same op_id to apply it exactly once)")
 
 
+async def committed(pipe: Any) -> bool:
+    """EXEC a transaction queued on ``pipe``: True once applied, False when a watched
+    key changed first (the caller runs it again); a connection lost during EXEC raises
+    :func:`commit_lost`, since the write may or may not be applied."""
+    from redis.exceptions import WatchError
+
+    try:
+        await pipe.execute()
+    except WatchError as exc:
+        if lost_connection(exc):
+            raise commit_lost(exc) from exc
+        return False
+    return True
+
+
 class Keys:
     """Key names of one prefix. ``tag(owner)`` is the hash-tagged owner part."""
 

@@ -67,8 +67,7 @@ from .common import (
     Keys,
     OwnerLocks,
     close_client,
-    commit_lost,
-    lost_connection,
+    committed,
     text,
     translate,
 )
@@ -194,11 +193,7 @@ class RedisStructuredStore(RedisChatWindows, RedisHistoryReads, StructuredStore)
                             pipe.set(k.l1_op(owner, op_id), _ms(now), ex=OP_ID_RETENTION_S)
                         pipe.publish(self._channel,
                                      Change(owner, new.version, new.epoch).encode())
-                        try:
-                            await pipe.execute()
-                        except WatchError as exc:
-                            if lost_connection(exc):
-                                raise commit_lost(exc) from exc
+                        if not await committed(pipe):
                             continue  # another writer came first: again
                         return new
         raise BackendError(f"owner {owner!r}: too many concurrent writers, apply gave up")

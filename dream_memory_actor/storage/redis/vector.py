@@ -40,7 +40,6 @@ from ...scoring import cosine
 from ...text import content_hash, fold
 from ..base import VectorStore
 from ..dedup import df_delta, merge_target, merged
-from ..vector_l2 import BatchItem
 from ..versions import matches
 from . import df, versions
 from . import search_module as fts
@@ -50,8 +49,7 @@ from .common import (
     Keys,
     OwnerLocks,
     close_client,
-    commit_lost,
-    lost_connection,
+    committed,
     text,
     translate,
 )
@@ -172,11 +170,7 @@ class RedisVectorStore(RedisSearch, VectorStore):
                         if op_id is not None:
                             pipe.set(k.l2_op(owner, op_id), result.model_dump_json(),
                                      ex=OP_ID_RETENTION_S)
-                        try:
-                            await pipe.execute()
-                        except WatchError as exc:
-                            if lost_connection(exc):
-                                raise commit_lost(exc) from exc
+                        if not await committed(pipe):
                             continue  # another writer came first: again
                     rows.token = token
                     rows.put(row)
@@ -184,26 +178,12 @@ class RedisVectorStore(RedisSearch, VectorStore):
                     return result
         raise BackendError(f"owner {owner!r}: too many concurrent writers, store gave up")
 
-    async def _store_many(self, owner: str, items: Sequence[BatchItem], *, threshold: float,
-                          now: datetime, op_id: str | None) -> list[StoreResult]:
-        return await versions.store_many(self, owner, items, threshold=threshold, now=now,
-                                         op_id=op_id)
-
-    async def _update(self, owner: str, memory_id: str, content: str,
-                      embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                      now: datetime, op_id: str | None) -> VectorMemory:
-        return await versions.update(self, owner, memory_id, content, embedding, metadata,
-                                     now=now, op_id=op_id)
-
-    async def _supersede(self, owner: str, memory_id: str, content: str,
-                         embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                         by: str | None, reason: str | None, now: datetime,
-                         op_id: str | None) -> VectorMemory:
-        return await versions.supersede(self, owner, memory_id, content, embedding, metadata,
-                                        by=by, reason=reason, now=now, op_id=op_id)
-
-    async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
-        return await versions.history(self, owner, memory_id)
+    # The versioned writes: each is its backend's ``versions`` function, whose first
+    # argument is the store.
+    _store_many = versions.store_many
+    _update = versions.update
+    _supersede = versions.supersede
+    _history = versions.history
 
     def _decide(self, rows: OwnerRows, owner: str, content: str, query: np.ndarray | None,
                 metadata: dict[str, Any], threshold: float,
@@ -276,11 +256,7 @@ class RedisVectorStore(RedisSearch, VectorStore):
                         pipe.zrem(k.l2_ids(owner), memory_id)
                         pipe.set(k.l2_version(owner), _token())
                         self._queue_df(pipe, owner, df_delta(content, None), -1, rows)
-                        try:
-                            await pipe.execute()
-                        except WatchError as exc:
-                            if lost_connection(exc):
-                                raise commit_lost(exc) from exc
+                        if not await committed(pipe):
                             continue
                     self._cache.drop(owner)
                     return True
@@ -341,11 +317,7 @@ class RedisVectorStore(RedisSearch, VectorStore):
                         df.queue_rebuild(pipe, k.l2_df(owner), k.l2_terms(owner), counts,
                                          len(items))
                         pipe.set(k.l2_version(owner), _token())
-                        try:
-                            await pipe.execute()
-                        except WatchError as exc:
-                            if lost_connection(exc):
-                                raise commit_lost(exc) from exc
+                        if not await committed(pipe):
                             continue
                     self._cache.drop(owner)
                     return

@@ -27,7 +27,12 @@ from ..dedup import df_delta
 from ..vector_l2 import BatchItem
 from ..versions import closed, matches, successor, updated
 from . import df
-from .common import MAX_TX_ATTEMPTS, OP_ID_RETENTION_S, commit_lost, lost_connection, text
+from .common import (
+    MAX_TX_ATTEMPTS,
+    OP_ID_RETENTION_S,
+    committed,
+    text,
+)
 from .common import translate as translate_errors
 from .rows import OwnerRows, Row, make_row, vec_bytes
 
@@ -89,11 +94,7 @@ async def _transact(
                     pipe.set(k.l2_version(owner), token)
                     if op_id is not None:
                         pipe.set(k.l2_op(owner, op_id), result, ex=OP_ID_RETENTION_S)
-                    try:
-                        await pipe.execute()
-                    except WatchError as exc:
-                        if lost_connection(exc):
-                            raise commit_lost(exc) from exc
+                    if not await committed(pipe):
                         continue
                 after.token = token
                 store._cache.put(owner, after)
