@@ -3,6 +3,7 @@ counts choose the same plan, and the same hits as a search that reads them first
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,8 @@ import pytest
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.models import SearchHit, utcnow
 from dream_memory_actor.storage.postgres import PostgresVectorStore
-from dream_memory_actor.storage.postgres.plan import same_plan_rows, search_plan
+from dream_memory_actor.storage.postgres import search as search_module
+from dream_memory_actor.storage.postgres.plan import SearchPlan, same_plan_rows, search_plan
 from tests.conftest import DIM
 from tests.postgres.conftest import bulk as _bulk
 
@@ -70,7 +72,7 @@ async def test_a_search_planned_from_the_last_counts_reads_once_and_finds_the_sa
 
 async def test_counts_that_choose_another_plan_are_searched_with_that_plan(
         pg: tuple[MemorySettings, PostgresVectorStore], fetches: list[str]) -> None:
-    """Planned from counts of another size (HNSW and trigram index), the statement
+    """Planned from counts of another size (HNSW index and owner rows), the statement
     brings only the counts, and the search runs the plan they choose."""
     _, vector = pg
     await _bulk(vector, "o", 200, 5)
@@ -78,15 +80,42 @@ async def test_counts_that_choose_another_plan_are_searched_with_that_plan(
     now = utcnow()
     vector._last_counts = None
     want = _seen(await vector.search("o", "memory 7", embedding=query, limit=20, now=now))
-    guess = search_plan(20_000, 20_000, owners=1, embedding=True, terms=["memory"],
+    guess = search_plan(3_000, 3_000, owners=1, embedding=True, terms=["memory"],
                         keyword_k=40)
     assert (guess.vector, guess.keyword, guess.split, guess.recent_window) == (
-        "hnsw", "trigram", False, False)
-    assert not same_plan_rows(20_000, 20_000)[0] <= 200 <= same_plan_rows(20_000, 20_000)[1]
-    vector._last_counts = (20_000, 20_000)
+        "hnsw", "scan", False, False)
+    assert not same_plan_rows(3_000, 3_000)[0] <= 200 <= same_plan_rows(3_000, 3_000)[1]
+    vector._last_counts = (3_000, 3_000)
     fetches.clear()
     got = _seen(await vector.search("o", "memory 7", embedding=query, limit=20, now=now))
     assert fetches == ["counts+candidates", "candidates"] and got == want
     fetches.clear()
     await vector.search("o", "memory 7", embedding=query, limit=20, now=now)
     assert fetches == ["counts+candidates"]
+
+
+async def test_a_split_plan_reads_the_counts_with_the_keyword_branch(
+        pg: tuple[MemorySettings, PostgresVectorStore], fetches: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the plan runs the branches on two connections (both index searches), the
+    keyword branch brings the counts and the nearest memories come meanwhile: one
+    round trip on each connection, the hits of the one statement."""
+    _, vector = pg
+    await _bulk(vector, "o", 300, 3)
+    query = [float(x) for x in np.random.default_rng(8).normal(size=DIM)]
+    kw: dict[str, Any] = {"embedding": query, "limit": 30, "now": utcnow()}
+    assert search_plan(10_000, 10_000, owners=1, embedding=True, terms=["memory"],
+                       keyword_k=40).split
+    results, sent = [], []
+    for split in (False, True):
+        def forced(*a: Any, split: bool = split, **k: Any) -> SearchPlan:
+            return replace(search_plan(*a, **k), vector="hnsw", keyword="trigram",
+                           split=split)
+
+        monkeypatch.setattr(search_module, "search_plan", forced)
+        await vector.search("o", "memory 12 alpha", **kw)  # the counts the next one reads
+        fetches.clear()
+        results.append(_seen(await vector.search("o", "memory 12 alpha", **kw)))
+        sent.append(sorted(fetches))
+    assert sent == [["counts+candidates"], ["candidates", "counts+candidates"]]
+    assert results[0] == results[1] and len(results[0]) == 30

@@ -52,13 +52,10 @@ RECENT_WINDOW = 5000
 #: one more substring test and gains nothing in which rows are candidates.
 MAX_STATEMENT_TERMS = 256
 
-#: From this many memories of the owners on, a search whose branches are both index
-#: searches runs them on two connections (``SearchPlan.split``) and tries the recent
-#: window. Measured with ``search-latency --owners 1``: at 100k memories
-#: splitting matches the previous learned choice (p95 24-25 ms against 24 ms; one
-#: statement 31-80 ms under load) and the window pays (without it p95 84-122 ms
-#: against 66-80 ms, same load); at 10k both cost (split p95 11-12 ms against 7-8 ms;
-#: window 14-16 ms against 9.6 ms): the trigram path is cheap there.
+#: From this many memories of one owner on, a search on the trigram path tries the
+#: recent window first. Measured with ``search-latency --owners 1``: at 100k memories
+#: the window pays (without it p95 84-122 ms against 66-80 ms, same load); at 10k it
+#: costs (window 14-16 ms against 9.6 ms): the trigram path is cheap there.
 LARGE_OWNER_ROWS = 50_000
 
 VectorPath = Literal["exact", "hnsw"]
@@ -113,8 +110,11 @@ class SearchPlan:
     :data:`LARGE_OWNER_ROWS` memories, trigram path).
     ``split``: run the two branches concurrently on two pooled connections, so the
     search costs the slower branch, not the sum: when both are index searches (HNSW
-    and trigram) of at least :data:`LARGE_OWNER_ROWS` memories. Smaller owners keep
-    one statement, one round trip.
+    and trigram), each of which costs about a millisecond or more of the server's
+    time even at 10k memories (``python -m benchmarks search-latency --owners 1
+    --per-owner 10000``: p50 about a third lower split, the counts coming with the
+    keyword branch). Where either branch reads the owners' rows (exact scan, owner
+    rows), the owners are small and one statement on one connection costs less.
     """
 
     owner_rows: int
@@ -158,7 +158,7 @@ def search_plan(owner_rows: int, table_rows: float, *, owners: int, embedding: b
         window = keyword == "trigram" and owners == 1 and owner_rows >= LARGE_OWNER_ROWS and (
             df is None or window_may_answer(owner_rows, [df.get(t, 0) for t in terms],
                                             keyword_k))
-    split = vector == "hnsw" and keyword == "trigram" and owner_rows >= LARGE_OWNER_ROWS
+    split = vector == "hnsw" and keyword == "trigram"
     return SearchPlan(owner_rows, table, vector, keyword, window, split)
 
 

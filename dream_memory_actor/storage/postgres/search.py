@@ -12,7 +12,9 @@ Reading the counts first costs a round trip. So a search is planned from the
 counts the previous one read, and one statement reads the counts and, only where
 they choose that same plan, the candidates (``counted_statement``); where they do
 not, the search is planned again from the counts it just read. Either way the
-plan is the one the current counts choose, and the results are the same.
+plan is the one the current counts choose, and the results are the same. Where the
+plan runs the two branches on two connections (``SearchPlan.split``), the counts
+come with the keyword branch, which needs them for its weights.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ class PostgresSearch(PostgresStore, VectorStore):
                                    keyword_k: int, where: Mapping[str, Any] | None = None
                                    ) -> tuple[list[str], list[float], list[Candidate]]:
         """Counts and candidates in one round trip where the counts of the last search
-        choose a plan of one statement and the query keeps all its terms; otherwise,
+        choose a plan without the recent window and the query keeps all its terms (a
+        split plan: the nearest memories on a second connection meanwhile); otherwise,
         or where this search's counts choose otherwise, counts first, then candidates
         (always with a metadata filter)."""
         found = query_terms(query)
@@ -104,14 +107,27 @@ class PostgresSearch(PostgresStore, VectorStore):
                                                       where=where)
         guess = search_plan(last[0], float(last[1]), owners=len(owners),
                             embedding=embedding is not None, terms=found, keyword_k=keyword_k)
-        if guess.split or guess.recent_window:  # two statements, or a plan the df decide
+        if guess.recent_window:  # a plan the document frequencies decide: counts first
             return await super()._weighted_candidates(owners, query, embedding,
                                                       vector_k=vector_k, keyword_k=keyword_k,
                                                       where=where)
-        rows = await self._fetch(counted_statement(
-            self._s, self.dim, owners, found, embedding, guess, vector_k=vector_k,
-            keyword_k=keyword_k, owner_rows=same_plan_rows(*last), table_rows=last[1],
-            codepoint_order=self._codepoint_order))
+
+        codepoint_order = self._codepoint_order
+
+        def counted(plan: SearchPlan) -> tuple[str, list[Any]]:
+            return counted_statement(
+                self._s, self.dim, owners, found, embedding, plan, vector_k=vector_k,
+                keyword_k=keyword_k, owner_rows=same_plan_rows(*last), table_rows=last[1],
+                codepoint_order=codepoint_order)
+
+        nearest: list[Any] = []
+        if guess.split:  # the nearest memories need no counts: both branches at once
+            nearest, rows = await asyncio.gather(
+                self._fetch(self.statement(owners, found, embedding, replace(guess, keyword=None),
+                                           vector_k=vector_k, keyword_k=keyword_k)),
+                self._fetch(counted(replace(guess, vector=None))))
+        else:
+            rows = await self._fetch(counted(guess))
         head = next(r for r in rows if r["st_docs"] is not None)
         stats = TermStats(int(head["st_docs"]), found_df(head["st_terms"], head["st_df"]),
                           int(head["st_table"]))
@@ -123,7 +139,8 @@ class PostgresSearch(PostgresStore, VectorStore):
         if head["st_same"] and _paths(plan) == _paths(guess) and list(head["st_w"]) == weights:
             # A term no memory has matches none of them, so the candidates ranked with
             # every term are those of the terms kept; the share counts the kept ones.
-            return kept, kept_weights, _candidates_of(r for r in rows if r["st_docs"] is None)
+            return kept, kept_weights, _candidates_of(
+                [*nearest, *(r for r in rows if r["st_docs"] is None)])
         return kept, kept_weights, await self._candidates(
             owners, kept, embedding, vector_k=vector_k, keyword_k=keyword_k,
             weights=kept_weights, stats=stats)
