@@ -58,6 +58,18 @@ MAX_STATEMENT_TERMS = 256
 #: costs (window 14-16 ms against 9.6 ms): the trigram path is cheap there.
 LARGE_OWNER_ROWS = 50_000
 
+#: From this many memories of the owners on, a search with both branches runs them
+#: on two connections (``SearchPlan.split``): each branch then costs the server a
+#: millisecond or more, and the search costs the slower one instead of the sum.
+#: Measured in one process alternating per query (``python -m benchmarks
+#: search-latency --owners 1 --per-owner 10000``, and ``--owners 100`` for the 1M-row
+#: table): at 10k memories (HNSW and trigram) and at owners of 10k in 1M rows (exact
+#: scan and owner rows) p50 and p95 about a quarter to a third lower. At 1k (exact scan
+#: and owner rows, each well under a millisecond) one search alone gains too, but
+#: four at once on two cores wait about a fifth longer for the same throughput: the
+#: second statement's fixed cost is no longer hidden by an idle core.
+SPLIT_MIN_ROWS = 5000
+
 VectorPath = Literal["exact", "hnsw"]
 KeywordPath = Literal["scan", "trigram"]
 
@@ -109,12 +121,8 @@ class SearchPlan:
     the owner's newest :data:`RECENT_WINDOW` rows first (one owner of at least
     :data:`LARGE_OWNER_ROWS` memories, trigram path).
     ``split``: run the two branches concurrently on two pooled connections, so the
-    search costs the slower branch, not the sum: when both are index searches (HNSW
-    and trigram), each of which costs about a millisecond or more of the server's
-    time even at 10k memories (``python -m benchmarks search-latency --owners 1
-    --per-owner 10000``: p50 about a third lower split, the counts coming with the
-    keyword branch). Where either branch reads the owners' rows (exact scan, owner
-    rows), the owners are small and one statement on one connection costs less.
+    search costs the slower branch, not the sum: for owners of at least
+    :data:`SPLIT_MIN_ROWS` memories. Smaller owners keep one statement, one round trip.
     """
 
     owner_rows: int
@@ -158,7 +166,7 @@ def search_plan(owner_rows: int, table_rows: float, *, owners: int, embedding: b
         window = keyword == "trigram" and owners == 1 and owner_rows >= LARGE_OWNER_ROWS and (
             df is None or window_may_answer(owner_rows, [df.get(t, 0) for t in terms],
                                             keyword_k))
-    split = vector == "hnsw" and keyword == "trigram"
+    split = vector is not None and keyword is not None and owner_rows >= SPLIT_MIN_ROWS
     return SearchPlan(owner_rows, table, vector, keyword, window, split)
 
 
@@ -176,18 +184,18 @@ def _last_true(pred: Any, high: int = 1 << 48) -> int:
 
 
 @lru_cache(maxsize=256)
-def plan_limits(table_rows: int) -> tuple[int, int, int]:
+def plan_limits(table_rows: int) -> tuple[int, int, int, int]:
     """Where :func:`search_plan`'s choices switch in a table of ``table_rows``: the most
     owner rows still searched exactly, the most whose keyword candidates still come
-    from their rows, and the most below :data:`LARGE_OWNER_ROWS`. Each choice switches
-    once as the owners' rows grow.
+    from their rows, the most below :data:`SPLIT_MIN_ROWS` and the most below
+    :data:`LARGE_OWNER_ROWS`. Each choice switches once as the owners' rows grow.
 
     >>> plan_limits(1_000_000)
-    (31622, 50000, 49999)
+    (31622, 50000, 4999, 49999)
     """
     return (_last_true(lambda x: prefer_exact(x, max(table_rows, x))),
             _last_true(lambda x: prefer_keyword_scan(x, max(table_rows, x))),
-            LARGE_OWNER_ROWS - 1)
+            SPLIT_MIN_ROWS - 1, LARGE_OWNER_ROWS - 1)
 
 
 def same_plan_rows(owner_rows: int, table_rows: float) -> tuple[int, int]:
@@ -195,7 +203,7 @@ def same_plan_rows(owner_rows: int, table_rows: float) -> tuple[int, int]:
     as it does for ``owner_rows`` (same table rows, every other argument the same).
 
     >>> same_plan_rows(1_000, 1_000), same_plan_rows(10_000, 1_000_000)
-    ((0, 1000), (0, 31622))
+    ((0, 1000), (5000, 31622))
     """
     table = int(table_rows) if math.isfinite(table_rows) else 0
     limits = plan_limits(table)

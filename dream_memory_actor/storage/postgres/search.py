@@ -13,8 +13,9 @@ counts the previous one read, and one statement reads the counts and, only where
 they choose that same plan, the candidates (``counted_statement``); where they do
 not, the search is planned again from the counts it just read. Either way the
 plan is the one the current counts choose, and the results are the same. Where the
-plan runs the two branches on two connections (``SearchPlan.split``), the counts
-come with the keyword branch, which needs them for its weights.
+plan runs the two branches on two connections (``SearchPlan.split``: owners large
+enough that each branch costs a millisecond or more), the counts come with the
+keyword branch, which weights its terms by them, and the nearest memories meanwhile.
 """
 
 from __future__ import annotations
