@@ -61,13 +61,14 @@ LARGE_OWNER_ROWS = 50_000
 #: From this many memories of the owners on, a search with both branches runs them
 #: on two connections (``SearchPlan.split``): each branch then costs the server a
 #: millisecond or more, and the search costs the slower one instead of the sum.
-#: Measured in one process alternating per query (``python -m benchmarks
-#: search-latency --owners 1 --per-owner 10000``, and ``--owners 100`` for the 1M-row
-#: table): at 10k memories (HNSW and trigram) and at owners of 10k in 1M rows (exact
-#: scan and owner rows) p50 and p95 about a quarter to a third lower. At 1k (exact scan
-#: and owner rows, each well under a millisecond) one search alone gains too, but
-#: four at once on two cores wait about a fifth longer for the same throughput: the
-#: second statement's fixed cost is no longer hidden by an idle core.
+#: Measured on the data of ``python -m benchmarks search-latency`` (``--owners 1
+#: --per-owner 10000``, and ``--owners 100`` for the 1M-row table), both ways
+#: alternating per query in one process: at 10k memories (HNSW and trigram) and at
+#: owners of 10k in 1M rows (exact scan and owner rows) p50 and p95 a quarter to a
+#: third lower split. At 1k (exact scan and owner rows, each under a millisecond) one
+#: search alone gains too, but four to eight at once on two cores wait 15-27% longer
+#: (p50) for about the same throughput: with no idle core, the second statement's
+#: fixed cost is no longer hidden.
 SPLIT_MIN_ROWS = 5000
 
 VectorPath = Literal["exact", "hnsw"]
