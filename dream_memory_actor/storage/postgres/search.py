@@ -123,10 +123,10 @@ class PostgresSearch(PostgresStore, VectorStore):
 
         nearest: list[Any] = []
         if guess.split:  # the nearest memories need no counts: both branches at once
-            nearest, rows = await asyncio.gather(
-                self._fetch(self.statement(owners, found, embedding, replace(guess, keyword=None),
-                                           vector_k=vector_k, keyword_k=keyword_k)),
-                self._fetch(counted(replace(guess, vector=None))))
+            nearest, rows = await self._fetch_both(
+                self.statement(owners, found, embedding, replace(guess, keyword=None),
+                               vector_k=vector_k, keyword_k=keyword_k),
+                counted(replace(guess, vector=None)))
         else:
             rows = await self._fetch(counted(guess))
         head = next(r for r in rows if r["st_docs"] is not None)
@@ -163,17 +163,24 @@ class PostgresSearch(PostgresStore, VectorStore):
             terms, w = [terms[i] for i in keep], [w[i] for i in keep]
         plan = _plan(stats, owners, terms, embedding=embedding is not None,
                      keyword_k=keyword_k)
-        if plan.split:  # two connections: the search costs the slower branch
-            parts = await asyncio.gather(*(
-                self._fetch(self.statement(owners, terms, embedding, p, vector_k=vector_k,
-                                           keyword_k=keyword_k, weights=w, where=where))
+        if plan.split:
+            nearest, matching = await self._fetch_both(*(
+                self.statement(owners, terms, embedding, p, vector_k=vector_k,
+                               keyword_k=keyword_k, weights=w, where=where)
                 for p in (replace(plan, keyword=None), replace(plan, vector=None))))
-            rows = [r for part in parts for r in part]
+            rows = nearest + matching
         else:
             rows = await self._fetch(self.statement(owners, terms, embedding, plan,
                                                     vector_k=vector_k, keyword_k=keyword_k,
                                                     weights=w, where=where))
         return _candidates_of(rows)
+
+    async def _fetch_both(self, nearest: tuple[str, list[Any]],
+                          keyword: tuple[str, list[Any]]) -> tuple[list[Any], list[Any]]:
+        """The two branches of a split plan at once, on two pooled connections: the
+        search costs the slower one, not the sum."""
+        near, kw = await asyncio.gather(self._fetch(nearest), self._fetch(keyword))
+        return near, kw
 
     async def _fetch(self, statement: tuple[str, list[Any]]) -> list[Any]:
         async with self.backend.connection() as conn:
