@@ -370,7 +370,7 @@ async def test_split_and_single_statement_searches_agree(
     assert search_plan(100_000, 100_000, owners=1, embedding=True, terms=["a"],
                        keyword_k=40).split
     assert not search_plan(3_000, 3_000, owners=1, embedding=True, terms=["a"],
-                           keyword_k=40).split  # its keyword candidates: the owner's rows
+                           keyword_k=40).split  # fewer memories than SPLIT_MIN_ROWS
     results, fetches = [], []
     real = vector._fetch
 

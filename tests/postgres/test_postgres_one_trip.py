@@ -97,8 +97,8 @@ async def test_counts_that_choose_another_plan_are_searched_with_that_plan(
 async def test_a_split_plan_reads_the_counts_with_the_keyword_branch(
         pg: tuple[MemorySettings, PostgresVectorStore], fetches: list[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the plan runs the branches on two connections (both index searches), the
-    keyword branch brings the counts and the nearest memories come meanwhile: one
+    """Where the plan runs the branches on two connections (here forced, on both index
+    paths), the keyword branch brings the counts and the nearest memories come meanwhile: one
     round trip on each connection, the hits of the one statement."""
     _, vector = pg
     await _bulk(vector, "o", 300, 3)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...errors import BackendError, BackendUnavailable
+from ...errors import BackendError
 from ...models import ChatMessage
-from .common import MAX_TX_ATTEMPTS, OP_ID_RETENTION_S, Keys, OwnerLocks, lost_connection, translate
+from .common import MAX_TX_ATTEMPTS, OP_ID_RETENTION_S, Keys, OwnerLocks, committed, translate
 
 
 class RedisChatWindows:
@@ -83,14 +83,11 @@ class RedisChatWindows:
                         if op_key is not None:  # first: the replies end with queue's
                             pipe.set(op_key, 1, ex=OP_ID_RETENTION_S)
                         queue(pipe, key)
-                        try:
-                            return list(await pipe.execute())
-                        except WatchError as exc:
-                            if lost_connection(exc):
-                                raise BackendUnavailable(
-                                    f"the connection to Redis was lost during {what}; the "
-                                    "chat window may or may not have changed") from exc
-                            continue  # another process wrote the window: again
+                        replies = await committed(
+                            pipe, unsure=f"the chat window may or may not have changed ({what})")
+                        if replies is not None:
+                            return replies
+                        # another process wrote the window: again
         raise BackendError(f"owner {owner!r}: too many concurrent writers, {what} gave up")
 
 

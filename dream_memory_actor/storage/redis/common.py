@@ -112,26 +112,24 @@ def lost_connection(exc: BaseException) -> bool:
             or "occurred while watching" in str(exc))
 
 
-def commit_lost(exc: BaseException) -> BackendUnavailable:
-    """The error for a connection lost during EXEC: the write may or may not be applied."""
-    return BackendUnavailable(
-        "the connection to Redis was lost while committing; the write may or may not have "
-        "been applied (retry with the same op_id to apply it exactly once)")
+#: What a lost EXEC leaves unknown, for a write with an operation id.
+UNSURE_WRITE = ("the write may or may not have been applied (retry with the same op_id "
+                "to apply it exactly once)")
 
 
-async def committed(pipe: Any) -> bool:
-    """EXEC a transaction queued on ``pipe``: True once applied, False when a watched
-    key changed first (the caller runs it again); a connection lost during EXEC raises
-    :func:`commit_lost`, since the write may or may not be applied."""
+async def committed(pipe: Any, *, unsure: str = UNSURE_WRITE) -> list[Any] | None:
+    """EXEC a transaction queued on ``pipe``: its replies once applied, ``None`` when a
+    watched key changed first (the caller runs it again). A connection lost during EXEC
+    is ``BackendUnavailable`` saying ``unsure``: the write may or may not be applied."""
     from redis.exceptions import WatchError
 
     try:
-        await pipe.execute()
+        return list(await pipe.execute())
     except WatchError as exc:
         if lost_connection(exc):
-            raise commit_lost(exc) from exc
-        return False
-    return True
+            raise BackendUnavailable(
+                f"the connection to Redis was lost while committing; {unsure}") from exc
+        return None
 
 
 class Keys:

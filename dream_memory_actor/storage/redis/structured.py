@@ -193,7 +193,7 @@ class RedisStructuredStore(RedisChatWindows, RedisHistoryReads, StructuredStore)
                             pipe.set(k.l1_op(owner, op_id), _ms(now), ex=OP_ID_RETENTION_S)
                         pipe.publish(self._channel,
                                      Change(owner, new.version, new.epoch).encode())
-                        if not await committed(pipe):
+                        if await committed(pipe) is None:
                             continue  # another writer came first: again
                         return new
         raise BackendError(f"owner {owner!r}: too many concurrent writers, apply gave up")

@@ -170,7 +170,7 @@ class RedisVectorStore(RedisSearch, VectorStore):
                         if op_id is not None:
                             pipe.set(k.l2_op(owner, op_id), result.model_dump_json(),
                                      ex=OP_ID_RETENTION_S)
-                        if not await committed(pipe):
+                        if await committed(pipe) is None:
                             continue  # another writer came first: again
                     rows.token = token
                     rows.put(row)
@@ -256,7 +256,7 @@ class RedisVectorStore(RedisSearch, VectorStore):
                         pipe.zrem(k.l2_ids(owner), memory_id)
                         pipe.set(k.l2_version(owner), _token())
                         self._queue_df(pipe, owner, df_delta(content, None), -1, rows)
-                        if not await committed(pipe):
+                        if await committed(pipe) is None:
                             continue
                     self._cache.drop(owner)
                     return True
@@ -317,7 +317,7 @@ class RedisVectorStore(RedisSearch, VectorStore):
                         df.queue_rebuild(pipe, k.l2_df(owner), k.l2_terms(owner), counts,
                                          len(items))
                         pipe.set(k.l2_version(owner), _token())
-                        if not await committed(pipe):
+                        if await committed(pipe) is None:
                             continue
                     self._cache.drop(owner)
                     return

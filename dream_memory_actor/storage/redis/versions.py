@@ -94,7 +94,7 @@ async def _transact(
                     pipe.set(k.l2_version(owner), token)
                     if op_id is not None:
                         pipe.set(k.l2_op(owner, op_id), result, ex=OP_ID_RETENTION_S)
-                    if not await committed(pipe):
+                    if await committed(pipe) is None:
                         continue
                 after.token = token
                 store._cache.put(owner, after)
