@@ -161,7 +161,7 @@ def is_cjk(ch: str) -> bool:
     return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
 
 
-_CJK_RUN = re.compile(
+CJK_RUN = re.compile(
     "([" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]+)")
 
 
@@ -171,7 +171,7 @@ def _split_runs(word: str) -> Iterable[tuple[bool, str]]:
         yield False, word
         return
     # with a capturing group, split alternates non-CJK (even) and CJK (odd) parts
-    for i, part in enumerate(_CJK_RUN.split(word)):
+    for i, part in enumerate(CJK_RUN.split(word)):
         if part:
             yield i % 2 == 1, part
 

@@ -1,22 +1,47 @@
 """What a store does, decided once for every backend: pure functions.
 
-``merge_target``: insert or merge, and into which memory. ``merged``: what a merge
+``judge``: what a new memory is to the owner's nearest ones (:class:`Judgement`):
+a ``duplicate`` (merged into it), an ``update`` (it supersedes it, both kept in the
+history), ``distinct`` or ``unsure`` (stored beside it). ``merged``: what a merge
 does to the surviving memory (content updated, metadata merged, the original
 embedding kept, ``merged_from`` / ``merged_at`` recorded so the merge can be
 traced). ``df_delta``: how a write moves the owner's document frequencies.
+
+A similarity alone cannot tell "the staging web server listens on 8080" from "the
+staging admin server listens on 8080" (two facts), nor "Kubernetes 1.27" from
+"Kubernetes 1.29" (a changed value): a sentence embedding puts them as close as
+two wordings of one fact. So each near memory is judged on the similarity *and*
+on what the two texts differ in (``pairs.compare``):
+
+- texts that share most of their content and differ in one place are judged by
+  that place: a negation or another value (a number, date, time, weekday) is an
+  ``update``; another name in the value ("lives in Lisbon" / "in Porto") too; a
+  change in the subject ("the **web** server") is ``distinct``; another common word
+  in the value ("a desk at the office" / "at home") is ``unsure``;
+- texts worded apart (little shared) are a ``duplicate`` when their similarity is
+  above the paraphrase cut and they name no conflicting numbers or values, and
+  ``distinct`` below it;
+- the same text, case and spaces aside, is a ``duplicate`` whatever the similarity.
+
+One substituted content word is so never a duplicate, and a rewording that
+conflicts in nothing merges below the plain duplicate cut. ``unsure`` is what a
+language model, when one is configured, decides (``judge_model``); without one, it
+is stored beside the other, which loses nothing.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from ..limits import DEFAULT_LIMITS, Limits
 from ..models import VectorMemory
-from ..text import terms
+from ..text import is_cjk, terms
 from ..validation import RESERVED_METADATA_KEYS
+from .pairs import Change, Comparison, compare
 
 #: How many earlier contents ``merged_from`` keeps by default (oldest dropped first).
 MERGE_HISTORY = DEFAULT_LIMITS.merge_history
@@ -80,19 +105,164 @@ def _json_size(value: dict[str, Any]) -> int:
     return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
 
 
-def merge_target(nearest: tuple[str, float] | None, threshold: float,
-                 same_text: Callable[[], str | None]) -> tuple[str, float | None] | None:
-    """The memory a new content merges into, with its similarity, or ``None`` (insert).
+Outcome = Literal["duplicate", "update", "distinct", "unsure"]
 
-    ``nearest`` is the owner's memory most similar to the new embedding and its
-    cosine (``None`` without an embedding or any stored vector); it is chosen when the
-    cosine is above ``threshold``. Otherwise ``same_text()`` gives the memory with the
-    same text, case and spaces aside (similarity ``None``), if any.
-    """
-    if nearest is not None and nearest[1] > threshold:
-        return nearest
-    same = same_text()
-    return None if same is None else (same, None)
+
+@dataclass(frozen=True)
+class Neighbour:
+    """A memory the new one is judged against: its id, text and raw cosine to the new
+    embedding (``None``: found by its text, without a vector)."""
+
+    id: str
+    content: str
+    similarity: float | None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a new memory is to a stored one (``memory_id``), and why."""
+
+    outcome: Outcome
+    memory_id: str | None = None
+    similarity: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Band:
+    """The raw cosine cuts of one script (Latin, or Chinese/Japanese/Korean)."""
+
+    #: Below this, a memory is not judged at all.
+    candidate: float
+    #: Above this, a rewording that conflicts in nothing is a duplicate.
+    paraphrase: float
+
+
+#: Asks a language model about the pairs the rules call ``unsure``: (stored text, new
+#: text) to a verdict, or ``None`` when it gave none (the rules' answer stands).
+Ask = Callable[[str, str], Awaitable["Outcome | None"]]
+
+
+@dataclass(frozen=True)
+class Cuts:
+    """What the write path of one store judges with: the cuts per script (raw cosines of
+    the store's model, from its calibration), how many nearest memories it judges, and
+    the model that decides the unsure pairs (``None``: none)."""
+
+    latin: Band
+    cjk: Band
+    nearest: int = 3
+    ask: Ask | None = field(default=None, compare=False)
+
+    @classmethod
+    def uniform(cls, threshold: float) -> Cuts:
+        """One cut for everything: memories above ``threshold`` are judged, and a
+        rewording above it merges (the cut of a store given a bare threshold)."""
+        band = Band(threshold, threshold)
+        return cls(band, band)
+
+    def band(self, text: str) -> Band:
+        return self.cjk if any(is_cjk(c) for c in text) else self.latin
+
+
+def judge_pair(stored: str, new: str, similarity: float | None, band: Band) -> Judgement:
+    """What ``new`` is to ``stored`` (see the module doc); ``memory_id`` left unset."""
+    c = compare(stored, new)
+    if c.same:
+        return Judgement("duplicate", similarity=similarity, reason="the same text")
+    if c.aligned:
+        found = _aligned(c, similarity)
+        if found is not None:
+            return found
+    sim = "no similarity" if similarity is None else f"similarity {similarity:.3f}"
+    conflict = _conflict(c)
+    if conflict is not None:
+        return Judgement("unsure", similarity=similarity,
+                         reason=f"worded apart ({sim}) and {conflict}")
+    if similarity is not None and similarity > band.paraphrase:
+        return Judgement("duplicate", similarity=similarity,
+                         reason=f"a rewording ({sim}) with nothing in conflict")
+    return Judgement("distinct", similarity=similarity, reason=f"another fact ({sim})")
+
+
+def _aligned(c: Comparison, similarity: float | None) -> Judgement | None:
+    """Texts that share most of their content: judged by what is changed where; ``None``
+    for a rewording in several places, which only the similarity can judge."""
+    places = _places(c)
+    if not c.changes:
+        return Judgement("duplicate", similarity=similarity,
+                         reason="the same content in other function words")
+    first = places[0]
+    if len(places) > 1 and all(p.kind == "word" for p in places):
+        return None  # reworded in several places: as texts worded apart
+    if len(places) == 1 and first.kind == "negation" and c.shared >= 0.6:
+        return Judgement("update", similarity=similarity, reason=f"reversed: {first.describe()}")
+    if len(places) == 1 and first.kind == "value":
+        return Judgement("update", similarity=similarity,
+                         reason=f"another value: {first.describe()}")
+    subject = next((p for p in c.changes if p.side == "subject"), None)
+    if subject is not None:
+        return Judgement("distinct", similarity=similarity,
+                         reason=f"another subject: {subject.describe()}")
+    if len(places) == 1 and first.kind == "name":
+        return Judgement("update", similarity=similarity,
+                         reason=f"another value: {first.describe()}")
+    return Judgement("unsure", similarity=similarity,
+                     reason="; ".join(p.describe() for p in c.changes))
+
+
+def _places(c: Comparison) -> list[Change]:
+    """The places where the texts differ: changes at most one token apart are one (6 月
+    30 日 -> 7 月 15 日 is one date, 儿子 -> 女儿 one word), of their strongest kind."""
+    out: list[Change] = []
+    for ch in c.changes:
+        if out and ch.gap <= 1 and (out[-1].kind == ch.kind or "word" in (out[-1].kind, ch.kind)):
+            if ch.kind != "word":
+                out[-1] = ch
+            continue
+        out.append(ch)
+    return out
+
+
+def _conflict(c: Comparison) -> str | None:
+    """Why two texts worded apart cannot be one fact, or ``None``."""
+    if c.numbers_conflict:
+        return "their numbers differ"
+    for ch in c.changes:
+        if ch.kind == "value":
+            return f"{ch.describe()}"
+    return None
+
+
+def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgement | None:
+    """What ``content`` is to the owner's memories nearest to it (``neighbours``, best
+    first): a duplicate of the most similar duplicate, else an update of the most
+    similar it updates, else distinct or unsure (of the most similar judged); ``None``
+    when none is near enough to judge (below the candidate cut)."""
+    band = cuts.band(content)
+    judged = [
+        replace(judge_pair(n.content, content, n.similarity, band), memory_id=n.id)
+        for n in neighbours[: max(cuts.nearest, 1)]
+        if n.similarity is None or n.similarity > band.candidate
+    ]
+    for wanted in ("duplicate", "update"):
+        found = next((j for j in judged if j.outcome == wanted), None)
+        if found is not None:
+            return found
+    return judged[0] if judged else None
+
+
+async def decide(content: str, neighbours: Sequence[Neighbour], cuts: Cuts
+                 ) -> Judgement | None:
+    """:func:`judge`, with ``cuts.ask`` deciding a pair the rules call ``unsure``."""
+    j = judge(content, neighbours, cuts)
+    if j is None or j.outcome != "unsure" or cuts.ask is None:
+        return j
+    stored = next(n for n in neighbours if n.id == j.memory_id)
+    verdict = await cuts.ask(stored.content, content)
+    if verdict is None or verdict == "unsure":
+        return j
+    return Judgement(verdict, j.memory_id, j.similarity, f"judged by the model; rules: {j.reason}")
 
 
 def df_delta(old: str | None, new: str | None) -> dict[str, int]:

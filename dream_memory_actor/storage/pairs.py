@@ -1,0 +1,344 @@
+"""What two memories differ in: a comparison of their texts, pure functions.
+
+A sentence embedding puts "the staging web server listens on 8080" and "the staging
+admin server listens on 8080" as close as two wordings of one fact, so the write
+path compares the texts too (:func:`compare`). Both are cut into tokens (words,
+numbers, and single characters of Chinese, Japanese and Korean, where words have no
+spaces), normalized (case, number words and Chinese numerals as digits, 礼拜/星期 as
+周), and aligned: what is left is what was substituted, inserted or deleted at the
+same place. Each such change is of one kind, the strongest of its tokens:
+
+- ``negation``: one side says "not", "no longer", "dislikes", 不, 没 where the
+  other does not (a preference reversed);
+- ``value``: a number, version, date, time, weekday, month or colour;
+- ``name``: a capitalized word inside a sentence, a quoted one, a Latin word in a
+  Chinese text (a tool, a person, a place);
+- ``word``: any other content word;
+
+and it sits on one side of what the two texts share: in the *subject* (more of the
+shared text follows the change than precedes it: "the **web** server listens on
+8080") or in the *value* (the shared text is before it: "the user lives in
+**Porto**"). Function words and punctuation never count as a change.
+
+When most of the two texts is shared (:attr:`Comparison.aligned`), the change is
+what the texts disagree on. When little is, the texts are two wordings or two
+facts, which only the similarity of their meaning can tell; what the comparison
+still gives is whether their numbers agree (:attr:`Comparison.numbers_conflict`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..text import CJK_RUN, is_cjk
+
+__all__ = ["Change", "Comparison", "Token", "compare", "tokens"]
+
+Kind = Literal["negation", "value", "name", "word"]
+Side = Literal["subject", "value"]
+
+#: English words that carry no fact of their own: an alignment that differs only in
+#: these (and punctuation) says the same thing.
+FUNCTION_WORDS = frozenset(
+    """
+    a an the of in on at to for from by with as into onto over about
+    is are was were be been being am 's s 'd 'll 're 've
+    and or but so then also just really very quite only still now currently
+    it its it's this that these those there here their they them our we us my
+    his her he she you your i me
+    do does did has have had will would shall should can could may might must
+    which who whom whose what when where how
+    every each all some any per
+    """.split()  # noqa: SIM905 - a word list reads better as text
+)
+
+#: Chinese characters that carry no fact of their own (particles, copula, measure
+#: words that every wording uses): 的, 了, 是, 在 ...
+CJK_FUNCTION = frozenset("的了着过吗呢吧啊呀嘛哦么是在都也就还又很把被将给对于着之其这那个")
+
+NEGATIONS = frozenset({"not", "no", "never", "n't", "nor", "none", "nobody", "nothing",
+                       "neither", "without", "anymore"})
+CJK_NEGATIONS = frozenset("不没别非未无勿莫")
+#: Prefixes that turn a word into its opposite: likes / dislikes, happy / unhappy.
+ANTONYM_PREFIXES = ("dis", "un", "in", "im", "non")
+
+WEEKDAYS = {d: str(i) for i, d in enumerate(
+    ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"], 1)}
+WEEKDAYS.update({d[:3]: v for d, v in list(WEEKDAYS.items())})
+MONTHS = frozenset(
+    """january february march april may june july august september october november
+    december jan feb mar apr jun jul aug sep sept oct nov dec""".split())
+COLOURS = frozenset(
+    """red orange yellow green blue purple violet pink brown black white grey gray
+    cyan magenta teal navy beige gold silver""".split())
+CJK_COLOURS = frozenset("红橙黄绿蓝紫粉棕黑白灰青金银")
+NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    """zero one two three four five six seven eight nine ten eleven twelve thirteen
+    fourteen fifteen sixteen seventeen eighteen nineteen twenty""".split())}
+NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60",
+                     "seventy": "70", "eighty": "80", "ninety": "90", "hundred": "100",
+                     "thousand": "1000", "once": "1", "twice": "2", "dozen": "12"})
+CJK_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5,
+              "六": 6, "七": 7, "八": 8, "九": 9}
+CJK_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
+#: Other wordings of the Chinese week: 星期四 and 礼拜四 are 周四.
+CJK_WEEK = re.compile(r"星期|礼拜")
+
+_TOKEN = re.compile(
+    r"\d+(?:[.,:]\d+)*(?:st|nd|rd|th)?"      # 1.27, 20,000, 9:30, 14th
+    r"|n't"                                   # the negation of a contraction
+    r"|'s\b"                                  # a possessive
+    r"|[@#]?[^\W\d_](?:[\w]|[-.](?=\w))*"     # words: Node.js, Wi-Fi, K8s, @kwolfe
+    r"|\S", re.UNICODE)
+_QUOTES = frozenset("'\"“”‘’「」《》")
+_CJK_NUMERAL = re.compile("[零〇一二两三四五六七八九十百千万]+")
+
+
+@dataclass(frozen=True)
+class Token:
+    """A token as written (``text``) and as compared (``norm``)."""
+
+    text: str
+    norm: str
+    cjk: bool = False
+    quoted: bool = False
+
+    @property
+    def function(self) -> bool:
+        """A function word or punctuation: never a change of its own."""
+        if self.cjk:
+            return self.norm in CJK_FUNCTION
+        return self.norm in FUNCTION_WORDS or not any(c.isalnum() for c in self.norm)
+
+    @property
+    def negation(self) -> bool:
+        return self.norm in (CJK_NEGATIONS if self.cjk else NEGATIONS)
+
+    @property
+    def value(self) -> bool:
+        n = self.norm
+        if self.cjk:
+            return n.isdigit() or n in CJK_COLOURS
+        return (n[:1].isdigit() or n.startswith("wd:") or n in MONTHS or n in COLOURS)
+
+
+def _cjk_number(run: str) -> str:
+    """A run of Chinese numerals as digits: 一百二十 -> 120, 四千五 -> 4500, 十二 -> 12."""
+    total, section, digit, last_unit = 0, 0, -1, 0
+    for ch in run:
+        if ch in CJK_DIGITS:
+            digit = CJK_DIGITS[ch]
+        else:
+            unit = CJK_UNITS[ch]
+            if unit == 10000:
+                total = (total + section + max(digit, 0)) * unit
+                section, digit = 0, -1
+            else:
+                section += (1 if digit < 0 else digit) * unit
+                digit = -1
+            last_unit = unit
+    if digit >= 0:  # 四千五: a trailing digit counts in the unit below the last one
+        section += digit * (last_unit // 10 if last_unit >= 100 else 1)
+    return str(total + section)
+
+
+def tokens(text: str) -> list[Token]:
+    """The tokens of ``text`` for comparison: words and numbers, one token per CJK
+    character except runs of Chinese numerals (one number), each normalized."""
+    s = CJK_WEEK.sub("周", unicodedata.normalize("NFKC", text))
+    out: list[Token] = []
+    quote = False
+    for run in CJK_RUN.split(s):
+        if run and is_cjk(run[0]):
+            out.extend(_cjk_tokens(run, quote))
+            continue
+        for m in _TOKEN.finditer(run):
+            raw = m.group()
+            if raw in _QUOTES:
+                quote = not quote
+                continue
+            out.append(_latin_token(raw, quote))
+    return out
+
+
+def _latin_token(raw: str, quoted: bool) -> Token:
+    low = raw.lower()
+    if low[:1].isdigit():
+        low = re.sub(r"(st|nd|rd|th)$", "", low)
+        low = re.sub(r"(?<=\d),(?=\d{3}\b)", "", low)  # 20,000 -> 20000
+        low = re.sub(r"(?<=\d):00$", "", low)            # 20:00 -> 20
+    else:
+        low = NUMBER_WORDS.get(low, low)
+        low = f"wd:{WEEKDAYS[low]}" if low in WEEKDAYS else low
+    return Token(raw, low, quoted=quoted)
+
+
+def _cjk_tokens(run: str, quoted: bool) -> list[Token]:
+    """One token per character; a run of numerals is one number (一百二十 is 120)."""
+    out: list[Token] = []
+    i = 0
+    while i < len(run):
+        m = _CJK_NUMERAL.match(run, i)
+        if m is not None and not (m.group() in "万" or _word_numeral(run, i, m.end())):
+            out.append(Token(m.group(), _cjk_number(m.group()), cjk=True, quoted=quoted))
+            i = m.end()
+            continue
+        out.append(Token(run[i], run[i], cjk=True, quoted=quoted))
+        i += 1
+    return out
+
+
+def _word_numeral(run: str, start: int, end: int) -> bool:
+    """A numeral that is part of a word rather than a number (一直, 一起, 统一, 唯一)."""
+    word = run[max(0, start - 1):end + 1]
+    return any(w in word for w in ("一直", "一起", "一样", "一下", "统一", "唯一", "万一",
+                                   "一些", "一般", "一定", "一切"))
+
+
+@dataclass(frozen=True)
+class Change:
+    """One place where the texts differ: what ``a`` has there, what ``b`` has."""
+
+    a: tuple[str, ...]
+    b: tuple[str, ...]
+    kind: Kind
+    side: Side
+    #: How many tokens of ``a`` lie between the previous change and this one.
+    gap: int = 0
+
+    def describe(self) -> str:
+        old = " ".join(self.a) or "nothing"
+        new = " ".join(self.b) or "nothing"
+        return f"{self.kind} in the {self.side}: {old!r} -> {new!r}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What :func:`compare` found."""
+
+    #: The content tokens of both texts that the alignment matched, over the content
+    #: tokens of the longer text.
+    shared: float
+    #: The places where content differs, in text order.
+    changes: tuple[Change, ...]
+    #: Both texts name numbers (values, times, dates) and neither text's are among the
+    #: other's.
+    numbers_conflict: bool
+    #: The texts are equal once normalized.
+    same: bool
+
+    @property
+    def aligned(self) -> bool:
+        """Most content is shared and it differs in at most two places: the changes are
+        what the texts disagree on, not a rewording."""
+        return self.shared >= 0.5 and len(self.changes) <= 2
+
+
+def compare(a: str, b: str) -> Comparison:
+    """Align ``a`` (the stored memory) with ``b`` (the new one).
+
+    >>> c = compare("The user lives in Lisbon.", "The user lives in Porto.")
+    >>> c.aligned, c.changes[0].kind, c.changes[0].side
+    (True, 'name', 'value')
+    """
+    ta, tb = tokens(a), tokens(b)
+    na, nb = [t.norm for t in ta], [t.norm for t in tb]
+    ops = difflib.SequenceMatcher(None, na, nb, autojunk=False).get_opcodes()
+    content_a = sum(not t.function for t in ta)
+    content_b = sum(not t.function for t in tb)
+    matched = sum(1 for tag, i1, i2, _, _ in ops if tag == "equal"
+                  for t in ta[i1:i2] if not t.function)
+    regions: list[tuple[int, list[Token], list[Token]]] = []  # (op index, a side, b side)
+    for n, (tag, i1, i2, j1, j2) in enumerate(ops):
+        if tag == "equal":
+            continue
+        xa, xb = ta[i1:i2], tb[j1:j2]
+        if _equivalent(xa, xb):
+            matched += min(sum(not t.function for t in xa), sum(not t.function for t in xb))
+            continue
+        regions.append((n, xa, xb))
+    regions = _unmoved(regions)
+    changes = tuple(_change(ops, ta, n, xa, xb, n - prev if prev is not None else 0)
+                    for (n, xa, xb), prev in zip(regions, [None, *[r[0] for r in regions]],
+                                                 strict=False))
+    longest = max(content_a, content_b, 1)
+    nums_a, nums_b = _numbers(ta), _numbers(tb)
+    return Comparison(
+        shared=matched / longest,
+        changes=changes,
+        numbers_conflict=bool(nums_a and nums_b and not (nums_a <= nums_b or nums_b <= nums_a)),
+        same=na == nb or not changes and content_a == content_b == matched,
+    )
+
+
+def _unmoved(regions: list[tuple[int, list[Token], list[Token]]]
+             ) -> list[tuple[int, list[Token], list[Token]]]:
+    """The regions less what only moved: a phrase deleted in one place and inserted in
+    another ("Backups run every night" / "Every night the backups run") is no change.
+    Each content token the other side has in *another* region is taken out."""
+    out = []
+    for n, xa, xb in regions:
+        elsewhere_b = Counter(t.norm for m, _, yb in regions if m != n for t in yb)
+        elsewhere_a = Counter(t.norm for m, ya, _ in regions if m != n for t in ya)
+        ka = [t for t in xa if not _take(elsewhere_b, t)]
+        kb = [t for t in xb if not _take(elsewhere_a, t)]
+        if not _equivalent(ka, kb):
+            out.append((n, ka, kb))
+    return out
+
+
+def _take(pool: Counter[str], t: Token) -> bool:
+    if t.function or pool[t.norm] <= 0:
+        return False
+    pool[t.norm] -= 1
+    return True
+
+
+def _equivalent(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
+    """A difference that is no change: function words and punctuation only."""
+    return all(t.function and not t.negation for t in (*xa, *xb))
+
+
+def _change(ops: Sequence[tuple[str, int, int, int, int]], ta: Sequence[Token], n: int,
+            xa: Sequence[Token], xb: Sequence[Token], since: int) -> Change:
+    before = sum(1 for tag, i1, i2, _, _ in ops[:n] if tag == "equal"
+                 for t in ta[i1:i2] if not t.function)
+    after = sum(1 for tag, i1, i2, _, _ in ops[n + 1:] if tag == "equal"
+                for t in ta[i1:i2] if not t.function)
+    gap = sum(i2 - i1 for _, i1, i2, _, _ in ops[n - since + 1:n]) if since else 0
+    return Change(tuple(t.text for t in xa), tuple(t.text for t in xb),
+                  _kind(xa, xb), "subject" if after >= before else "value", gap)
+
+
+def _kind(xa: Sequence[Token], xb: Sequence[Token]) -> Kind:
+    if any(t.negation for t in xa) != any(t.negation for t in xb) or _antonyms(xa, xb):
+        return "negation"
+    content = [t for t in (*xa, *xb) if not t.function]
+    if any(t.value for t in xa) and any(t.value for t in xb):  # one value for another
+        return "value"
+    if any(t.quoted or (t.text[:1].isupper() and not t.cjk) or t.text.startswith("@")
+           for t in content):
+        return "name"
+    return "word"
+
+
+def _antonyms(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
+    """One word and its opposite by prefix: likes / dislikes, happy / unhappy."""
+    for x in xa:
+        for y in xb:
+            short, long = sorted((x.norm, y.norm), key=len)
+            if any(long == p + short for p in ANTONYM_PREFIXES) and len(short) > 2:
+                return True
+    return False
+
+
+def _numbers(ts: Sequence[Token]) -> frozenset[str]:
+    """The numbers of a text; a time also names its hour (9:30 is "half past nine")."""
+    found = {t.norm for t in ts if t.norm[:1].isdigit()}
+    return frozenset(found | {n.split(":")[0] for n in found if ":" in n})
