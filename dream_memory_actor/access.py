@@ -255,8 +255,7 @@ class RayBackend:
                     ) -> StoreResult:
         with self._op("store"):
             result = await self.system.owner(owner).store_async(content, metadata)
-        if result.merged:
-            self._metrics.merge(self.settings.backend)
+        self._metrics.judged(self.settings.backend, result.judgement)
         return result
 
     async def apply(self, owner: str, ops: Sequence[L1Op]) -> MemorySnapshot:

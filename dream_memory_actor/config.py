@@ -100,8 +100,18 @@ class MemorySettings(BaseSettings):
     # "raise" = RerankError
     rerank_on_error: str = "fallback"
 
-    # writes
-    dedup_threshold: float = Field(0.85, ge=0, le=1)
+    # writes: a new memory is judged against the owner's ``dedup_nearest`` nearest ones
+    # above ``dedup_candidate_threshold`` (storage.dedup.judge); a rewording with
+    # nothing in conflict merges above ``dedup_threshold`` (both calibrated similarity)
+    dedup_threshold: float = Field(0.75, ge=0, le=1)
+    dedup_candidate_threshold: float = Field(0.70, ge=0, le=1)
+    dedup_nearest: int = Field(3, ge=1, le=20)
+    # None = the rules alone; else a litellm chat model that decides the pairs the
+    # rules call "unsure" (JSON reply; any failure keeps both memories)
+    judge_model: str | None = None
+    judge_api_base: str | None = None
+    judge_api_key: SecretStr | None = None
+    judge_timeout_s: float = Field(10.0, gt=0)
     max_content_bytes: int = Field(32 * 1024, ge=16, le=1024 * 1024)
     # caps that also hold after merges and over many calls (``limits.Limits``)
     max_metadata_bytes: int = Field(16 * 1024, ge=256, le=1024 * 1024)

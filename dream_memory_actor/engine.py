@@ -36,11 +36,41 @@ from .models import (
 )
 from .rerank import Reranker, make_reranker, rerank_hits
 from .scoring import Weights
+from .embedding.calibration import Calibration
 from .storage import open_stores
+from .storage.dedup import Ask, Band, Cuts
 from .storage.base import StructuredStore, VectorStore
 from .storage.ops import L1Op
 from .validation import limit as check_limit
 from .validation import owner_id as check_owner
+
+
+def _raw(calibration: Calibration, calibrated: float, lang: str | None = None) -> float:
+    return min(1.0, max(0.0, calibration.dedup_threshold(calibrated, lang)))
+
+
+def write_cuts(settings: MemorySettings, calibration: Calibration | None,
+               ask: Ask | None = None) -> Cuts:
+    """The store's cuts: the settings' calibrated thresholds as raw cosines of the model,
+    per script where its calibration has a curve per language."""
+    para = settings.dedup_threshold
+    cand = min(settings.dedup_candidate_threshold, para)
+
+    def band(lang: str) -> Band:
+        if calibration is None or calibration.is_identity:
+            return Band(cand, para)
+        return Band(_raw(calibration, cand, lang), _raw(calibration, para, lang))
+
+    return Cuts(band("en"), band("zh"), settings.dedup_nearest, ask)
+
+
+def judge_model(settings: MemorySettings) -> Ask | None:
+    """The language model that decides unsure pairs (``judge_model``), or ``None``."""
+    if settings.judge_model is None:
+        return None
+    from .extraction.pair_judge import ModelJudge
+
+    return ModelJudge(settings)
 
 
 class MemoryEngine:
@@ -65,8 +95,9 @@ class MemoryEngine:
         self.dedup_threshold = settings.dedup_threshold
         if calibration is not None and not calibration.is_identity:
             self.weights = dataclasses.replace(self.weights, calibration=calibration.query)
-            self.dedup_threshold = min(1.0, max(0.0, calibration.dedup_threshold(
-                settings.dedup_threshold)))
+            self.dedup_threshold = _raw(calibration, settings.dedup_threshold)
+        #: What a store judges a new memory with (``storage.dedup.judge``).
+        self.cuts = write_cuts(settings, calibration, judge_model(settings))
         #: Orders the best hits of a search (``rerank_model``; ``None``: off). Cheap to make:
         #: its model or client is loaded on the first search that uses it.
         self.reranker = reranker if reranker is not None else make_reranker(settings)
@@ -204,8 +235,8 @@ class MemoryEngine:
         embedding: Sequence[float] | None = None,
         op_id: str | None = None,
     ) -> StoreResult:
-        """Embed (unless ``embedding`` is given) and store, merging near-duplicates
-        (calibrated cosine above ``dedup_threshold``).
+        """Embed (unless ``embedding`` is given) and store: merged into a duplicate,
+        superseding a memory it updates, or beside the others (``storage.dedup``).
 
         A retry with the same ``op_id`` is applied once (and returns the first result).
         """
@@ -213,10 +244,9 @@ class MemoryEngine:
         with self.metrics.operation("store", self.settings.backend):
             result = await self.vector.store(
                 owner, content, embedding=embedding, metadata=metadata,
-                threshold=self.dedup_threshold, now=now, op_id=op_id, embed=self.embed,
+                threshold=self.cuts, now=now, op_id=op_id, embed=self.embed,
             )
-        if result.merged:
-            self.metrics.merge(self.settings.backend)
+        self.metrics.judged(self.settings.backend, result.judgement)
         return result
 
     async def search(
@@ -306,11 +336,10 @@ class MemoryEngine:
         self._open()
         with self.metrics.operation("store_many", self.settings.backend):
             results = await self.vector.store_many(
-                owner, items, threshold=self.dedup_threshold, now=now, op_id=op_id,
+                owner, items, threshold=self.cuts, now=now, op_id=op_id,
                 embed_many=self.embed_many)
         for r in results:
-            if r.merged:
-                self.metrics.merge(self.settings.backend)
+            self.metrics.judged(self.settings.backend, r.judgement)
         return results
 
     async def update(self, owner: str, memory_id: str, content: str, *,

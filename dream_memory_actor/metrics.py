@@ -15,6 +15,9 @@ name                                           type       labels
 ``dream_memory_errors_total``                  counter    ``type`` (exception class),
                                                           ``kind``
 ``dream_memory_merges_total``                  counter    ``backend``
+``dream_memory_store_judgements_total``        counter    ``backend``, ``judgement``
+                                                          (duplicate, update, distinct,
+                                                          unsure, new)
 ``dream_memory_gate_outcomes_total``           counter    ``outcome`` (written, queued,
                                                           already_pending, duplicate,
                                                           skipped)
@@ -212,6 +215,9 @@ class Metrics:
                         "type", "kind")
         self.merges = m("counter", "merges_total",
                         "Stores merged into a near-duplicate memory", "backend")
+        self.judgements = m("counter", "store_judgements_total",
+                            "Stores by what the new memory was to its nearest one",
+                            "backend", "judgement")
         self.gate = m("counter", "gate_outcomes_total",
                       "Extracted items by what the gate and the writer did with them",
                       "outcome")
@@ -263,6 +269,12 @@ class Metrics:
 
     def merge(self, backend: str) -> None:
         self.merges.labels(backend).inc()
+
+    def judged(self, backend: str, judgement: str | None) -> None:
+        """Count one store's judgement (``StoreResult.judgement``; ``None``: nothing near)."""
+        self.judgements.labels(backend, judgement or "new").inc()
+        if judgement == "duplicate":
+            self.merge(backend)
 
     def error(self, error_type: str, kind: str = "other") -> None:
         self.errors.labels(error_type, kind).inc()

@@ -216,20 +216,33 @@ class VectorMemory(_Frozen):
 
 
 class StoreResult(_Frozen):
-    """What ``store`` did: inserted a new memory, or merged into a near-duplicate."""
+    """What ``store`` did, and why.
+
+    ``memory`` is the memory now current: the new one, or the one it was merged into.
+    ``judgement`` is what the new text was to the nearest stored memory ``related``
+    (``storage.dedup.judge``): a ``duplicate`` was merged into it (``merged``), an
+    ``update`` superseded it (``superseded``; both stay in ``memory_history``), and a
+    ``distinct`` or ``unsure`` one was stored beside it. ``None``: no memory was near
+    enough to judge. ``reason`` says what decided; ``similarity`` is the raw cosine.
+    """
 
     memory: VectorMemory
     merged: bool
     similarity: float | None = None
+    superseded: bool = False
+    judgement: Literal["duplicate", "update", "distinct", "unsure"] | None = None
+    related: str | None = None
+    reason: str | None = None
 
 
 class MemoryVersion(_Frozen):
     """One version of a semantic memory in its history, from ``valid_from`` to ``valid_to``.
 
     ``valid_to`` is ``None`` for the current version. A version closed by ``update``
-    has ``change == "update"``; the last version of a superseded memory has
-    ``change == "supersede"`` and names its successor in ``superseded_by``, with who
-    did it (``by``) and why (``reason``) when given.
+    has ``change == "update"``; one a store merged a duplicate into has
+    ``change == "merge"`` (the content before the merge); the last version of a
+    superseded memory has ``change == "supersede"`` and names its successor in
+    ``superseded_by``, with who did it (``by``) and why (``reason``) when given.
     """
 
     id: str = Field(default_factory=new_id)
@@ -240,7 +253,7 @@ class MemoryVersion(_Frozen):
     has_embedding: bool = False
     valid_from: datetime
     valid_to: datetime | None = None
-    change: Literal["update", "supersede"] | None = None
+    change: Literal["update", "supersede", "merge"] | None = None
     superseded_by: str | None = None
     by: str | None = None
     reason: str | None = None

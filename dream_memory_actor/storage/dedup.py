@@ -38,10 +38,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..limits import DEFAULT_LIMITS, Limits
-from ..models import VectorMemory
-from ..text import is_cjk, terms
+from ..models import MemoryVersion, StoreResult, VectorMemory
+from ..text import content_hash, is_cjk, terms
 from ..validation import RESERVED_METADATA_KEYS
 from .pairs import Change, Comparison, compare
+from .versions import closed, successor
 
 #: How many earlier contents ``merged_from`` keeps by default (oldest dropped first).
 MERGE_HISTORY = DEFAULT_LIMITS.merge_history
@@ -191,7 +192,7 @@ def _aligned(c: Comparison, similarity: float | None) -> Judgement | None:
     places = _places(c)
     if not c.changes:
         return Judgement("duplicate", similarity=similarity,
-                         reason="the same content in other function words")
+                         reason="the same content in other words")
     first = places[0]
     if len(places) > 1 and all(p.kind == "word" for p in places):
         return None  # reworded in several places: as texts worded apart
@@ -238,12 +239,15 @@ def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgemen
     """What ``content`` is to the owner's memories nearest to it (``neighbours``, best
     first): a duplicate of the most similar duplicate, else an update of the most
     similar it updates, else distinct or unsure (of the most similar judged); ``None``
-    when none is near enough to judge (below the candidate cut)."""
+    when none is near enough to judge (below the candidate cut, and not the same text).
+    Only the first ``cuts.nearest`` neighbours are judged."""
     band = cuts.band(content)
+    same = content_hash(content)
     judged = [
         replace(judge_pair(n.content, content, n.similarity, band), memory_id=n.id)
-        for n in neighbours[: max(cuts.nearest, 1)]
-        if n.similarity is None or n.similarity > band.candidate
+        for i, n in enumerate(neighbours)
+        if content_hash(n.content) == same or i < cuts.nearest and (
+            n.similarity is None or n.similarity > band.candidate)
     ]
     for wanted in ("duplicate", "update"):
         found = next((j for j in judged if j.outcome == wanted), None)
@@ -281,3 +285,54 @@ def df_delta(old: str | None, new: str | None) -> dict[str, int]:
     delta = {t: -1 for t in gone if t not in come_set}
     delta.update({t: 1 for t in come if t not in gone_set})
     return delta
+
+
+@dataclass(frozen=True)
+class Write:
+    """What a store writes once judged (:func:`outcome_of`): the memory to write (the
+    new one, or the merged one keeping its vector), the version it closes into the
+    history (``None``: nothing closed), and the live memory it removes (an update's
+    predecessor)."""
+
+    result: StoreResult
+    version: MemoryVersion | None = None
+    removes: str | None = None
+
+    @property
+    def memory(self) -> VectorMemory:
+        return self.result.memory
+
+    @property
+    def inserts(self) -> bool:
+        """A new row (an insert, or a successor), not a merge into an existing one."""
+        return not self.result.merged
+
+
+def outcome_of(judgement: Judgement | None, near: VectorMemory | None, owner: str,
+               content: str, metadata: dict[str, Any], has_embedding: bool, now: datetime,
+               limits: Limits = DEFAULT_LIMITS) -> Write:
+    """The write a judgement calls for, the same on every backend.
+
+    ``near`` is the stored memory the judgement names (``judgement.memory_id``).
+    A ``duplicate`` merges into it (``merged``) and closes its previous content as a
+    ``"merge"`` version when the content changes; an ``update`` writes a successor
+    (``versions.successor``: ``metadata``, or else the old memory's) and closes the
+    old memory as a ``"supersede"`` version naming it, with the judgement's reason;
+    anything else inserts a new memory.
+    """
+    j = judgement
+    info: dict[str, Any] = {} if j is None else {
+        "judgement": j.outcome, "related": j.memory_id, "reason": j.reason,
+        "similarity": j.similarity}
+    if j is not None and near is not None and j.outcome == "duplicate":
+        new = merged(near, content, metadata, now, limits)
+        version = closed(near, now, "merge") if near.content != new.content else None
+        return Write(StoreResult(memory=new, merged=True, **info), version)
+    if j is not None and near is not None and j.outcome == "update":
+        new = successor(near, content, metadata or None, has_embedding, now)
+        version = closed(near, now, "supersede", superseded_by=new.id, reason=j.reason)
+        return Write(StoreResult(memory=new, merged=False, superseded=True, **info),
+                     version, removes=near.id)
+    mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
+                       updated_at=now, has_embedding=has_embedding)
+    return Write(StoreResult(memory=mem, merged=False, **info))

@@ -30,7 +30,7 @@ from ..models import (
 from ..scoring import Candidate, TermStats, cosine, keyword_order
 from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
-from .dedup import df_delta, merge_target, merged
+from .dedup import Cuts, Neighbour, decide, df_delta, outcome_of
 from .ops import AddAudit, L1Op, apply_ops
 from .terms import TermCounts, prefix_df, summed
 from .vector_l2 import BatchItem
@@ -153,54 +153,59 @@ class InMemoryVectorStore(VectorStore):
         self._versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
 
     async def _store(self, owner: str, content: str, embedding: list[float] | None,
-                     metadata: dict[str, Any], *, threshold: float,
+                     metadata: dict[str, Any], *, cuts: Cuts,
                      now: datetime, op_id: str | None) -> StoreResult:
         async with self._locks[owner]:
             if op_id is not None and (owner, op_id) in self._ops:
                 done: StoreResult = self._ops[(owner, op_id)]
                 return done
-            result = self._store_locked(owner, content, embedding, metadata, threshold, now)
+            result = await self._store_locked(owner, content, embedding, metadata, cuts, now)
             if op_id is not None:
                 self._ops[(owner, op_id)] = result
             return result
 
-    def _store_locked(self, owner: str, content: str, embedding: list[float] | None,
-                      metadata: dict[str, Any], threshold: float, now: datetime) -> StoreResult:
+    async def _store_locked(self, owner: str, content: str, embedding: list[float] | None,
+                            metadata: dict[str, Any], cuts: Cuts, now: datetime
+                            ) -> StoreResult:
         rows = self._rows[owner]
-        nearest: tuple[str, float] | None = None
+        found: list[Neighbour] = []
         if embedding is not None:
-            for mid, row in rows.items():
-                if row.vec is not None:
-                    sim = cosine(embedding, row.vec)
-                    if nearest is None or sim > nearest[1]:
-                        nearest = (mid, sim)
+            sims = [(cosine(embedding, row.vec), mid) for mid, row in rows.items()
+                    if row.vec is not None]
+            sims.sort(key=lambda x: -x[0])
+            found = [Neighbour(mid, rows[mid].memory.content, sim)
+                     for sim, mid in sims[:cuts.nearest]]
+        h = content_hash(content)
+        same = next((m for m, row in rows.items() if content_hash(row.memory.content) == h),
+                    None)
+        if same is not None and all(n.id != same for n in found):
+            found.append(Neighbour(same, rows[same].memory.content, None))
+        j = await decide(content, found, cuts)
+        near = None if j is None or j.memory_id is None else rows[j.memory_id]
+        w = outcome_of(j, None if near is None else near.memory, owner, content, metadata,
+                       embedding is not None, now, self.limits)
+        new = w.memory
+        if w.version is not None:
+            self._versions[owner].append(w.version)
+        if w.removes is not None:
+            del rows[w.removes]
+        if w.inserts:
+            vec = None if embedding is None else np.asarray(embedding)
+            rows[new.id] = _Row(new, vec, fold(new.content))
+            self._df[owner].apply(df_delta(None if near is None or w.removes is None
+                                           else near.memory.content, new.content))
+        else:
+            assert near is not None
+            rows[new.id] = _Row(new, near.vec, fold(new.content))
+            self._df[owner].apply(df_delta(near.memory.content, new.content))
+        return w.result
 
-        def same_text() -> str | None:
-            h = content_hash(content)
-            return next((m for m, row in rows.items() if content_hash(row.memory.content) == h),
-                        None)
-
-        target = merge_target(nearest, threshold, same_text)
-        if target is not None:
-            old = rows[target[0]]
-            new = merged(old.memory, content, metadata, now, self.limits)
-            rows[new.id] = _Row(new, old.vec, fold(new.content))
-            self._df[owner].apply(df_delta(old.memory.content, new.content))
-            return StoreResult(memory=new, merged=True, similarity=target[1])
-        mem = VectorMemory(owner=owner, content=content, metadata=metadata,
-                           created_at=now, updated_at=now,
-                           has_embedding=embedding is not None)
-        vec = None if embedding is None else np.asarray(embedding)
-        rows[mem.id] = _Row(mem, vec, fold(content))
-        self._df[owner].apply(df_delta(None, content))
-        return StoreResult(memory=mem, merged=False)
-
-    async def _store_many(self, owner: str, items: Sequence[BatchItem], *, threshold: float,
+    async def _store_many(self, owner: str, items: Sequence[BatchItem], *, cuts: Cuts,
                           now: datetime, op_id: str | None) -> list[StoreResult]:
         async with self._locks[owner]:
             if op_id is not None and (owner, op_id) in self._ops:
                 return list(self._ops[(owner, op_id)])
-            results = [self._store_locked(owner, text, vec, meta, threshold, now)
+            results = [await self._store_locked(owner, text, vec, meta, cuts, now)
                        for text, vec, meta in items]
             if op_id is not None:
                 self._ops[(owner, op_id)] = results

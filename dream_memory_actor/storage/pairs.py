@@ -213,9 +213,12 @@ class Change:
     gap: int = 0
 
     def describe(self) -> str:
-        old = " ".join(self.a) or "nothing"
-        new = " ".join(self.b) or "nothing"
-        return f"{self.kind} in the {self.side}: {old!r} -> {new!r}"
+        return f"{self.kind} in the {self.side}: {_shown(self.a)!r} -> {_shown(self.b)!r}"
+
+
+def _shown(words: Sequence[str], most: int = 60) -> str:
+    text = (" " if any(not is_cjk(w[:1]) for w in words) else "").join(words) or "nothing"
+    return text if len(text) <= most else text[:most - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -273,7 +276,7 @@ def compare(a: str, b: str) -> Comparison:
         shared=matched / longest,
         changes=changes,
         numbers_conflict=bool(nums_a and nums_b and not (nums_a <= nums_b or nums_b <= nums_a)),
-        same=na == nb or not changes and content_a == content_b == matched,
+        same=na == nb,
     )
 
 
@@ -301,8 +304,28 @@ def _take(pool: Counter[str], t: Token) -> bool:
 
 
 def _equivalent(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
-    """A difference that is no change: function words and punctuation only."""
+    """A difference that is no change: function words and punctuation only, or a name
+    and its short form (K8s / Kubernetes, TS / TypeScript, Go / Golang)."""
+    ca = [t for t in xa if not t.function]
+    cb = [t for t in xb if not t.function]
+    if len(ca) == len(cb) == 1 and _abbreviates(ca[0].norm, cb[0].norm):
+        return not any(t.negation for t in (*xa, *xb))
     return all(t.function and not t.negation for t in (*xa, *xb))
+
+
+def _abbreviates(x: str, y: str) -> bool:
+    """One word is a short form of the other: a numeronym (k8s: k, 8 letters, s), the
+    other's start (go, golang), or its letters in order from the first (ts, typescript)."""
+    short, long = sorted((x, y), key=len)
+    if len(short) < 2 or short == long or not long.isalpha() or short[0] != long[0]:
+        return False
+    m = re.fullmatch(r"([a-z])(\d+)([a-z])", short)
+    if m is not None:
+        return long[-1] == m.group(3) and len(long) - 2 == int(m.group(2))
+    if long.startswith(short):
+        return True
+    it = iter(long)
+    return len(short) <= 4 and all(c in it for c in short)
 
 
 def _change(ops: Sequence[tuple[str, int, int, int, int]], ta: Sequence[Token], n: int,

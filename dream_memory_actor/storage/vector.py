@@ -30,8 +30,9 @@ from ..scoring import (
     to_hit,
 )
 from ..text import query_terms
+from .dedup import Cuts
 from .lifecycle import _Lifecycle
-from .vector_l2 import VersionedL2
+from .vector_l2 import VersionedL2, check_cuts
 
 #: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
 Embed = Callable[[str], Awaitable["list[float] | None"]]
@@ -118,12 +119,15 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         *,
         embedding: Sequence[float] | None = None,
         metadata: Mapping[str, Any] | None = None,
-        threshold: float = 0.85,
+        threshold: float | Cuts = 0.85,
         now: datetime | None = None,
         op_id: str | None = None,
         embed: Embed | None = None,
     ) -> StoreResult:
-        """Store ``content`` for ``owner``, merging into a near-duplicate if there is one.
+        """Store ``content`` for ``owner``, judged against its nearest memories
+        (``dedup.judge``): merged into a duplicate, superseding a memory it updates,
+        or stored beside them. ``threshold``: the store's :class:`~.dedup.Cuts`, or one
+        raw cosine for every cut (``Cuts.uniform``).
 
         ``op_id`` makes the call idempotent: a retry with the same id is applied once.
         Without ``embedding``, ``embed`` (if given) computes it from the checked text,
@@ -137,9 +141,8 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         if embedding is None and embed is not None:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
-        thr = check.unit_interval(threshold, "threshold")
-        return await self._store(owner, text, vec, meta, threshold=thr, now=now or utcnow(),
-                                 op_id=op_id)
+        return await self._store(owner, text, vec, meta, cuts=check_cuts(threshold),
+                                 now=now or utcnow(), op_id=op_id)
 
     async def search(
         self,

@@ -19,12 +19,20 @@ from .. import validation_l2 as check_l2
 from ..errors import InvalidBatch, MemoryNotFound, MemorySuperseded
 from ..models import MemoryVersion, StoreResult, VectorMemory, utcnow
 from . import versions
+from .dedup import Cuts
 
 #: Computes the embeddings of checked texts, in order (``MemoryEngine.embed_many``).
 EmbedMany = Callable[[list[str]], Awaitable["list[list[float]] | None"]]
 Embed = Callable[[str], Awaitable["list[float] | None"]]
 #: One checked item of a batch: content, embedding, metadata.
 BatchItem = tuple[str, "list[float] | None", "dict[str, Any]"]
+
+
+def check_cuts(threshold: float | Cuts) -> Cuts:
+    """The cuts of a store: as given, or one checked raw cosine for all of them."""
+    if isinstance(threshold, Cuts):
+        return threshold
+    return Cuts.uniform(check.unit_interval(threshold, "threshold"))
 
 
 class VersionedL2(ABC):
@@ -43,12 +51,15 @@ class VersionedL2(ABC):
         embedding: list[float] | None,
         metadata: dict[str, Any],
         *,
-        threshold: float,
+        cuts: Cuts,
         now: datetime,
         op_id: str | None,
     ) -> StoreResult:
-        """Insert, or merge into the nearest memory of ``owner`` if cosine > ``threshold``
-        (or the same text, case and spaces aside). Atomic per owner. See ``dedup.merged``.
+        """Judge ``content`` against the owner's nearest memories (``dedup.decide`` on
+        the ``cuts.nearest`` most similar above the candidate cut, and the memory of the
+        same text) and write what it decided (``dedup.outcome_of``): a merge (the
+        previous content a version, ``change="merge"``), a supersession, or an insert.
+        Atomic per owner.
 
         With an ``op_id`` already recorded for ``owner``, write nothing and return
         the recorded result; otherwise record ``op_id`` and the result atomically.
@@ -60,7 +71,7 @@ class VersionedL2(ABC):
         owner: str,
         items: Sequence[BatchItem],
         *,
-        threshold: float,
+        cuts: Cuts,
         now: datetime,
         op_id: str | None,
     ) -> list[StoreResult]:
@@ -123,7 +134,7 @@ class VersionedL2(ABC):
         items: Sequence[str | Mapping[str, Any]],
         *,
         embeddings: Sequence[Sequence[float]] | None = None,
-        threshold: float = 0.85,
+        threshold: float | Cuts = 0.85,
         now: datetime | None = None,
         op_id: str | None = None,
         embed_many: EmbedMany | None = None,
@@ -139,7 +150,7 @@ class VersionedL2(ABC):
         if op_id is not None:
             check.op_id(op_id)
         batch = check_l2.batch(items, self.max_content_bytes, self.limits)
-        thr = check.unit_interval(threshold, "threshold")
+        cuts = check_cuts(threshold)
         texts = [t for t, _ in batch]
         if embeddings is None and embed_many is not None:
             embeddings = await embed_many(texts)
@@ -152,7 +163,7 @@ class VersionedL2(ABC):
         )
         checked = [(t, v, m) for (t, m), v in zip(batch, vecs, strict=True)]
         return await self._store_many(
-            owner, checked, threshold=thr, now=now or utcnow(), op_id=op_id
+            owner, checked, cuts=cuts, now=now or utcnow(), op_id=op_id
         )
 
     async def update(

@@ -80,7 +80,7 @@ def successor(
 def closed(
     existing: VectorMemory,
     now: datetime,
-    change: Literal["update", "supersede"],
+    change: Literal["update", "supersede", "merge"],
     *,
     superseded_by: str | None = None,
     by: str | None = None,

@@ -22,7 +22,7 @@ ITEMS: list[tuple[str, list[float], dict[str, Any]]] = [
     ("prefers tabs", spread(0), {"k": "batch"}),  # merges into the stored one
     ("likes green tea", spread(5), {"c": 3}),  # same text as item 1
     ("uses vim", spread(6), {}),
-    ("went live on K8s with helm", vec(1, 0.25), {"d": 4}),  # into item 0 again
+    ("went live on K8s!", vec(1, 0.25), {"d": 4}),  # into item 0 again
 ]
 
 

@@ -179,4 +179,7 @@ async def test_history_keeps_merge_records_out_of_successor(stores: Stores) -> N
     new = await v.supersede_memory("alice", a.memory.id, "went live on Nomad", embedding=vec(0, 1))
     assert "merged_from" not in new.metadata
     hist = await v.memory_history("alice", new.id)
-    assert hist[0].metadata["merged_from"] == ["went live on Kubernetes"]
+    # the content the merge replaced, then the merged memory the supersession closed
+    assert [(h.change, h.content) for h in hist[:2]] == [
+        ("merge", "went live on Kubernetes"), ("supersede", "went live on K8s")]
+    assert hist[1].metadata["merged_from"] == ["went live on Kubernetes"]

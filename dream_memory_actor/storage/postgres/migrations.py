@@ -220,6 +220,12 @@ CREATE TABLE {s}.tombstones (
     counts jsonb NOT NULL
 );
 """),
+    (9, "merged contents in the history of memories", """
+-- A store that merges a duplicate keeps the content it replaced as a version.
+ALTER TABLE {s}.memory_versions DROP CONSTRAINT memory_versions_change_check;
+ALTER TABLE {s}.memory_versions ADD CONSTRAINT memory_versions_change_check
+    CHECK (change IN ('update', 'supersede', 'merge'));
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

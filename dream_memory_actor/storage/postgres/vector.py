@@ -12,7 +12,7 @@ from typing import Any
 from ...errors import MemoryNotFound
 from ...models import MemoryVersion, StoreResult, VectorMemory
 from ...text import content_hash, fold
-from ..dedup import merged
+from ..dedup import Cuts, Neighbour, decide, outcome_of
 from . import versions
 from .counts import add_memories, add_terms, term_delta, term_stats
 from .migrations import dim_sql
@@ -81,7 +81,7 @@ class PostgresVectorStore(PostgresSearch):
                            f"{self._s}:l2:{owner}")
 
     async def _store(self, owner: str, content: str, embedding: list[float] | None,
-                     metadata: dict[str, Any], *, threshold: float, now: datetime,
+                     metadata: dict[str, Any], *, cuts: Cuts, now: datetime,
                      op_id: str | None) -> StoreResult:
         s = self._s
         async with self.backend.transaction() as conn:
@@ -93,7 +93,7 @@ class PostgresVectorStore(PostgresSearch):
                 if prior is not None:
                     return StoreResult.model_validate_json(prior)
             result = await self._store_locked(conn, owner, content, embedding, metadata,
-                                              threshold, now)
+                                              cuts, now)
             if op_id is not None:
                 await conn.execute(
                     f"""INSERT INTO {s}.applied_ops (owner_id, op_id, kind, result)
@@ -101,31 +101,46 @@ class PostgresVectorStore(PostgresSearch):
                     owner, op_id, result.model_dump_json())
             return result
 
-    async def _store_locked(self, conn: Any, owner: str, content: str,
-                            embedding: list[float] | None, metadata: dict[str, Any],
-                            threshold: float, now: datetime) -> StoreResult:
+    async def _neighbours(self, conn: Any, owner: str, content: str,
+                          embedding: list[float] | None, nearest: int
+                          ) -> dict[str, tuple[Any, float | None]]:
+        """The owner's ``nearest`` memories most similar to ``embedding`` and the memory
+        of the same text: rows by id, with their cosine (``None``: found by the text)."""
         s = self._s
-        target = None
-        similarity: float | None = None
+        found: dict[str, tuple[Any, float | None]] = {}
         if embedding is not None:
             d = self.dim or 0
             stats = await term_stats(conn, s, [owner], [])
             order = "sim DESC" if prefer_exact(stats.docs, stats.table_docs or 0) else (
                 f"{dim_sql(d)} <=> $2::vector({d})")
-            row = await conn.fetchrow(
-                f"""SELECT {MEMORY_COLUMNS}, 1 - ({dim_sql(d)} <=> $2::vector({d})) AS sim
-                    FROM {s}.memories WHERE owner_id = $1 AND embedding_dim = {int(d)}
-                    ORDER BY {order} LIMIT 1""",
-                owner, embedding)
-            if row is not None and row["sim"] > threshold:
-                target, similarity = row, float(row["sim"])
-        if target is None:
-            target = await conn.fetchrow(
-                f"""SELECT {MEMORY_COLUMNS} FROM {s}.memories
-                    WHERE owner_id = $1 AND content_hash = $2
-                    ORDER BY updated_at DESC LIMIT 1""", owner, content_hash(content))
-        if target is not None:
-            new = merged(_memory(target), content, metadata, now, self.limits)
+            for row in await conn.fetch(
+                    f"""SELECT {MEMORY_COLUMNS}, 1 - ({dim_sql(d)} <=> $2::vector({d})) AS sim
+                        FROM {s}.memories WHERE owner_id = $1 AND embedding_dim = {int(d)}
+                        ORDER BY {order} LIMIT $3""", owner, embedding, nearest):
+                found[str(row["id"])] = (row, float(row["sim"]))
+        same = await conn.fetchrow(
+            f"""SELECT {MEMORY_COLUMNS} FROM {s}.memories
+                WHERE owner_id = $1 AND content_hash = $2
+                ORDER BY updated_at DESC LIMIT 1""", owner, content_hash(content))
+        if same is not None and str(same["id"]) not in found:
+            found[str(same["id"])] = (same, None)
+        return found
+
+    async def _store_locked(self, conn: Any, owner: str, content: str,
+                            embedding: list[float] | None, metadata: dict[str, Any],
+                            cuts: Cuts, now: datetime) -> StoreResult:
+        s = self._s
+        found = await self._neighbours(conn, owner, content, embedding, cuts.nearest)
+        j = await decide(content, [Neighbour(mid, row["content"], sim)
+                                   for mid, (row, sim) in found.items()], cuts)
+        near = None if j is None or j.memory_id is None else _memory(found[j.memory_id][0])
+        w = outcome_of(j, near, owner, content, metadata, embedding is not None, now,
+                       self.limits)
+        new = w.memory
+        if w.version is not None:
+            await versions.add_version(conn, s, w.version)
+        if not w.inserts:
+            assert near is not None
             await conn.execute(
                 f"""UPDATE {s}.memories SET content = $2, content_hash = $3,
                         metadata = $4::jsonb, updated_at = $5 WHERE id = $1""",
@@ -134,23 +149,28 @@ class PostgresVectorStore(PostgresSearch):
             await conn.execute(
                 f"UPDATE {s}.memory_text SET search_text = $2, updated_at = $3 WHERE id = $1",
                 uuid.UUID(new.id), fold(new.content), new.updated_at)
-            if new.content != target["content"]:
-                await add_terms(conn, s, owner, term_delta([target["content"]], [new.content]))
-            return StoreResult(memory=new, merged=True, similarity=similarity)
-        mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
-                           updated_at=now, has_embedding=embedding is not None)
+            if new.content != near.content:
+                await add_terms(conn, s, owner, term_delta([near.content], [new.content]))
+            return w.result
+        if w.removes is not None:  # its text row goes with it (ON DELETE CASCADE)
+            await conn.execute(f"DELETE FROM {s}.memories WHERE id = $1",
+                               uuid.UUID(w.removes))
         await conn.execute(
             f"""INSERT INTO {s}.memories (id, owner_id, content, content_hash,
                     metadata, embedding, embedding_dim, created_at, updated_at)
                 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $8)""",
-            uuid.UUID(mem.id), owner, content, content_hash(content),
-            json.dumps(metadata), embedding, None if embedding is None else self.dim, now)
+            uuid.UUID(new.id), owner, content, content_hash(content),
+            json.dumps(new.metadata), embedding, None if embedding is None else self.dim, now)
         await conn.execute(
             f"""INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
-                VALUES ($1, $2, $3, $4)""", uuid.UUID(mem.id), owner, fold(content), now)
-        await add_memories(conn, s, owner, 1)
-        await add_terms(conn, s, owner, term_delta(added=[content]))
-        return StoreResult(memory=mem, merged=False)
+                VALUES ($1, $2, $3, $4)""", uuid.UUID(new.id), owner, fold(content), now)
+        if w.removes is None:
+            await add_memories(conn, s, owner, 1)
+            await add_terms(conn, s, owner, term_delta(added=[content]))
+        else:
+            assert near is not None
+            await add_terms(conn, s, owner, term_delta([near.content], [content]))
+        return w.result
 
     async def bulk_insert(self, owner: str,
                           rows: Sequence[tuple[str, Sequence[float] | None, datetime]]) -> int:

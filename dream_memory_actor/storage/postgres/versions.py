@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import MemoryNotFound
 from ...models import MemoryVersion, StoreResult, VectorMemory
 from ...text import content_hash, fold
+from ..dedup import Cuts
 from ..vector_l2 import BatchItem
 from ..versions import closed, successor, updated
 from .counts import add_terms, term_delta
@@ -77,7 +78,7 @@ async def _live(store: PostgresVectorStore, conn: Any, owner: str, memory_id: st
     return _memory(row)
 
 
-async def _add_version(conn: Any, s: str, v: MemoryVersion) -> None:
+async def add_version(conn: Any, s: str, v: MemoryVersion) -> None:
     await conn.execute(
         f"""INSERT INTO {s}.memory_versions ({VERSION_COLUMNS})
             VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12)""",
@@ -101,7 +102,7 @@ async def store_many(
     owner: str,
     items: Sequence[BatchItem],
     *,
-    threshold: float,
+    cuts: Cuts,
     now: datetime,
     op_id: str | None,
 ) -> list[StoreResult]:
@@ -113,7 +114,7 @@ async def store_many(
         if prior is not None:
             return [StoreResult.model_validate(r) for r in json.loads(prior)]
         results = [
-            await store._store_locked(conn, owner, text, vec, meta, threshold, now)
+            await store._store_locked(conn, owner, text, vec, meta, cuts, now)
             for text, vec, meta in items
         ]
         await _record(
@@ -146,7 +147,7 @@ async def update(
             return VectorMemory.model_validate_json(prior)
         old = await _live(store, conn, owner, memory_id)
         new = updated(old, content, metadata, embedding is not None, now)
-        await _add_version(conn, s, closed(old, now, "update"))
+        await add_version(conn, s, closed(old, now, "update"))
         await conn.execute(
             f"""UPDATE {s}.memories SET content = $2, content_hash = $3, metadata = $4::jsonb,
                     embedding = $5, embedding_dim = $6, updated_at = $7 WHERE id = $1""",
@@ -190,7 +191,7 @@ async def supersede(
             return VectorMemory.model_validate_json(prior)
         old = await _live(store, conn, owner, memory_id)
         new = successor(old, content, metadata, embedding is not None, now)
-        await _add_version(
+        await add_version(
             conn, s, closed(old, now, "supersede", superseded_by=new.id, by=by, reason=reason)
         )
         # The old row goes (its text row with it, ON DELETE CASCADE), the new one comes:
@@ -250,7 +251,7 @@ async def restore_versions(store: PostgresVectorStore, owner: str,
     """Insert exported closed versions as they were (an import)."""
     async with store.backend.transaction() as conn:
         for v in versions:
-            await _add_version(conn, store._s, v)
+            await add_version(conn, store._s, v)
 
 
 def _versions(rows: Any) -> list[MemoryVersion]:
