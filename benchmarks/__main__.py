@@ -30,6 +30,7 @@ BENCHMARKS = {
     "multi-node": "multi_node",
     "capacity": "capacity",
     "embedding-speed": "embedding_speed",
+    "dedup": "dedup",
 }
 
 

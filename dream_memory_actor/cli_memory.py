@@ -22,6 +22,7 @@ from .storage.ops import AddFact, AddRule, DeleteStatus, L1Op, RemoveFact, Remov
 
 if TYPE_CHECKING:
     from .cli_common import Subparsers
+    from .models import StoreResult
 
 #: How many memories ``delete`` looks through for an id prefix (pages of 1000).
 MAX_SCAN = 100_000
@@ -32,7 +33,8 @@ def register(sub: Subparsers) -> None:
     parents = memory_options()
     p = sub.add_parser("store", parents=parents, help="store a semantic memory",
                        description="Store a semantic memory for the owner; a near-duplicate "
-                                   "of an existing one is merged into it.")
+                                   "of an existing one is merged into it, a new value of "
+                                   "one supersedes it.")
     p.add_argument("content", help="the text to remember")
     p.add_argument("--metadata", default=None, metavar="JSON",
                    help='a JSON object kept with the memory, e.g. {"agent": "deploy"}')
@@ -95,10 +97,20 @@ def _store(args: argparse.Namespace) -> int:
                              check.metadata(meta, s.limits))
 
     result = with_memory(args, go)
-    how = (f"merged into {result.memory.id} (similarity {result.similarity:.2f})"
-           if result.merged else f"stored {result.memory.id}")
-    emit(args, result.model_dump(mode="json"), how)
+    emit(args, result.model_dump(mode="json"), store_summary(result))
     return 0
+
+
+def store_summary(result: StoreResult) -> str:
+    """One line saying what a store did and why."""
+    why = f" ({result.reason})" if result.reason else ""
+    if result.merged:
+        return f"merged into {result.memory.id}{why}"
+    if result.superseded:
+        return f"stored {result.memory.id}, superseding {result.related}{why}"
+    if result.related is not None:
+        return f"stored {result.memory.id}, kept apart from {result.related}{why}"
+    return f"stored {result.memory.id}"
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 
 from .config import MemorySettings
 from .embedding import CachedEmbedder, open_embedder
+from .embedding.calibration import Calibration
 from .errors import ItemNotFound, ItemSuperseded, MemoryNotFound, SystemClosed
 from .history import ItemHistory, StatusChange
 from .metrics import get_metrics
@@ -36,10 +37,9 @@ from .models import (
 )
 from .rerank import Reranker, make_reranker, rerank_hits
 from .scoring import Weights
-from .embedding.calibration import Calibration
 from .storage import open_stores
-from .storage.dedup import Ask, Band, Cuts
 from .storage.base import StructuredStore, VectorStore
+from .storage.dedup import Ask, Band, Cuts
 from .storage.ops import L1Op
 from .validation import limit as check_limit
 from .validation import owner_id as check_owner

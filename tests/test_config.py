@@ -13,7 +13,7 @@ from dream_memory_actor.errors import ConfigurationError, UnsupportedBackend
 def test_defaults_are_the_documented_values() -> None:
     s = MemorySettings()
     assert (s.vector_weight, s.keyword_weight, s.time_weight) == (0.6, 0.3, 0.1)
-    assert s.dedup_threshold == 0.85
+    assert s.dedup_threshold == 0.75
     assert (s.hitl_write_threshold, s.hitl_pending_threshold) == (0.82, 0.55)
     assert s.max_content_bytes == 32 * 1024
     assert s.backend == "postgres" and s.postgres_dsn is None

@@ -1,8 +1,12 @@
-"""Pure functions of a store: insert or merge, and the document-frequency change."""
+"""Pure functions of a store: the judgement of a new memory, and the document-frequency
+change."""
 
 from __future__ import annotations
 
-from dream_memory_actor.storage.dedup import df_delta
+import pytest
+
+from dream_memory_actor.storage.dedup import Band, Cuts, Neighbour, df_delta, judge, judge_pair
+from dream_memory_actor.storage.pairs import compare, tokens
 
 
 def test_df_delta_counts_distinct_terms_of_insert_merge_and_delete() -> None:
@@ -11,3 +15,75 @@ def test_df_delta_counts_distinct_terms_of_insert_merge_and_delete() -> None:
     assert df_delta("deploy helm", None) == {"deploy": -1, "helm": -1}
     assert df_delta("same text", "same text") == {}
     assert df_delta(None, "系统部署") == {"系统": 1, "统部": 1, "部署": 1}
+
+
+# -- the judgement of a new memory against a stored one (pure) --------------------------
+
+
+BAND = Band(candidate=0.7, paraphrase=0.75)
+
+
+@pytest.mark.parametrize(("a", "b", "want"), [
+    # one substituted value, negation or name in the value: an update
+    ("The staging cluster runs Kubernetes 1.27.", "The staging cluster runs Kubernetes 1.29.",
+     "update"),
+    ("The user lives in Lisbon.", "The user lives in Porto.", "update"),
+    ("The user enjoys running.", "The user no longer enjoys running.", "update"),
+    ("The user likes bullet points.", "The user dislikes bullet points.", "update"),
+    ("网关的接口超时时间设为 30 秒。", "网关的接口超时时间设为 60 秒。", "update"),
+    ("用户家里养了两只猫。", "用户家里养了三只猫。", "update"),
+    ("用户下周二下午三点去医院复查。", "用户下周四下午三点去医院复查。", "update"),
+    # a change in the subject: another fact
+    ("The staging web server listens on port 8080.",
+     "The staging admin server listens on port 8080.", "distinct"),
+    ("测试环境的 Nginx 监听 8080 端口。", "预发环境的 Nginx 监听 8080 端口。", "distinct"),
+    ("The user is reading Dune.", "The user's book club is reading Dune.", "distinct"),
+    # a common word in the value: the rules cannot tell
+    ("The user has a standing desk at the office.", "The user has a standing desk at home.",
+     "unsure"),
+    # the same content: function words, punctuation, short forms, number words, moves
+    ("went live on Kubernetes", "went live on K8s", "duplicate"),
+    ("Mia is seven years old.", "Mia is 7 years old.", "duplicate"),
+    ("Backups run every night at 2 am.", "Every night at 2 am the backups run.", "duplicate"),
+    ("订单服务周四晚上上线。", "订单服务礼拜四晚上上线。", "duplicate"),
+])
+def test_pairs_are_judged_by_what_differs(a: str, b: str, want: str) -> None:
+    assert judge_pair(a, b, 0.95, BAND).outcome == want
+
+
+def test_reworded_texts_are_judged_by_similarity_and_numbers() -> None:
+    a = "Our Kubernetes cluster runs in the Frankfurt region."
+    b = "The K8s cluster is hosted in Frankfurt."
+    assert judge_pair(a, b, 0.9, BAND).outcome == "duplicate"
+    assert judge_pair(a, b, 0.72, BAND).outcome == "distinct"
+    # numbers that disagree are never a rewording, however similar
+    assert judge_pair("Rent is 1,800 euros a month.", "Each month the flat costs 2100 euros.",
+                      0.99, BAND).outcome == "unsure"
+    assert judge_pair("Rent is 1,800 euros a month.", "Each month the flat costs €1800.",
+                      0.9, BAND).outcome == "duplicate"
+
+
+def test_judge_prefers_a_duplicate_then_an_update_among_the_nearest() -> None:
+    cuts = Cuts(BAND, BAND, nearest=3)
+    near = [Neighbour("web", "The staging web server listens on port 8080.", 0.97),
+            Neighbour("admin", "The staging admin server listens on port 8081.", 0.96),
+            Neighbour("same", "the staging admin server  listens on port 8080.", 0.5)]
+    new = "The staging admin server listens on port 8080."
+    j = judge(new, near, cuts)
+    assert j is not None and (j.outcome, j.memory_id) == ("duplicate", "same")  # same text
+    j = judge(new, near[:2], cuts)
+    assert j is not None and (j.outcome, j.memory_id) == ("update", "admin")
+    j = judge(new, near[:1], cuts)
+    assert j is not None and (j.outcome, j.memory_id) == ("distinct", "web")
+    # below the candidate cut nothing is judged; only the first `nearest` are
+    assert judge(new, [Neighbour("x", "The staging web server.", 0.6)], cuts) is None
+    assert judge(new, near[:2], Cuts(BAND, BAND, nearest=1)).outcome == "distinct"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("text", ["", "!!!", "?" * 100, "a" * 32 * 1024, "中文 and English 混合 text",
+                                  "\u200b", "1.2.3.4.5", "二〇二六年一百二十万"])
+def test_comparison_takes_any_text(text: str) -> None:
+    tokens(text)
+    c = compare(text, text + " x")
+    assert 0.0 <= c.shared <= 1.0
+    assert judge_pair(text or "x", text or "x", None, BAND).outcome == "duplicate"

@@ -166,8 +166,11 @@ async def audit(door: Door, owner: str, limit: int = 100) -> AuditTrail:
 
 async def store(door: Door, owner: str, content: str, metadata: dict[str, Any] | None = None
                 ) -> StoreResult:
-    """Remember something from the conversation as a semantic memory. A near-duplicate
-    of an existing memory is merged into it instead (merged is true)."""
+    """Remember something from the conversation as a semantic memory. It is judged
+    against the owner's nearest memories: a duplicate is merged into one (merged is
+    true), a new value of one supersedes it (superseded is true, the old one stays in
+    its history), anything else is stored beside them; judgement, related and reason
+    say which and why."""
     who = door.owner(owner)
     s = door.backend.settings
     check.content(content, s.max_content_bytes)

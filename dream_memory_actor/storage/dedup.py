@@ -246,8 +246,8 @@ def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgemen
     judged = [
         replace(judge_pair(n.content, content, n.similarity, band), memory_id=n.id)
         for i, n in enumerate(neighbours)
-        if content_hash(n.content) == same or i < cuts.nearest and (
-            n.similarity is None or n.similarity > band.candidate)
+        if content_hash(n.content) == same or (i < cuts.nearest and (
+            n.similarity is None or n.similarity > band.candidate))
     ]
     for wanted in ("duplicate", "update"):
         found = next((j for j in judged if j.outcome == wanted), None)

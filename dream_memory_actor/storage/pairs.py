@@ -29,9 +29,9 @@ still gives is whether their numbers agree (:attr:`Comparison.numbers_conflict`)
 from __future__ import annotations
 
 import difflib
-from collections import Counter
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -73,14 +73,14 @@ WEEKDAYS = {d: str(i) for i, d in enumerate(
 WEEKDAYS.update({d[:3]: v for d, v in list(WEEKDAYS.items())})
 MONTHS = frozenset(
     """january february march april may june july august september october november
-    december jan feb mar apr jun jul aug sep sept oct nov dec""".split())
+    december jan feb mar apr jun jul aug sep sept oct nov dec""".split())  # noqa: SIM905
 COLOURS = frozenset(
     """red orange yellow green blue purple violet pink brown black white grey gray
-    cyan magenta teal navy beige gold silver""".split())
+    cyan magenta teal navy beige gold silver""".split())  # noqa: SIM905
 CJK_COLOURS = frozenset("红橙黄绿蓝紫粉棕黑白灰青金银")
 NUMBER_WORDS = {w: str(i) for i, w in enumerate(
     """zero one two three four five six seven eight nine ten eleven twelve thirteen
-    fourteen fifteen sixteen seventeen eighteen nineteen twenty""".split())}
+    fourteen fifteen sixteen seventeen eighteen nineteen twenty""".split())}  # noqa: SIM905
 NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60",
                      "seventy": "70", "eighty": "80", "ninety": "90", "hundred": "100",
                      "thousand": "1000", "once": "1", "twice": "2", "dozen": "12"})
