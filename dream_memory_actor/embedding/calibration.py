@@ -157,18 +157,31 @@ class Calibration:
     model: str
     memory: Curve = field(default_factory=Curve)
     query: Curve = field(default_factory=Curve)
+    #: Memory curves fitted on one language's pairs alone, by language: a multilingual
+    #: model puts the pairs of one language much closer than another's (e5's related
+    #: Chinese pairs sit where its English paraphrases do), so a calibrated cut means
+    #: the same in each only on its own language's curve.
+    memory_langs: tuple[tuple[str, Curve], ...] = ()
 
     @property
     def is_identity(self) -> bool:
         return self.memory.is_identity and self.query.is_identity
 
-    def dedup_threshold(self, calibrated: float) -> float:
-        """The raw memory-to-memory cosine equivalent to a calibrated threshold."""
-        return self.memory.inverse(calibrated)
+    def memory_for(self, lang: str | None) -> Curve:
+        """The memory curve of ``lang``, or the curve of all languages."""
+        return dict(self.memory_langs).get(lang or "", self.memory)
+
+    def dedup_threshold(self, calibrated: float, lang: str | None = None) -> float:
+        """The raw memory-to-memory cosine equivalent to a calibrated threshold (on the
+        curve of ``lang`` when the calibration has one)."""
+        return self.memory_for(lang).inverse(calibrated)
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "memory": self.memory.to_json(),
-                "query": self.query.to_json()}
+        out: dict[str, Any] = {"model": self.model, "memory": self.memory.to_json(),
+                               "query": self.query.to_json()}
+        if self.memory_langs:
+            out["memory_langs"] = {lang: c.to_json() for lang, c in self.memory_langs}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Calibration:
@@ -176,7 +189,11 @@ class Calibration:
             raise ConfigurationError("a calibration is an object with 'model', 'memory', 'query'")
         memory = Curve.from_json(data["memory"])
         query = Curve.from_json(data["query"]) if "query" in data else memory
-        return cls(str(data.get("model", "")), memory, query)
+        langs = data.get("memory_langs") or {}
+        if not isinstance(langs, Mapping):
+            raise ConfigurationError("a calibration's 'memory_langs' maps languages to curves")
+        return cls(str(data.get("model", "")), memory, query,
+                   tuple((str(k), Curve.from_json(v)) for k, v in sorted(langs.items())))
 
 
 #: What an embedder without a fitted calibration uses: raw cosine as it is.
