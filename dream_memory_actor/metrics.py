@@ -32,6 +32,11 @@ name                                           type       labels
 ``dream_memory_mcp_rejected_tokens_total``     counter    none
 ``dream_memory_extraction_tokens_total``       counter    ``type`` (prompt, completion)
 ``dream_memory_extraction_cost_usd_total``     counter    none
+``dream_memory_judge_replies_total``           counter    ``outcome`` (duplicate, update,
+                                                          distinct: the model's verdict
+                                                          on an unsure pair; refused: a
+                                                          reply without one; failed: no
+                                                          reply)
 =============================================  =========  ==================================
 
 Label values come from small fixed sets (a value outside its set is counted as
@@ -236,6 +241,8 @@ class Metrics:
                         "LLM tokens spent on extraction", "type")
         self.cost = m("counter", "extraction_cost_usd",
                       "LLM cost of extraction in US dollars (where litellm knows the price)")
+        self.judge_replies = m("counter", "judge_replies_total",
+                               "Unsure pairs put to the judge model, by its outcome", "outcome")
         self._queues: OrderedDict[str, int] = OrderedDict()
         self._queued_total = 0
 
@@ -327,9 +334,15 @@ class Metrics:
     def rejected_token(self) -> None:
         self.rejected_tokens.inc()
 
+    def judge_reply(self, outcome: str) -> None:
+        """One call of the judge model: its verdict, ``refused`` or ``failed``."""
+        self.judge_replies.labels(_bounded(outcome, JUDGE_OUTCOMES)).inc()
+
 
 #: The label values of ``snapshot_reads_total``.
 SNAPSHOT_SOURCES = frozenset({"actor", "store"})
+#: The label values of ``judge_replies_total``.
+JUDGE_OUTCOMES = frozenset({"duplicate", "update", "distinct", "refused", "failed"})
 
 
 def _bounded(value: str, allowed: frozenset[str]) -> str:

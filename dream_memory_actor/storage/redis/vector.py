@@ -13,7 +13,8 @@ Keys of owner ``o`` (prefix ``p``)::
 The token lets each process cache an owner's rows (``rows.RowCache``): one
 round trip checks it and, only when it changed, returns the rows. A store is an
 optimistic transaction (WATCH the token, read the rows, decide insert or merge
-exactly as ``memory.py`` does, MULTI/EXEC with the document frequencies); writers
+exactly as ``memory.py`` does: a merge, a supersession or an insert, MULTI/EXEC with
+the document frequencies and the closed version); writers
 of one owner in this process also queue on a lock, so they do not make each other
 retry. A store with an ``op_id`` records its result in ``p:{o}:l2:op:<op_id>`` in
 the same transaction (kept for ``OP_ID_RETENTION_S``); a retry returns that result
@@ -30,7 +31,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from ...models import MemoryVersion, StoreResult, VectorMemory
 from ...scoring import cosine
 from ...text import content_hash, fold
 from ..base import VectorStore
-from ..dedup import df_delta, merge_target, merged
+from ..dedup import Cuts, Neighbour, Write, decide, df_delta, outcome_of
 from ..versions import matches
 from . import df, versions
 from . import search_module as fts
@@ -69,6 +70,49 @@ from .search import RedisSearch
 
 def _token() -> str:
     return uuid.uuid4().hex
+
+
+class Decided(NamedTuple):
+    """What a store writes (``RedisVectorStore._decide``): the judged write, the row to
+    write (a merge keeps the old row's vector), and how the owner's document
+    frequencies and count of memories move."""
+
+    write: Write
+    row: Row
+    df: dict[str, int]
+    docs: int
+
+
+#: Rows whose approximate cosine is this close to the k-th best are re-ranked exactly.
+_TIE = 1e-9
+
+
+def neighbours(rows: OwnerRows, content: str, query: np.ndarray | None,
+               nearest: int) -> list[Neighbour]:
+    """The ``nearest`` rows most similar to ``query``, best first (the oldest among
+    equals, by :func:`scoring.cosine`, as the in-memory backend ranks them), then the
+    oldest row of the same text if it is not among them (its similarity ``None``)."""
+    found: list[Neighbour] = []
+    if query is not None and nearest > 0:
+        ids, sims = rows.similarities(query)
+        if ids:
+            if len(ids) > nearest:  # one matrix product, then only the best few exactly
+                kth = np.partition(sims, len(ids) - nearest)[len(ids) - nearest]
+                picked = [int(i) for i in np.flatnonzero(sims >= kth - _TIE)]
+            else:
+                picked = list(range(len(ids)))
+            exact = []
+            for i in picked:
+                vec = rows.rows[ids[i]].vec
+                assert vec is not None
+                exact.append((cosine(query, vec), i))
+            exact.sort(key=lambda x: (-x[0], x[1]))
+            found = [Neighbour(ids[i], rows.rows[ids[i]].memory.content, sim)
+                     for sim, i in exact[:nearest]]
+    same = rows.with_hash(content_hash(content))
+    if same is not None and all(n.id != same for n in found):
+        found.append(Neighbour(same, rows.rows[same].memory.content, None))
+    return found
 
 
 class RedisVectorStore(RedisSearch, VectorStore):
@@ -137,7 +181,7 @@ class RedisVectorStore(RedisSearch, VectorStore):
     # -- writes -----------------------------------------------------------------------
 
     async def _store(self, owner: str, content: str, embedding: list[float] | None,
-                     metadata: dict[str, Any], *, threshold: float, now: datetime,
+                     metadata: dict[str, Any], *, cuts: Cuts, now: datetime,
                      op_id: str | None) -> StoreResult:
         from redis.exceptions import WatchError
 
@@ -157,15 +201,16 @@ class RedisVectorStore(RedisSearch, VectorStore):
                             continue  # the connection dropped before any write: again
                         if done is not None:  # a retry of a recorded store
                             return StoreResult.model_validate_json(done)
-                        result, row = self._decide(rows, owner, content, query, metadata,
-                                                   threshold, now)
-                        old = rows.rows.get(row.memory.id)
-                        delta = df_delta(None if old is None else old.memory.content, content)
+                        d = await self._decide(rows, owner, content, query, metadata, cuts,
+                                               now)
+                        result = d.write.result
                         token = _token()
                         pipe.multi()
-                        self._queue_write(pipe, row, is_new=not result.merged)
-                        self._queue_df(pipe, owner, delta, 0 if result.merged else 1,
-                                       None if counted else rows)
+                        self._queue_closed(pipe, owner, d.write)
+                        if d.write.removes is not None:
+                            self._queue_remove(pipe, owner, d.write.removes)
+                        self._queue_write(pipe, d.row, is_new=d.write.inserts)
+                        self._queue_df(pipe, owner, d.df, d.docs, None if counted else rows)
                         pipe.set(k.l2_version(owner), token)
                         if op_id is not None:
                             pipe.set(k.l2_op(owner, op_id), result.model_dump_json(),
@@ -173,7 +218,9 @@ class RedisVectorStore(RedisSearch, VectorStore):
                         if await committed(pipe) is None:
                             continue  # another writer came first: again
                     rows.token = token
-                    rows.put(row)
+                    if d.write.removes is not None:
+                        rows.remove(d.write.removes)
+                    rows.put(d.row)
                     self._cache.put(owner, rows)
                     return result
         raise BackendError(f"owner {owner!r}: too many concurrent writers, store gave up")
@@ -185,26 +232,41 @@ class RedisVectorStore(RedisSearch, VectorStore):
     _supersede = versions.supersede
     _history = versions.history
 
-    def _decide(self, rows: OwnerRows, owner: str, content: str, query: np.ndarray | None,
-                metadata: dict[str, Any], threshold: float,
-                now: datetime) -> tuple[StoreResult, Row]:
-        """Insert or merge, exactly as the in-memory reference backend decides."""
-        nearest: tuple[str, float] | None = None
-        if query is not None:
-            best = rows.nearest(query)
-            if best is not None:
-                vec = rows.rows[best].vec
-                assert vec is not None
-                nearest = (best, cosine(query, vec))
-        target = merge_target(nearest, threshold, lambda: rows.with_hash(content_hash(content)))
-        if target is not None:
-            old = rows.rows[target[0]]
-            new = merged(old.memory, content, metadata, now, self.limits)
-            return StoreResult(memory=new, merged=True, similarity=target[1]), \
-                make_row(new, old.vec)
-        mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
-                           updated_at=now, has_embedding=query is not None)
-        return StoreResult(memory=mem, merged=False), make_row(mem, query)
+    async def _decide(self, rows: OwnerRows, owner: str, content: str,
+                      query: np.ndarray | None, metadata: dict[str, Any], cuts: Cuts,
+                      now: datetime) -> Decided:
+        """Judge ``content`` against the owner's nearest rows (``dedup.decide``, which may
+        ask ``cuts.ask``) and decide the write (``dedup.outcome_of``), exactly as the
+        in-memory reference backend does."""
+        found = neighbours(rows, content, query, cuts.nearest)
+        j = await decide(content, found, cuts)
+        near = None if j is None or j.memory_id is None else rows.rows[j.memory_id]
+        w = outcome_of(j, None if near is None else near.memory, owner, content, metadata,
+                       query is not None, now, self.limits)
+        if not w.inserts:  # a merge: the old row's vector stays
+            assert near is not None
+            return Decided(w, make_row(w.memory, near.vec),
+                           df_delta(near.memory.content, w.memory.content), 0)
+        row = make_row(w.memory, query)
+        if w.removes is not None:  # a supersession: one memory for another
+            assert near is not None
+            return Decided(w, row, df_delta(near.memory.content, w.memory.content), 0)
+        return Decided(w, row, df_delta(None, w.memory.content), 1)
+
+    def _queue_closed(self, pipe: Any, owner: str, w: Write) -> None:
+        """Queue the version a write closes into its memory's history (a supersession's
+        also linked from the successor), as ``versions.update`` / ``supersede`` do."""
+        if w.version is None:
+            return
+        encoded = w.version.model_dump_json()
+        pipe.rpush(versions.history_key(self, owner, w.version.memory_id), encoded)
+        if w.removes is not None:
+            pipe.set(versions.successor_key(self, owner, w.memory.id), encoded)
+
+    def _queue_remove(self, pipe: Any, owner: str, memory_id: str) -> None:
+        """Queue the removal of a live memory's row (its history stays)."""
+        pipe.delete(self._keys.l2_doc(owner, memory_id))
+        pipe.zrem(self._keys.l2_ids(owner), memory_id)
 
     def _queue_df(self, pipe: Any, owner: str, delta: Mapping[str, int], docs_delta: int,
                   uncounted: OwnerRows | None) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from ...errors import BackendError, MemoryNotFound
 from ...models import MemoryVersion, StoreResult, VectorMemory
-from ..dedup import df_delta
+from ..dedup import Cuts, Write, df_delta
 from ..vector_l2 import BatchItem
 from ..versions import closed, matches, successor, updated
 from . import df
@@ -65,10 +65,11 @@ async def _transact(
     owner: str,
     what: str,
     op_id: str | None,
-    plan: Callable[[OwnerRows, bool], Planned],
+    plan: Callable[[OwnerRows, bool], Awaitable[Planned]],
 ) -> str:
-    """Run ``plan`` on the owner's rows and commit what it queued, retried while another
-    writer comes first; the recorded result of ``op_id`` if it was applied already."""
+    """Run ``plan`` on the owner's rows (awaited: a store's judgement may ask a model)
+    and commit what it queued, retried while another writer comes first; the recorded
+    result of ``op_id`` if it was applied already."""
     from redis.exceptions import WatchError
 
     from .vector import _token
@@ -87,7 +88,7 @@ async def _transact(
                         continue
                     if done is not None:
                         return text(done) or ""
-                    result, queue, after = plan(rows, counted)
+                    result, queue, after = await plan(rows, counted)
                     token = _token()
                     pipe.multi()
                     queue(pipe)
@@ -111,34 +112,46 @@ async def store_many(
     owner: str,
     items: Sequence[BatchItem],
     *,
-    threshold: float,
+    cuts: Cuts,
     now: datetime,
     op_id: str | None,
 ) -> list[StoreResult]:
     """Every item as ``store`` decides it, against the rows as the earlier items left
-    them, committed in one transaction."""
+    them (merged into, superseded, inserted), committed in one transaction."""
 
-    def plan(rows: OwnerRows, counted: bool) -> Planned:
+    async def plan(rows: OwnerRows, counted: bool) -> Planned:
         work = OwnerRows(rows.token, rows.rows.values())
         results: list[StoreResult] = []
-        is_new: dict[str, bool] = {}
+        is_new: dict[str, bool] = {}  # each row written once, as it ends the batch
+        removed: list[str] = []
+        closing: list[Write] = []
         delta: Counter[str] = Counter()
         for content, vec, meta in items:
-            result, row = store._decide(work, owner, content, _vec(vec), meta, threshold, now)
-            old = work.rows.get(row.memory.id)
-            delta.update(df_delta(None if old is None else old.memory.content, content))
-            is_new.setdefault(row.memory.id, not result.merged)
-            work.put(row)
-            results.append(result)
+            d = await store._decide(work, owner, content, _vec(vec), meta, cuts, now)
+            delta.update(d.df)
+            if d.write.version is not None:
+                closing.append(d.write)
+            if d.write.removes is not None:
+                work.remove(d.write.removes)
+                removed.append(d.write.removes)
+            is_new.setdefault(d.row.memory.id, d.write.inserts)
+            work.put(d.row)
+            results.append(d.write.result)
 
         def queue(pipe: Any) -> None:
+            for w in closing:
+                store._queue_closed(pipe, owner, w)
+            for mid in removed:  # a row of this batch never written: nothing to remove
+                if mid in rows.rows:
+                    store._queue_remove(pipe, owner, mid)
             for mid, new in is_new.items():
-                store._queue_write(pipe, work.rows[mid], is_new=new)
+                if mid in work.rows:  # not superseded later in the batch
+                    store._queue_write(pipe, work.rows[mid], is_new=new)
             store._queue_df(
                 pipe,
                 owner,
-                {t: d for t, d in delta.items() if d},
-                sum(is_new.values()),
+                {t: n for t, n in delta.items() if n},
+                len(work.rows) - len(rows.rows),
                 None if counted else rows,
             )
 
@@ -166,7 +179,7 @@ async def update(
     now: datetime,
     op_id: str | None,
 ) -> VectorMemory:
-    def plan(rows: OwnerRows, counted: bool) -> Planned:
+    async def plan(rows: OwnerRows, counted: bool) -> Planned:
         old = _live(rows, owner, memory_id)
         new = updated(old, content, metadata, embedding is not None, now)
         row = make_row(new, _vec(embedding))
@@ -206,7 +219,7 @@ async def supersede(
     now: datetime,
     op_id: str | None,
 ) -> VectorMemory:
-    def plan(rows: OwnerRows, counted: bool) -> Planned:
+    async def plan(rows: OwnerRows, counted: bool) -> Planned:
         old = _live(rows, owner, memory_id)
         new = successor(old, content, metadata, embedding is not None, now)
         row: Row = make_row(new, _vec(embedding))
