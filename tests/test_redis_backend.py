@@ -189,9 +189,9 @@ async def test_a_write_elsewhere_invalidates_the_row_cache(
         second = await a.store("alice", "deploys with argo", embedding=vec(0, 1))
         hits = await b.search("alice", "deploys", embedding=vec(0, 1))
         assert [h.memory.id for h in hits] == [second.memory.id, first.memory.id]
-        merged = await b.store("alice", "deploys with helm 3", embedding=vec(1, 0.01))
+        merged = await b.store("alice", "Deploys with helm!", embedding=vec(1, 0.01))
         assert merged.merged and merged.memory.id == first.memory.id
-        assert (await a.get("alice", first.memory.id)).content == "deploys with helm 3"
+        assert (await a.get("alice", first.memory.id)).content == "Deploys with helm!"
         assert await a.delete("alice", second.memory.id)
         assert [h.memory.id for h in await b.search("alice", "deploys")] == [first.memory.id]
         assert [m.id for m in await b.list("alice")] == [first.memory.id]
