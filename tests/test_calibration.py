@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import statistics
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +22,7 @@ from dream_memory_actor.embedding import (
     load_calibration,
     shipped_calibration,
 )
+from dream_memory_actor.embedding.calibrate import fit, merge_rates, pair_scores
 from dream_memory_actor.embedding.calibration import (
     DUPLICATE,
     RELATED,
@@ -40,6 +42,10 @@ NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SHIPPED = ("local:all-MiniLM-L6-v2", "local:multilingual-e5-small", "local:use-multilingual")
 #: A curve that lifts raw cosines the way e5's does: 0.8 raw is "unrelated".
 LIFTED = Curve((-1.0, 0.8, 0.9, 0.95, 1.0), (-1.0, 0.1, 0.5, 0.85, 1.0))
+#: Memory curves of a model that puts Chinese pairs closer than English ones, as e5 does.
+EN = Curve((-1.0, 0.79, 0.86, 0.94, 1.0), (-1.0, 0.1, 0.5, 0.85, 1.0))
+ZH = Curve((-1.0, 0.87, 0.93, 0.97, 1.0), (-1.0, 0.1, 0.5, 0.85, 1.0))
+BY_LANG = Calibration("m", LIFTED, LIFTED, (("en", EN), ("zh", ZH)))
 
 
 # -- curves ---------------------------------------------------------------------
@@ -127,6 +133,75 @@ def test_calibration_json_round_trip(tmp_path: Path) -> None:
         load_calibration(tmp_path / "missing.json")
 
 
+def test_memory_curves_per_language_round_trip_through_json(tmp_path: Path) -> None:
+    data = BY_LANG.to_json()
+    assert data["memory_langs"] == {"en": EN.to_json(), "zh": ZH.to_json()}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(data))
+    back = load_calibration(path)
+    assert back == BY_LANG and hash(back) == hash(BY_LANG)
+    assert back.memory_for("zh") == ZH
+    # a calibration without curves per language writes none, and reads back the same
+    plain = Calibration("m", LIFTED, LIFTED)
+    assert "memory_langs" not in plain.to_json()
+    assert Calibration.from_json(plain.to_json()) == plain
+    with pytest.raises(ConfigurationError):
+        Calibration.from_json({**data, "memory_langs": [["en", EN.to_json()]]})
+
+
+def test_calibration_written_before_curves_per_language_still_loads() -> None:
+    old = {"model": "m", "memory": LIFTED.to_json(), "query": LIFTED.to_json()}
+    cal = Calibration.from_json(old)
+    assert cal.memory_langs == ()
+    assert cal.dedup_threshold(0.85, "zh") == cal.dedup_threshold(0.85) == pytest.approx(0.95)
+
+
+def test_dedup_threshold_is_on_the_curve_of_the_language() -> None:
+    for lang, curve in (("en", EN), ("zh", ZH)):
+        raw = BY_LANG.dedup_threshold(0.85, lang)
+        assert raw == pytest.approx(curve.inverse(0.85))
+        assert BY_LANG.memory_for(lang)(raw) == pytest.approx(0.85)
+    assert BY_LANG.dedup_threshold(0.85, "en") == pytest.approx(0.94)
+    assert BY_LANG.dedup_threshold(0.85, "zh") == pytest.approx(0.97)
+
+
+@pytest.mark.parametrize("lang", [None, "", "fr"])
+def test_a_language_without_a_curve_falls_back_to_the_curve_of_all(lang: str | None) -> None:
+    assert BY_LANG.memory_for(lang) is LIFTED
+    assert BY_LANG.dedup_threshold(0.85, lang) == BY_LANG.dedup_threshold(0.85) \
+        == pytest.approx(0.95)
+
+
+async def test_fit_gives_each_language_a_curve_through_its_own_anchors() -> None:
+    emb = HashingEmbedder(dim=64)
+    cal = await fit(emb, "hashing")
+    assert [lang for lang, _ in cal.memory_langs] == ["en", "zh"]
+    pairs = labelled_pairs("fit")
+    memory, _ = await pair_scores(emb, pairs)
+    for lang in ("en", "zh"):
+        curve = cal.memory_for(lang)
+        assert curve != cal.memory
+        scores = {label: [s for p, s in zip(pairs, memory, strict=True)
+                          if p.lang == lang and p.label == label]
+                  for label in ("unrelated", "related", "paraphrase", "distinct")}
+        assert curve(statistics.median(scores["related"])) == pytest.approx(RELATED)
+        assert curve(statistics.median(scores["unrelated"])) == pytest.approx(UNRELATED)
+        assert curve(dedup_cut(scores)) == pytest.approx(DUPLICATE)
+    # each language is cut on its own curve when merge rates are measured
+    rates = await merge_rates(emb, cal, 0.85, split="fit")
+    zh = [(p, s) for p, s in zip(pairs, memory, strict=True)
+          if p.lang == "zh" and p.label == "paraphrase"]
+    cut = cal.dedup_threshold(0.85, "zh")
+    assert rates["zh"]["paraphrase"] == pytest.approx(
+        sum(s > cut for _, s in zh) / len(zh))
+
+
+async def test_a_model_fitted_on_one_language_has_no_curve_per_language() -> None:
+    emb = HashingEmbedder(dim=64)
+    assert (await fit(emb, "local:all-MiniLM-L6-v2")).memory_langs == ()
+    assert (await fit(emb, "hashing", ["zh"])).memory_langs == ()
+
+
 # -- the shipped pairs and calibrations ---------------------------------------------
 
 
@@ -163,6 +238,29 @@ def test_e5_calibration_moves_unrelated_cosines_down() -> None:
     assert cal.query(0.78) < 0.2          # a typical unrelated pair under e5
     assert cal.dedup_threshold(0.85) > 0.9
     assert cal.memory != cal.query        # e5's query and passage roles differ
+
+
+@pytest.mark.parametrize("model", ["local:multilingual-e5-small", "local:use-multilingual"])
+def test_multilingual_models_ship_a_memory_curve_per_language(model: str) -> None:
+    cal = shipped_calibration(model)
+    assert cal is not None
+    assert [lang for lang, _ in cal.memory_langs] == ["en", "zh"]
+    for lang in ("en", "zh"):
+        assert cal.memory_for(lang) != cal.memory
+        assert cal.memory_for(lang)(cal.dedup_threshold(0.85, lang)) == pytest.approx(0.85)
+
+
+def test_e5_puts_the_chinese_dedup_cut_above_the_english_one() -> None:
+    cal = shipped_calibration("local:multilingual-e5-small")
+    assert cal is not None
+    assert cal.dedup_threshold(0.85, "en") < cal.dedup_threshold(0.85) \
+        < cal.dedup_threshold(0.85, "zh")
+
+
+def test_english_only_model_ships_no_curve_per_language() -> None:
+    cal = shipped_calibration("local:all-MiniLM-L6-v2")
+    assert cal is not None and cal.memory_langs == ()
+    assert cal.dedup_threshold(0.85, "zh") == cal.dedup_threshold(0.85)
 
 
 # -- scoring and hits ---------------------------------------------------------------
@@ -220,14 +318,15 @@ async def test_uncalibrated_embedder_keeps_the_raw_cosine() -> None:
     (hit,) = await engine.search("alice", "deploy the api with helm")
     assert hit.cosine is not None
     assert hit.vector_score == pytest.approx(min(1.0, max(0.0, hit.cosine)))
-    assert engine.dedup_threshold == 0.85
+    assert engine.dedup_threshold == MemorySettings().dedup_threshold
 
 
 async def test_dedup_threshold_is_on_the_calibrated_scale() -> None:
-    a, b = "alice likes green tea in the morning", "alice likes green tea in the evening"
+    # a rewording that conflicts in nothing: it merges when its similarity is above the cut
+    a, b = "alice likes green tea", "green tea is a favourite of alice"
     h = HashingEmbedder(dim=32)
     raw = float(np.dot(h.vector(a), h.vector(b)))
-    assert 0.5 < raw < 0.85   # not a duplicate on the raw scale
+    assert 0.5 < raw < MemorySettings().dedup_threshold   # not a duplicate on the raw scale
     # a calibration that calls this raw cosine 0.9: the pair merges
     lifting = Curve((-1.0, raw - 0.01, 1.0), (-1.0, 0.9, 1.0))
     engine = await engine_with(Calibrated(Calibration("c", lifting, lifting)))

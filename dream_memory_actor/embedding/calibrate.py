@@ -15,9 +15,18 @@ the package's ``data/calibrations.json``, for the local models). Then the share
 of held-apart pairs merged at the dedup threshold is printed per label and
 language: on the test part, which the fit never saw.
 
+A model fitted on several languages also gets a memory curve per language,
+fitted on that language's pairs alone: a multilingual model puts the pairs of one
+language much closer than another's (multilingual-e5-small's related Chinese pairs
+sit near its English paraphrases), so on one curve for all of them a calibrated
+dedup threshold would merge too much in one language and too little in the other.
+The write path judges a new memory on the curve of its script, and the merge
+rates below are measured the same way.
+
 English-only models (:data:`ENGLISH_ONLY`) are fitted on the English pairs only:
 their cosines between Chinese texts carry no meaning (unrelated Chinese pairs
-score as high as related ones), and a monotone map cannot give them one.
+score as high as related ones), and a monotone map cannot give them one. Their
+memory curve is the English one, so they carry no curve per language.
 """
 
 from __future__ import annotations
@@ -77,27 +86,38 @@ def _by_label(pairs: Sequence[Pair], scores: Sequence[float]) -> dict[str, list[
 async def fit(embedder: Embedder | CachedEmbedder, model: str,
               langs: Iterable[str] | None = None) -> Calibration:
     """The calibration of ``embedder`` fitted on the fit pairs of ``langs`` (the distinct
-    pairs guard the memory curve only, see :mod:`.calibration`)."""
-    pairs = labelled_pairs("fit", langs or fit_langs(model))
+    pairs guard the memory curves only, see :mod:`.calibration`), with a memory curve
+    per language when there are several."""
+    wanted = tuple(langs or fit_langs(model))
+    pairs = labelled_pairs("fit", wanted)
     memory, query = await pair_scores(embedder, pairs)
     by_query = _by_label(pairs, query)
     by_query.pop("distinct")
-    return Calibration(model, fit_curve(_by_label(pairs, memory)), fit_curve(by_query))
+    fitted = tuple(dict.fromkeys(p.lang for p in pairs))
+    memory_langs = () if len(fitted) < 2 else tuple(
+        (lang, fit_curve(_by_label(*_of_lang(pairs, memory, lang)))) for lang in sorted(fitted))
+    return Calibration(model, fit_curve(_by_label(pairs, memory)), fit_curve(by_query),
+                       memory_langs)
+
+
+def _of_lang(pairs: Sequence[Pair], scores: Sequence[float], lang: str
+             ) -> tuple[list[Pair], list[float]]:
+    kept = [(p, s) for p, s in zip(pairs, scores, strict=True) if p.lang == lang]
+    return [p for p, _ in kept], [s for _, s in kept]
 
 
 async def merge_rates(embedder: Embedder | CachedEmbedder, calibration: Calibration,
                       threshold: float = 0.85, split: str = "test",
                       langs: Iterable[str] = LANGS) -> dict[str, dict[str, float]]:
     """Share of pairs whose calibrated memory cosine is above ``threshold`` (would merge),
-    per language and label, on the held-apart pairs by default."""
+    per language and label, on the held-apart pairs by default; each language is cut on
+    its own memory curve when the calibration has one, as the write path does."""
     pairs = labelled_pairs("test" if split == "test" else "fit", langs)
     memory, _ = await pair_scores(embedder, pairs)
-    raw = calibration.dedup_threshold(threshold)
     out: dict[str, dict[str, float]] = {}
     for lang in dict.fromkeys(p.lang for p in pairs):
-        for label, scores in _by_label([p for p in pairs if p.lang == lang],
-                                       [s for p, s in zip(pairs, memory, strict=True)
-                                        if p.lang == lang]).items():
+        raw = calibration.dedup_threshold(threshold, lang)
+        for label, scores in _by_label(*_of_lang(pairs, memory, lang)).items():
             merged = sum(1 for s in scores if s > raw)
             out.setdefault(lang, {})[label] = merged / len(scores) if scores else 0.0
     return out
@@ -112,7 +132,10 @@ def update_shipped(calibration: Calibration, langs: Sequence[str]) -> Path:
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() \
         else {}
     models = data.setdefault("models", {})
-    models[calibration.model] = {**calibration.to_json(), "langs": list(langs)}
+    entry = calibration.to_json()
+    # "langs" says what the curves of all languages were fitted on, so it sits by them
+    models[calibration.model] = {"model": entry["model"], "memory": entry["memory"],
+                                 "query": entry["query"], "langs": list(langs), **entry}
     data["models"] = dict(sorted(models.items()))
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
@@ -138,11 +161,12 @@ async def _run(args: argparse.Namespace) -> int:
     threshold = settings.dedup_threshold
     rates = await merge_rates(embedder, calibration, threshold, langs=LANGS)
     print(f"held-apart pairs merged at dedup_threshold={threshold} "
-          f"(raw cosine > {calibration.dedup_threshold(threshold):.4f}); fitted on "
-          f"{','.join(langs)}:", file=sys.stderr)
+          f"(raw cosine > {calibration.dedup_threshold(threshold):.4f} on the curve of all "
+          f"languages); fitted on {','.join(langs)}:", file=sys.stderr)
     for lang, by_label in rates.items():
         cells = "  ".join(f"{label} {share:6.1%}" for label, share in by_label.items())
-        print(f"  {lang}: {cells}", file=sys.stderr)
+        print(f"  {lang} (raw > {calibration.dedup_threshold(threshold, lang):.4f}): {cells}",
+              file=sys.stderr)
     return 0
 
 

@@ -29,6 +29,16 @@ on store) and ``query`` for query-to-memory cosines (search). They differ for
 models that embed queries and memories differently (e5's ``query:`` and
 ``passage:`` prefixes); for the others they are the same curve.
 
+A model fitted on several languages also carries a memory curve per language
+(``memory_langs``), each fitted on that language's pairs alone. A multilingual
+model does not put the pairs of every language equally close: on the memory curve
+of both, multilingual-e5-small's median related Chinese pair is at 0.64 and its
+English one at 0.24, so a calibrated cut does not mean the same in both: it sits
+nearer the related Chinese pairs than the related English ones, and merges or
+judges Chinese memories more readily. Dedup judges a new memory on the curve
+of its language (:meth:`Calibration.dedup_threshold`), and falls back to the curve
+of all languages for a language without one.
+
 Calibrations for the local models ship in ``data/calibrations.json``; they
 are re-derived, and a user's own model (litellm) is calibrated, with::
 
