@@ -134,17 +134,22 @@ class Extractor(Protocol):
     async def extract(self, messages: Sequence[ChatMessage]) -> ExtractionResult: ...
 
 
+def reply_body(text: object, error: type[Exception], what: str) -> str:
+    """The JSON text of a model's reply (a code fence around it taken off), or ``error``
+    for an empty or overlong one; ``what`` names the reply in the message."""
+    if not isinstance(text, str) or not text.strip():
+        raise error(f"{what} is empty")
+    if len(text) > MAX_REPLY_CHARS:
+        raise error(f"{what} is longer than {MAX_REPLY_CHARS} chars")
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    return fenced.group("body") if fenced else body
+
+
 def parse_reply(text: object, *, max_content_bytes: int = 32 * 1024) -> tuple[ExtractedItem, ...]:
     """The items of an LLM reply, or ``MalformedExtraction`` (the message never quotes the
     reply: it holds conversation text)."""
-    if not isinstance(text, str) or not text.strip():
-        raise MalformedExtraction("the extractor's reply is empty")
-    if len(text) > MAX_REPLY_CHARS:
-        raise MalformedExtraction(f"the extractor's reply is longer than {MAX_REPLY_CHARS} chars")
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group("body")
+    body = reply_body(text, MalformedExtraction, "the extractor's reply")
     try:
         data: Any = json.loads(body, parse_constant=_no_constant)
     except ValueError as exc:

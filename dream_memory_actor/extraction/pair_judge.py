@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 from ..embedding.litellm import _litellm  # the one offline-safe, thread-imported litellm
 from ..errors import ConfigurationError, missing_dependency
 from ..metrics import get_metrics
-from .candidates import _FENCE, MAX_REPLY_CHARS, _no_constant
+from .candidates import _no_constant, reply_body
 from .llm import _field
 
 if TYPE_CHECKING:
@@ -175,14 +175,7 @@ def build_messages(stored: str, new: str) -> list[dict[str, str]]:
 def parse_verdict(text: object) -> Verdict:
     """The verdict of a reply ``{"verdict": ..., "reason": ...}``; raises ``_Refused``
     for anything else (the message never quotes the reply: it may quote the memories)."""
-    if not isinstance(text, str) or not text.strip():
-        raise _Refused("the reply is empty")
-    if len(text) > MAX_REPLY_CHARS:
-        raise _Refused(f"the reply is longer than {MAX_REPLY_CHARS} chars")
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group("body")
+    body = reply_body(text, _Refused, "the reply")
     try:
         data: Any = json.loads(body, parse_constant=_no_constant,
                                object_pairs_hook=_unique_keys)
