@@ -12,7 +12,8 @@ point). The runtime section reads ``actor-overhead`` (the newest file of each
 placement), ``footprint`` and ``cold-start`` (the newest figure of each placement), and the
 extraction section the newest ``extraction`` run, the batch-ingest section every
 ``batch-ingest`` run; ``embedding-speed`` (every run) the section on the local
-embedding models.
+embedding models, ``dedup`` (the newest run of each model) the judgement of look-alike
+memories.
 Each table says which machine and which command produced it. The README's table
 of measured figures (``--readme``, between its markers) is rewritten from the same
 results (see ``report_figures``). Plots need matplotlib
@@ -27,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .report_dedup import dedup_section
 from .report_embedding import embedding_speed_section
 from .report_figures import figures_block, with_figures
 from .report_ingest import ingest_section
@@ -110,6 +112,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if results.get("retrieval-madial"):
         path, d = results["retrieval-madial"][-1]
         lines += madial_section(path, d)
+    lines += dedup_section(results.get("dedup", []))
     if results.get("compare-mem0"):
         runs = results["compare-mem0"]
         path, d = runs[-1]

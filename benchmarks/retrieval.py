@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -89,6 +90,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--half-lives", default="7,30,365", help="days, comma-separated")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--questions-out", default=None, metavar="FILE",
+                   help="LoCoMo: write each question's recall@10 per row (the headline "
+                        "corpus) to FILE, for --paired-with of a later run")
+    p.add_argument("--paired-with", default=None, metavar="FILE",
+                   help="LoCoMo: a --questions-out file of another run (other code or "
+                        "settings, the same questions): report this run minus that one, "
+                        "question by question, with a paired bootstrap interval")
     p.add_argument("--embed-timing", type=int, default=200,
                    help="questions embedded one by one (uncached) to time query embedding")
 
@@ -293,6 +301,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     corpora: dict[str, Any] = {}
     thresholds = [args.dedup_threshold]
     tuned: dict[str, Any] = {}
+    per_question: dict[str, list[float]] = {}
     while thresholds:
         thr = thresholds.pop(0)
         corpus = await _build(args, data, embedder, thr)
@@ -302,6 +311,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             corpora[name] = _report(ev, bm25, corpus, args, data)
             if not corpora.get("headline_corpus"):
                 corpora["headline_corpus"] = name
+                per_question = {k: [m["recall@10"] for _, m in v]
+                                for k, v in {**ev.rows, "bm25": bm25}.items()}
                 tuned = tune(ev, corpus, data, args)
             if thr < 1.0 and corpus.merges and not args.no_dedup_off:
                 thresholds.append(1.0)
@@ -316,7 +327,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result["query_embedding"] = await _time_query_embedding(embedder,
                                                             questions[:args.embed_timing])
     result["targets"] = _targets(corpora[head], tuned)
+    if args.questions_out:
+        Path(args.questions_out).write_text(json.dumps(
+            {"command": result["command"], "questions": questions,
+             "recall@10": per_question}), encoding="utf-8")
+    if args.paired_with:
+        result["paired_with"] = _paired(Path(args.paired_with), questions, per_question, args)
     return result
+
+
+def _paired(path: Path, questions: Sequence[str], mine: Mapping[str, Sequence[float]],
+            args: argparse.Namespace) -> dict[str, Any]:
+    """This run's recall@10 minus the run of ``path``'s, question by question, per row."""
+    other = json.loads(path.read_text(encoding="utf-8"))
+    if other.get("questions") != list(questions):
+        raise SystemExit(f"{path.name}: not the same questions in the same order")
+    theirs = other["recall@10"]
+    return {"file": path.name, "command": other.get("command"),
+            "this_minus_that_recall@10": {
+                k: paired_difference(list(v), theirs[k], seed=args.seed,
+                                     resamples=args.resamples)
+                for k, v in mine.items() if k in theirs}}
 
 
 def _targets(head: Mapping[str, Any], tuned: Mapping[str, Any]) -> dict[str, Any]:

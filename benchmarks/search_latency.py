@@ -48,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--store-sample", type=int, default=500,
                    help="memories written through store() to time the insert path")
+    p.add_argument("--store-at-size", type=int, default=0, metavar="N",
+                   help="after the searches, time N pairs of stores into the loaded owner: "
+                        "a new memory (no near neighbour), then a near copy of it with "
+                        "another number (a judged neighbour); query vectors given")
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep", action="store_true", help="keep the benchmark schema")
@@ -147,6 +151,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["search"] = percentiles_ms(lat)
         result["load_average"] = {"before_searches": load,
                                   "after_searches": [round(x, 2) for x in os.getloadavg()]}
+        if args.store_at_size:
+            result["store_at_size"] = await _stores_at_size(args, vector, corpus, owners[0])
         if args.backend == "redis":
             result["redis_search_module"] = vector.search_module
             if vector.search_module:  # the flavour, so reports keep the two apart
@@ -174,6 +180,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await structured.close()
         await vector.close()
     return result
+
+
+async def _stores_at_size(args: argparse.Namespace, vector: Any, corpus: _Corpus,
+                          owner: str) -> dict[str, Any]:
+    """Store latency into an owner of ``per_owner`` memories, by what the store finds:
+    ``far`` (a new memory, nothing near it) and ``near`` (the same words with another
+    number, its vector close to the one just stored: the nearest memories are judged)."""
+    far: list[float] = []
+    near: list[float] = []
+    outcomes: dict[str, int] = {}
+    load = [round(x, 2) for x in os.getloadavg()]
+    for _ in range(args.store_at_size):
+        text, vec = corpus.item()
+        t0 = time.perf_counter()
+        await vector.store(owner, text, embedding=vec.tolist())
+        far.append(time.perf_counter() - t0)
+        twin = corpus.rng.normal(scale=0.01, size=vec.shape[0]) + vec
+        twin_text = f"{text.rsplit(' ', 1)[0]} {int(corpus.rng.integers(1_000_000))}"
+        t0 = time.perf_counter()
+        r = await vector.store(owner, twin_text,
+                               embedding=(twin / np.linalg.norm(twin)).astype(float).tolist())
+        near.append(time.perf_counter() - t0)
+        what = ("merged" if r.merged else "superseded" if getattr(r, "superseded", False)
+                else "kept")
+        outcomes[what] = outcomes.get(what, 0) + 1
+    return {"pairs": args.store_at_size, "far": percentiles_ms(far),
+            "near": percentiles_ms(near), "near_outcomes": outcomes,
+            "load_average": {"before": load,
+                             "after": [round(x, 2) for x in os.getloadavg()]}}
 
 
 async def _load(args: argparse.Namespace, vector: Any, corpus: _Corpus, owners: list[str],

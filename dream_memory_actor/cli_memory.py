@@ -18,7 +18,17 @@ from . import validation_l1 as check_l1
 from .access import MemoryBackend
 from .cli_common import emit, memory_options, resolve, with_memory
 from .errors import InvalidMetadata, MemoryNotFound
-from .storage.ops import AddFact, AddRule, DeleteStatus, L1Op, RemoveFact, RemoveRule, SetStatus
+from .models import MemoryPendingItem
+from .storage.ops import (
+    AddFact,
+    AddRule,
+    DeleteStatus,
+    L1Op,
+    RemoveFact,
+    RemoveRule,
+    SetStatus,
+    added,
+)
 
 if TYPE_CHECKING:
     from .cli_common import Subparsers
@@ -135,16 +145,20 @@ def _apply(args: argparse.Namespace, ops: list[L1Op]) -> Any:
 
 
 def _add(args: argparse.Namespace) -> int:
-    op: L1Op = (AddRule if args.kind == "rule" else AddFact)(args.content,
-                                                             check.source(args.source))
+    op = (AddRule if args.kind == "rule" else AddFact)(
+        args.content, check.source(args.source), review_updates=True)
     snap = _apply(args, [op])
-    items = snap.rules if args.kind == "rule" else snap.facts
+    item = added(snap, op)
     text = check.content(args.content, 1 << 62)
-    item = next((i for i in items if i.content == text), items[-1] if items else None)
-    data = {args.kind: None if item is None else item.model_dump(mode="json"),
-            "version": snap.version}
-    emit(args, data, f"{args.kind} {getattr(item, 'id', '?')} of {args.owner}, "
-                     f"version {snap.version}: {text}")
+    if isinstance(item, MemoryPendingItem):
+        data = {args.kind: None, "pending": item.model_dump(mode="json"),
+                "version": snap.version}
+        emit(args, data, f"queued for review as pending {item.id} of {args.owner} "
+                         f"({item.evidence}): {text}")
+    else:
+        data = {args.kind: item.model_dump(mode="json"), "version": snap.version}
+        emit(args, data, f"{args.kind} {item.id} of {args.owner}, "
+                         f"version {snap.version}: {text}")
     return 0
 
 

@@ -47,7 +47,8 @@ def _op(op: object, max_bytes: int, limits: Limits) -> L1Op:
     if isinstance(op, (AddRule, AddFact)):
         text = content(op.content, max_bytes)
         ids([op.id])
-        return type(op)(content=text, source=source(op.source), id=op.id)
+        return type(op)(content=text, source=source(op.source), id=op.id,
+                        review_updates=op.review_updates is True)
     if isinstance(op, (RemoveRule, RemoveFact, RemovePending)):
         ids([op.id])
         return op

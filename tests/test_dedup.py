@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from dream_memory_actor.storage.dedup import Band, Cuts, Neighbour, df_delta, judge, judge_pair
+from dream_memory_actor.models import MemoryFact, utcnow
+from dream_memory_actor.storage.dedup import (
+    Band,
+    Cuts,
+    Neighbour,
+    df_delta,
+    judge,
+    judge_pair,
+    updated_item,
+)
 from dream_memory_actor.storage.pairs import compare, tokens
 
 
@@ -80,10 +89,33 @@ def test_judge_prefers_a_duplicate_then_an_update_among_the_nearest() -> None:
     assert judge(new, near[:2], Cuts(BAND, BAND, nearest=1)).outcome == "distinct"  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("text", ["", "!!!", "?" * 100, "a" * 32 * 1024, "中文 and English 混合 text",
-                                  "\u200b", "1.2.3.4.5", "二〇二六年一百二十万"])
+@pytest.mark.parametrize("text", ["", "!!!", "?" * 100, "a" * 32 * 1024,
+                                  "中文 and English 混合 text", "\u200b", "1.2.3.4.5",
+                                  "二〇二六年一百二十万"])
 def test_comparison_takes_any_text(text: str) -> None:
     tokens(text)
     c = compare(text, text + " x")
     assert 0.0 <= c.shared <= 1.0
     assert judge_pair(text or "x", text or "x", None, BAND).outcome == "duplicate"
+
+
+def _facts(*texts: str) -> tuple[MemoryFact, ...]:
+    return tuple(MemoryFact(id=f"f{i}", content=t, source="user", created_at=utcnow())
+                 for i, t in enumerate(texts))
+
+
+@pytest.mark.parametrize(("stored", "new", "replaced"), [
+    (("The user is a Java developer", "The user lives in Berlin"),
+     "The user is a Go developer", "f0"),
+    (("用户是Java开发者",), "用户是Go开发者", "f0"),
+    (("Deploys happen on Friday",), "Deploys happen on Monday", "f0"),
+    (("Never push to main directly",), "Push to main directly", "f0"),
+    (("The user lives in Berlin",), "The user works in Berlin", None),  # a word: beside
+    (("Server 0 is in Oslo",), "Server 1 is in Oslo", None),  # another server
+    (("The user is a Java developer",), "The user is a Java developer", None),  # itself
+    (("Answer in English", "Answer in French"), "Answer in German", None),  # a tie
+    (("The user is a Java developer",), "Billing runs on PostgreSQL 16", None),
+])
+def test_updated_item(stored: tuple[str, ...], new: str, replaced: str | None) -> None:
+    found = updated_item(_facts(*stored), new)
+    assert (None if found is None else found[0].id) == replaced

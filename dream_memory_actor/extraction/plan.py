@@ -15,17 +15,22 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..models import MemoryPendingItem, MemorySnapshot
-from ..storage.ops import AddFact, AddPending, AddRule, L1Op, SetStatus, pending_fingerprint
+from ..storage.dedup import updated_item
+from ..storage.ops import (
+    SHOWN_CHARS,
+    AddFact,
+    AddPending,
+    AddRule,
+    L1Op,
+    SetStatus,
+    pending_fingerprint,
+)
 from ..text import content_hash
 from .candidates import ExtractedItem
 from .corrections import resolve
 
 Result = Literal["written", "queued", "already_pending", "duplicate", "skipped"]
 RESULTS: tuple[Result, ...] = ("written", "queued", "already_pending", "duplicate", "skipped")
-
-
-#: How much of the replaced item's text a queued correction shows (a pending side field).
-SHOWN_CHARS = 2000
 
 
 class ItemOutcome(BaseModel):
@@ -71,6 +76,15 @@ class Plan:
         replaced = resolve(self.snap, item.kind, item.supersedes)
         if replaced is not None and content_hash(replaced.content) == content_hash(item.text):
             replaced = None  # "replacing" an item by its own text changes nothing
+        why = None if replaced is None else f"would replace {item.kind} {replaced.id!r}"
+        if replaced is None and item.kind in ("rule", "fact") and outcome != "skip":
+            # Not said to replace anything, but a new version of a current item ("a Go
+            # developer" beside "a Java developer"): a correction of it all the same.
+            found = updated_item(self.snap.rules if item.kind == "rule" else self.snap.facts,
+                                 item.text)
+            if found is not None:
+                replaced, change = found
+                why = f"would replace {item.kind} {replaced.id!r}: {change}"
         pending = MemoryPendingItem(
             kind=item.kind, content=None if item.kind == "status" else item.text,
             key=item.key if item.kind == "status" else None,
@@ -82,7 +96,7 @@ class Plan:
         if replaced is not None:
             # A correction replaces what a person confirmed or said: whatever its
             # confidence, a person decides.
-            self._queue(item, pending, fp, f"would replace {item.kind} {replaced.id!r}")
+            self._queue(item, pending, fp, why or "")
             return
         if outcome == "skip":
             self._out(item, "skipped", reason)

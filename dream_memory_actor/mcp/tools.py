@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from .. import validation as check
-from ..errors import FactNotFound, InvalidQuery, NotFound, RuleNotFound
+from ..errors import InvalidQuery
 from ..extraction.service import ExtractionReport, HitlDecision
 from ..models import (
     AuditEntry,
@@ -41,8 +41,8 @@ from ..storage.ops import (
     RemoveFact,
     RemoveRule,
     SetStatus,
+    added,
 )
-from ..text import content_hash
 from ..validation_l2 import metadata_filter
 from .door import Door, Effect, ToolEntry
 from .lifecycle_tools import LIFECYCLE_TOOLS
@@ -69,14 +69,24 @@ class PendingList(BaseModel):
 
 
 class RuleAdded(BaseModel):
-    rule: MemoryRule = Field(description="The rule (an existing one with the same text "
-                                         "is kept rather than added twice)")
+    rule: MemoryRule | None = Field(description="The rule (an existing one with the same "
+                                                "text is kept rather than added twice); "
+                                                "null when it was queued as a correction")
+    pending: MemoryPendingItem | None = Field(
+        None, description="A new version of a current rule is not added beside it: this "
+                          "pending correction, naming the rule it would replace, waits "
+                          "for a person's decision")
     version: int = Field(description="The snapshot version after the write")
 
 
 class FactAdded(BaseModel):
-    fact: MemoryFact = Field(description="The fact (an existing one with the same text "
-                                         "is kept rather than added twice)")
+    fact: MemoryFact | None = Field(description="The fact (an existing one with the same "
+                                                "text is kept rather than added twice); "
+                                                "null when it was queued as a correction")
+    pending: MemoryPendingItem | None = Field(
+        None, description="A new version of a current fact is not added beside it: this "
+                          "pending correction, naming the fact it would replace, waits "
+                          "for a person's decision")
     version: int = Field(description="The snapshot version after the write")
 
 
@@ -180,24 +190,27 @@ async def store(door: Door, owner: str, content: str, metadata: dict[str, Any] |
 
 async def add_rule(door: Door, owner: str, content: str, source: str = "user") -> RuleAdded:
     """Record how the agents should behave from now on for this owner ("in code review,
-    look at security first"). Every agent of the owner sees it in read_snapshot."""
-    snap = await door.apply(door.owner(owner), [AddRule(content, check.source(source))])
-    return RuleAdded(rule=_find(snap.rules, content, RuleNotFound), version=snap.version)
+    look at security first"). Every agent of the owner sees it in read_snapshot. A new
+    version of a current rule ("answer in Chinese" when a rule says English) is queued
+    as a correction of that rule for a person to confirm (pending is set)."""
+    op = AddRule(content, check.source(source), review_updates=True)
+    snap = await door.apply(door.owner(owner), [op])
+    found = added(snap, op)
+    if isinstance(found, MemoryPendingItem):
+        return RuleAdded(rule=None, pending=found, version=snap.version)
+    return RuleAdded(rule=found, version=snap.version)
 
 
 async def add_fact(door: Door, owner: str, content: str, source: str = "user") -> FactAdded:
     """Record a lasting fact about the owner or their environment ("the user is a Java
-    developer")."""
-    snap = await door.apply(door.owner(owner), [AddFact(content, check.source(source))])
-    return FactAdded(fact=_find(snap.facts, content, FactNotFound), version=snap.version)
-
-
-def _find(items: tuple[Any, ...], content: str, missing: type[NotFound]) -> Any:
-    h = content_hash(check.content(content, 1 << 62))
-    found = next((i for i in items if content_hash(i.content) == h), None)
-    if found is None:  # removed by another writer between the write and this answer
-        raise missing("it was added, then removed by another writer before this answer")
-    return found
+    developer"). A new version of a current fact ("a Go developer") is queued as a
+    correction of it for a person to confirm (pending is set)."""
+    op = AddFact(content, check.source(source), review_updates=True)
+    snap = await door.apply(door.owner(owner), [op])
+    found = added(snap, op)
+    if isinstance(found, MemoryPendingItem):
+        return FactAdded(fact=None, pending=found, version=snap.version)
+    return FactAdded(fact=found, version=snap.version)
 
 
 async def remove_rule(door: Door, owner: str, rule_id: str) -> Written:

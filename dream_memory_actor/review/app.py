@@ -9,6 +9,7 @@ item's card back, to replace it in place; a plain form post gets the whole page.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from importlib import resources
 from typing import Any
@@ -86,11 +87,17 @@ async def _owner_context(
     entries = await review.backend.audit(owner, min(AUDIT_REACH, number * AUDIT_PAGE + 1))
     hits: list[Any] = []
     search_error = None
+    earlier: list[list[Any]] = []
     if query:
         try:
             hits = await review.backend.search(owner, query, SEARCH_LIMIT)
         except InvalidInput as exc:
             search_error = str(exc)
+        # What each found memory was before: the wordings merged into it, the versions
+        # it replaced (its history without the current version).
+        chains = await asyncio.gather(
+            *(review.backend.memory_history(owner, h.memory.id) for h in hits))
+        earlier = [[v for v in chain if v.valid_to is not None] for chain in chains]
     return {
         "session": session,
         "owner": owner,
@@ -104,6 +111,7 @@ async def _owner_context(
         "has_next": len(entries) > number * AUDIT_PAGE,
         "query": query,
         "hits": hits,
+        "earlier": earlier,
         "search_error": search_error,
         "max_bytes": review.backend.settings.max_content_bytes,
     }

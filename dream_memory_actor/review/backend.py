@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import PendingItemDecided, PendingItemNotFound
-from ..models import AuditAction, AuditEntry, MemorySnapshot, SearchHit
+from ..models import AuditAction, AuditEntry, MemorySnapshot, MemoryVersion, SearchHit
 
 if TYPE_CHECKING:
     from ..config import MemorySettings
@@ -52,6 +52,8 @@ class ReviewBackend(Protocol):
     async def audit(self, owner: str, limit: int) -> list[AuditEntry]: ...
 
     async def search(self, owner: str, query: str, limit: int) -> list[SearchHit]: ...
+
+    async def memory_history(self, owner: str, memory_id: str) -> list[MemoryVersion]: ...
 
     async def close(self) -> None: ...
 
@@ -124,6 +126,9 @@ class EngineReview:
     async def search(self, owner: str, query: str, limit: int) -> list[SearchHit]:
         return await self.engine.search([owner], query, limit=limit)
 
+    async def memory_history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
+        return await self.engine.memory_history(owner, memory_id)
+
     async def close(self) -> None:
         if self._owns_engine:
             await self.engine.close()
@@ -165,6 +170,9 @@ class SystemReview:
 
     async def search(self, owner: str, query: str, limit: int) -> list[SearchHit]:
         return await self.system.search_async([owner], query, limit)
+
+    async def memory_history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
+        return await self.system.owner(owner).memory_history_async(memory_id)
 
     async def close(self) -> None:
         """Nothing to close: the system keeps running for its agents."""

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import validation as check
 from .. import validation_l1 as check_l1
 from .. import validation_l2 as check_l2
-from ..errors import FactNotFound, RuleNotFound
 from ..models import (
     AuditEntry,
     ChatAppend,
@@ -28,8 +27,7 @@ from ..models import (
     VectorMemory,
     new_id,
 )
-from ..storage.ops import AddFact, AddRule, L1Op
-from ..text import content_hash
+from ..storage.ops import AddFact, AddRule, L1Op, added
 from .connection import Call, Connection
 from .placement import read_task_name
 from .spec import ClientView
@@ -56,15 +54,6 @@ def snapshot_of(value: Any) -> MemorySnapshot:
 
 def _op_id(op_id: str | None) -> str:
     return new_id() if op_id is None else check.op_id(op_id)
-
-
-def _find(items: Sequence[Any], text: str, kind: str) -> Any:
-    h = content_hash(text)
-    found = next((i for i in items if content_hash(i.content) == h), None)
-    if found is None:  # a retried add whose item was removed since the first attempt
-        raise (RuleNotFound if kind == "rules" else FactNotFound)(
-            f"the {kind[:-1]} was added, then removed before this retry answered")
-    return found
 
 
 def search(view: ClientView, owners: str | Iterable[str], query: str, limit: int,
@@ -119,10 +108,8 @@ def apply(view: ClientView, owner: str, ops: Sequence[L1Op], op_id: str | None,
 
 def add(view: ClientView, owner: str, kind: type[AddRule] | type[AddFact], content: str,
         source: str, op_id: str | None) -> Call[Any]:
-    text = check.content(content, view.max_content_bytes)
-    attr = "rules" if kind is AddRule else "facts"
-    return apply(view, owner, [kind(text, source)], op_id,
-                 lambda snap: _find(getattr(snap, attr), text, attr))
+    op = kind(check.content(content, view.max_content_bytes), source, review_updates=True)
+    return apply(view, owner, [op], op_id, lambda snap: added(snap, op))
 
 
 # -- L2 ----------------------------------------------------------------------------------

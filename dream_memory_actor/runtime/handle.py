@@ -17,6 +17,7 @@ from ..models import (
     ChatAppend,
     ChatMessage,
     MemoryFact,
+    MemoryPendingItem,
     MemoryRule,
     MemorySnapshot,
     MemoryVersion,
@@ -151,25 +152,32 @@ class OwnerHandle(HandleHistory):
         return await self._run_async(self._apply(ops, op_id))
 
     def add_rule(self, content: str, source: str = "user", *, op_id: str | None = None
-                 ) -> MemoryRule:
-        """Add a rule; the existing one if the same text is already a rule."""
-        rule: MemoryRule = self._run(self._add(AddRule, content, source, op_id))
+                 ) -> MemoryRule | MemoryPendingItem:
+        """Add a rule; the existing one if the same text is already a rule. A new version
+        of a current rule ("answer in Chinese" beside "answer in English") is not added
+        beside it: it waits as a pending correction naming that rule, which is returned."""
+        rule: MemoryRule | MemoryPendingItem = self._run(
+            self._add(AddRule, content, source, op_id))
         return rule
 
     async def add_rule_async(self, content: str, source: str = "user", *,
-                             op_id: str | None = None) -> MemoryRule:
-        rule: MemoryRule = await self._run_async(self._add(AddRule, content, source, op_id))
+                             op_id: str | None = None) -> MemoryRule | MemoryPendingItem:
+        rule: MemoryRule | MemoryPendingItem = await self._run_async(
+            self._add(AddRule, content, source, op_id))
         return rule
 
     def add_fact(self, content: str, source: str = "user", *, op_id: str | None = None
-                 ) -> MemoryFact:
-        """Add a fact; the existing one if the same text is already a fact."""
-        fact: MemoryFact = self._run(self._add(AddFact, content, source, op_id))
+                 ) -> MemoryFact | MemoryPendingItem:
+        """Add a fact, as :meth:`add_rule` adds a rule ("a Go developer" beside "a Java
+        developer" waits for a person's decision)."""
+        fact: MemoryFact | MemoryPendingItem = self._run(
+            self._add(AddFact, content, source, op_id))
         return fact
 
     async def add_fact_async(self, content: str, source: str = "user", *,
-                             op_id: str | None = None) -> MemoryFact:
-        fact: MemoryFact = await self._run_async(self._add(AddFact, content, source, op_id))
+                             op_id: str | None = None) -> MemoryFact | MemoryPendingItem:
+        fact: MemoryFact | MemoryPendingItem = await self._run_async(
+            self._add(AddFact, content, source, op_id))
         return fact
 
     def remove_rule(self, rule_id: str, *, op_id: str | None = None) -> MemorySnapshot:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
-from typing import ClassVar, TypeVar
+from typing import ClassVar
 
 from .. import validation as check
 from .. import validation_l1 as check_l1
@@ -28,6 +28,7 @@ from ..models import (
     ChatAppend,
     ChatMessage,
     MemoryFact,
+    MemoryPendingItem,
     MemoryRule,
     MemorySnapshot,
     Tombstone,
@@ -42,6 +43,7 @@ from .ops import (
     DeleteStatus,
     L1Op,
     SetStatus,
+    added,
 )
 from .vector import VectorStore
 
@@ -210,18 +212,19 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
 
     # -- conveniences: each builds one operation ------------------------------------
 
-    async def add_rule(self, owner: str, content: str, *, source: str = "user") -> MemoryRule:
-        """Add a rule and return it (the existing one if the same text is already a rule)."""
-        op = AddRule(content, source)
-        snap = await self.apply(owner, [op])
-        text = check.content(content, self.max_content_bytes)
-        return _find_by_text(snap.rules, text)
+    async def add_rule(self, owner: str, content: str, *, source: str = "user"
+                       ) -> MemoryRule | MemoryPendingItem:
+        """Add a rule and return it (the existing one if the same text is already a rule);
+        a new version of a current rule is queued as a correction of it and that pending
+        item returned (``ops.reviewed``)."""
+        op = AddRule(content, source, review_updates=True)
+        return added(await self.apply(owner, [op]), op)
 
-    async def add_fact(self, owner: str, content: str, *, source: str = "user") -> MemoryFact:
-        """Add a fact and return it (the existing one if the same text is already a fact)."""
-        snap = await self.apply(owner, [AddFact(content, source)])
-        text = check.content(content, self.max_content_bytes)
-        return _find_by_text(snap.facts, text)
+    async def add_fact(self, owner: str, content: str, *, source: str = "user"
+                       ) -> MemoryFact | MemoryPendingItem:
+        """Add a fact, as :meth:`add_rule` adds a rule."""
+        op = AddFact(content, source, review_updates=True)
+        return added(await self.apply(owner, [op]), op)
 
     async def set_status(
         self, owner: str, key: str, value: str, *, ttl_s: float | None = None
@@ -236,11 +239,3 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
 MAX_WINDOW = check.MAX_WINDOW
 
 
-_Item = TypeVar("_Item", MemoryRule, MemoryFact)
-
-
-def _find_by_text(items: Sequence[_Item], text: str) -> _Item:
-    from ..text import content_hash
-
-    h = content_hash(text)
-    return next(i for i in items if content_hash(i.content) == h)

@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..limits import DEFAULT_LIMITS, Limits
-from ..models import MemoryVersion, StoreResult, VectorMemory
+from ..models import MemoryFact, MemoryRule, MemoryVersion, StoreResult, VectorMemory
 from ..text import content_hash, is_cjk, terms
 from ..validation import RESERVED_METADATA_KEYS
 from .pairs import Change, Comparison, compare
@@ -107,6 +107,7 @@ def _json_size(value: dict[str, Any]) -> int:
 
 
 Outcome = Literal["duplicate", "update", "distinct", "unsure"]
+
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,32 @@ def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgemen
         if found is not None:
             return found
     return judged[0] if judged else None
+
+
+def updated_item(items: Sequence[MemoryRule | MemoryFact], text: str
+                 ) -> tuple[MemoryRule | MemoryFact, str] | None:
+    """The current rule or fact of ``items`` that ``text`` is a new version of, and why:
+    the two texts aligned with one place changed, and that a name or a negation on
+    either side (a rule or fact is about its owner: "a **Java** developer" -> "a **Go**
+    developer" is the owner changed, not another owner), or a value after what the
+    texts share ("deploys on **Friday**"; "server **0** is in Oslo" -> "server **1**"
+    names another server). ``None`` when
+    ``text`` already is an item, when none fits, or when two fit equally well."""
+    h = content_hash(text)
+    if any(content_hash(i.content) == h for i in items):
+        return None
+    fits: list[tuple[float, MemoryRule | MemoryFact, Change]] = []
+    for item in items:
+        c = compare(item.content, text)
+        places = _places(c) if c.aligned else []
+        if len(places) == 1 and (places[0].kind in ("name", "negation") or (
+                places[0].kind == "value" and places[0].side == "value")):
+            fits.append((c.shared, item, places[0]))
+    fits.sort(key=lambda f: -f[0])
+    if not fits or (len(fits) > 1 and fits[1][0] == fits[0][0]):
+        return None
+    _, item, change = fits[0]
+    return item, f"another {change.describe()}"
 
 
 async def decide(content: str, neighbours: Sequence[Neighbour], cuts: Cuts

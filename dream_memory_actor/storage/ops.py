@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Union
+from typing import Any, Union, overload
 
 from ..errors import (
     DuplicateId,
@@ -36,15 +36,19 @@ from ..models import (
     new_id,
 )
 from ..text import content_hash
+from .dedup import updated_item
 
 
 @dataclass(frozen=True)
 class AddRule:
-    """Add a behaviour rule; an existing rule with the same text (case and spaces aside) is kept."""
+    """Add a behaviour rule; an existing rule with the same text (case and spaces aside) is
+    kept. With ``review_updates``, a rule that is a new version of a current one (another
+    value, name or negation: :func:`reviewed`) is queued as a correction of it instead."""
 
     content: str
     source: str = "user"
     id: str = field(default_factory=new_id)
+    review_updates: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,11 +58,13 @@ class RemoveRule:
 
 @dataclass(frozen=True)
 class AddFact:
-    """Add a fact; an existing fact with the same text is kept."""
+    """Add a fact; an existing fact with the same text is kept. ``review_updates`` as for
+    :class:`AddRule`."""
 
     content: str
     source: str = "user"
     id: str = field(default_factory=new_id)
+    review_updates: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,57 @@ def pending_fingerprint(item: MemoryPendingItem) -> str:
     return f"{item.kind}:{content_hash(item.content or '')}"
 
 
+#: How much of the replaced item's text a queued correction shows (a pending side field).
+SHOWN_CHARS = 2000
+
+
+def reviewed(op: L1Op, rules: Sequence[MemoryRule], facts: Sequence[MemoryFact],
+             now: datetime) -> L1Op:
+    """The operation a write applies for ``op`` against the owner's current ``rules`` and
+    ``facts``: ``op`` itself, except an ``AddRule``/``AddFact`` with ``review_updates``
+    whose text is a new version of a current item of its kind (``dedup.updated_item``):
+    that one becomes a pending correction naming the item (the op's id, no expiry), so
+    two contradicting items never stand side by side without a person's decision.
+    Every backend applies this at write time, under the owner's lock."""
+    if not isinstance(op, (AddRule, AddFact)) or not op.review_updates:
+        return op
+    kind = "rule" if isinstance(op, AddRule) else "fact"
+    found = updated_item(rules if kind == "rule" else facts, op.content)
+    if found is None:
+        return op
+    old, why = found
+    return AddPending(MemoryPendingItem(
+        id=op.id, kind=kind, content=op.content, confidence=1.0, source=op.source,
+        created_at=now, evidence=f"would replace {kind} {old.id!r}: {why}",
+        supersedes=old.id, supersedes_content=old.content[:SHOWN_CHARS]))
+
+
+@overload
+def added(snap: MemorySnapshot, op: AddRule) -> MemoryRule | MemoryPendingItem: ...
+@overload
+def added(snap: MemorySnapshot, op: AddFact) -> MemoryFact | MemoryPendingItem: ...
+def added(snap: MemorySnapshot, op: AddRule | AddFact
+          ) -> MemoryRule | MemoryFact | MemoryPendingItem:
+    """What ``op`` left in ``snap`` (the snapshot after it): the rule or fact with its text
+    (an existing one is kept), else the correction it was queued as (:func:`reviewed`).
+    ``RuleNotFound``/``FactNotFound`` when neither is there any more (a retried add whose
+    item another writer removed since)."""
+    items: Sequence[MemoryRule | MemoryFact] = (
+        snap.rules if isinstance(op, AddRule) else snap.facts)
+    h = content_hash(op.content)
+    found = next((i for i in items if content_hash(i.content) == h), None)
+    if found is not None:
+        return found
+    kind = "rule" if isinstance(op, AddRule) else "fact"
+    queued = next((p for p in snap.pending if p.id == op.id or (
+        p.kind == kind and p.supersedes is not None and content_hash(p.content or "") == h)),
+        None)
+    if queued is not None:
+        return queued
+    raise (RuleNotFound if kind == "rule" else FactNotFound)(
+        f"the {kind} was written, then removed by another writer before this answer")
+
+
 def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
               max_status_keys: int | None = None, log: HistoryLog | None = None
               ) -> MemorySnapshot:
@@ -161,6 +218,7 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
     expires = dict(snap.status_expires_at)
     pending = list(snap.pending)
     for op in ops:
+        op = reviewed(op, rules, facts, now)
         if isinstance(op, AddRule):
             if all(content_hash(r.content) != content_hash(op.content) for r in rules):
                 _unused_id(snap.owner, "rule", op.id, rules)

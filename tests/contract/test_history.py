@@ -15,8 +15,8 @@ from dream_memory_actor.errors import (
     ItemSuperseded,
     SupersessionCycle,
 )
-from dream_memory_actor.models import utcnow
-from dream_memory_actor.storage.ops import AddRule, SetStatus, Supersede
+from dream_memory_actor.models import MemoryPendingItem, MemoryRule, utcnow
+from dream_memory_actor.storage.ops import AddFact, AddRule, SetStatus, Supersede
 from tests.conftest import Stores
 
 
@@ -169,3 +169,44 @@ async def test_status_history_in_one_apply_and_ttl(stores: Stores) -> None:
     assert dict((await s.load_as_of("alice", b.at)).status) == {"a": "2", "b": "x"}
     await asyncio.sleep(0.1)
     assert "b" not in (await s.load_as_of("alice", utcnow())).status
+
+
+async def test_a_new_version_of_a_fact_waits_as_a_correction(stores: Stores) -> None:
+    s = stores.structured
+    java = await s.add_fact("alice", "The user is a Java developer")
+    other = await s.add_fact("alice", "The user lives in Berlin")
+    queued = await s.add_fact("alice", "The user is a Go developer")
+    assert isinstance(queued, MemoryPendingItem)
+    assert (queued.kind, queued.supersedes, queued.supersedes_content) == (
+        "fact", java.id, java.content)
+    assert "'Java' -> 'Go'" in (queued.evidence or "")
+    snap = await s.load("alice")
+    assert [f.content for f in snap.facts] == [java.content, other.content]  # not beside it
+    assert [p.id for p in snap.pending] == [queued.id]
+    assert await s.add_fact("alice", "The user is a Go developer") == queued  # queued once
+    assert await s.add_fact("alice", "The user works in Berlin") != other  # a word: beside
+    decided = await s.decide("alice", queued.id, "confirmed", by="alice")
+    assert decided is not None
+    snap = await s.load("alice")
+    assert "The user is a Go developer" in [f.content for f in snap.facts]
+    assert java.content not in [f.content for f in snap.facts]
+    versions = (await s.history("alice", java.id)).versions
+    assert [v.content for v in versions] == [java.content, "The user is a Go developer"]
+
+
+async def test_only_the_doors_adds_are_reviewed(stores: Stores) -> None:
+    s = stores.structured
+    rule = await s.add_rule("alice", "Always answer in English")
+    queued = await s.add_rule("alice", "Always answer in Chinese")
+    assert isinstance(queued, MemoryPendingItem) and queued.supersedes == rule.id
+    # A plain AddRule (replay, import, a caller's own list) is written as it is.
+    snap = await s.apply("alice", [AddRule("Always answer in French")])
+    assert [r.content for r in snap.rules] == ["Always answer in English",
+                                               "Always answer in French"]
+    # Two current rules fit equally: the change names neither, so it is added.
+    assert isinstance(await s.add_rule("alice", "Always answer in German"), MemoryRule)
+    # Reviewed ops in one apply: the second is judged against the first's result.
+    snap = await s.apply("bob", [AddFact("Deploys happen on Friday", review_updates=True),
+                                 AddFact("Deploys happen on Monday", review_updates=True)])
+    assert [f.content for f in snap.facts] == ["Deploys happen on Friday"]
+    assert [p.content for p in snap.pending] == ["Deploys happen on Monday"]

@@ -39,9 +39,10 @@ async def fill(engine: MemoryEngine) -> None:
     await s.apply(OWNER, [AddPending(waiting), AddPending(decided)])
     await s.decide(OWNER, decided.id, "confirmed", "reviewer", edited="Security first")
     # a corrected rule (two versions closed) and a status key's past values
-    first = await s.add_rule(OWNER, "Reply in English")
-    second = await s.supersede(OWNER, first.id, "Reply in French", by="alice", reason="moved")
-    await s.supersede(OWNER, second.id, "Reply in Japanese", by="bob")
+    first = await s.add_rule(OWNER, "Keep answers short")
+    second = await s.supersede(OWNER, first.id, "Keep answers under ten lines", by="alice",
+                               reason="moved")
+    await s.supersede(OWNER, second.id, "Keep answers under five lines", by="bob")
     await s.apply(OWNER, [SetStatus("project", "dream-saas-v2")])
     old = utcnow() - timedelta(days=40)
     await v.store(OWNER, "went live on Kubernetes with helm", embedding=vec(1),
@@ -82,10 +83,10 @@ async def test_round_trip(stores, request: pytest.FixtureRequest, target: str) -
         assert comparable(a) == comparable(b)
         assert await source.structured.audit(OWNER) == await dest.structured.audit(OWNER)
         # the history came along: the chain, who and why, the past status values
-        japanese = next(r for r in b.rules if r.content == "Reply in Japanese")
-        assert (await source.structured.history(OWNER, japanese.id)
-                == await dest.structured.history(OWNER, japanese.id))
-        assert [v.reason for v in (await dest.structured.history(OWNER, japanese.id)).versions
+        latest = next(r for r in b.rules if r.content == "Keep answers under five lines")
+        assert (await source.structured.history(OWNER, latest.id)
+                == await dest.structured.history(OWNER, latest.id))
+        assert [v.reason for v in (await dest.structured.history(OWNER, latest.id)).versions
                 ] == ["moved", None, None]
         assert (await source.structured.status_history(OWNER, "project")
                 == await dest.structured.status_history(OWNER, "project"))

@@ -175,7 +175,8 @@ async def test_version_increments_per_apply(stores: Stores) -> None:
 
 async def test_concurrent_writes_on_one_owner_lose_nothing(stores: Stores) -> None:
     s = stores.structured
-    await asyncio.gather(*(s.add_fact("alice", f"fact {i}") for i in range(20)),
+    await asyncio.gather(*(s.add_fact("alice", f"item {i} of the load is recorded")
+                           for i in range(20)),
                          *(s.set_status("alice", f"k{i}", "v") for i in range(20)))
     snap = await s.load("alice")
     assert len(snap.facts) == 20 and len(snap.status) == 20 and snap.version == 40

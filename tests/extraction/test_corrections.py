@@ -92,6 +92,26 @@ async def test_correction_waits_then_confirm_supersedes(engine: MemoryEngine) ->
     assert len((await engine.structured.history("alice", old.id)).versions) == 2
 
 
+@pytest.mark.parametrize(("said", "was", "now"), [
+    ("I am a Go developer.", "The user is a Java developer", "The user is a Go developer"),
+    ("我是Go开发者。", "用户是Java开发者", "用户是Go开发者"),
+])
+async def test_an_extracted_new_version_waits_as_a_correction(
+        engine: MemoryEngine, said: str, was: str, now: str) -> None:
+    """Not said to replace anything, but a new version of a current fact: the snapshot
+    never shows both before a person decides."""
+    svc = service(engine)
+    old = await engine.structured.add_fact("alice", was)
+    (outcome,) = (await svc.extract("alice", user(said))).outcomes
+    assert outcome.result == "queued" and "would replace fact" in outcome.reason
+    snap = await engine.snapshot("alice")
+    assert [f.content for f in snap.facts] == [was]
+    (pending,) = snap.pending
+    assert (pending.content, pending.supersedes) == (now, old.id)
+    assert (await svc.confirm("alice", pending.id, by="alice")).applied
+    assert [f.content for f in (await engine.snapshot("alice")).facts] == [now]
+
+
 async def test_reject_leaves_both(engine: MemoryEngine) -> None:
     svc = service(engine)
     old = await engine.structured.add_rule("alice", "用空格缩进")

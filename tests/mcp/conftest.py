@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,16 +16,10 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.mcp import LocalBackend, TokenMap, build_server, hash_token, http_app
+from tests.support.servers import free_port
 
 TOKEN_ALICE = "tok-alice-0123456789"
 TOKEN_ADMIN = "tok-admin-9876543210"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

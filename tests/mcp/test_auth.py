@@ -14,8 +14,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from dream_memory_actor.errors import ConfigurationError
 from dream_memory_actor.mcp import AccessDenied, TokenMap, hash_token, main
-
-from .conftest import free_port
+from tests.support.servers import free_ports
 
 
 def test_token_map_grants() -> None:
@@ -75,7 +74,7 @@ async def test_http_subprocess_with_token_file(tmp_path: Path) -> None:
 
     f = tmp_path / "tokens.json"
     f.write_text(json.dumps({"tokens": {hash_token("tok"): ["alice"]}}), encoding="utf-8")
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = free_ports(2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "dream_memory_actor.mcp", "--transport", "http",
          "--port", str(port), "--tokens", str(f), "--backend", "memory",

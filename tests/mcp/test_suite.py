@@ -20,6 +20,7 @@ from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.mcp import LocalBackend, RayBackend, TokenMap, build_server, hash_token
 from dream_memory_actor.mcp.server import http_app, server_version
 from dream_memory_actor.mcp.tools import TOOLS
+from tests.support.servers import free_ports
 
 from .conftest import HttpServer, free_port, serving
 from .test_http import error_text, ok
@@ -381,7 +382,7 @@ async def test_a_ray_mcp_process_serves_its_metrics(ray_suite_system: str,
 
     f = tmp_path / "tokens.json"
     f.write_text(json.dumps({"tokens": {hash_token(ADMIN): ["*"]}}), encoding="utf-8")
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = free_ports(2)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAM_MEMORY_")}
     env["PYTHONPATH"] = os.getcwd()
     proc = subprocess.Popen(

@@ -85,7 +85,7 @@ async def test_term_document_frequency_follows_every_write(
     await vector.store("o", "helm chart review", embedding=e2)
     await vector.store("p", "Helm in another owner")
     assert (await _df_table(vector))[("o", "helm")] == 2
-    merged = await vector.store("o", "deploy the cluster with kubernetes", embedding=e1)
+    merged = await vector.store("o", "the cluster is deployed by Helm charts", embedding=e1)
     assert merged.merged  # the merged text keeps both sides' terms
     await vector.bulk_insert("o", [(f"bulk helm note {i % 3}", None, utcnow()) for i in range(9)])
     assert await _df_table(vector) == await _df_recounted(vector)

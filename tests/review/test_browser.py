@@ -81,6 +81,7 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
     alice.add_fact("Alice leads the platform team")
     alice.set_status("deploy", "open")
     alice.store("the deploy pipeline runs on Kubernetes with helm charts")
+    alice.store("The deploy pipeline runs on Kubernetes with Helm charts")  # merged into it
     alice.store("Alice prefers short answers with code first")
     alice.store("Rollbacks of a deploy use helm rollback, never kubectl edits")
     for owner, queued in items.items():
@@ -107,6 +108,9 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
             for s in ("score", "vector", "keyword", "time")
         }
         assert signals["keyword"] > 0 and signals["score"] > 0
+        helm.locator("[data-earlier] summary").click()
+        assert "1 wording merged" in helm.locator("[data-earlier]").inner_text()
+        assert helm.locator("[data-change=merge]").is_visible()
         assert all(0 <= v <= 1 for v in signals.values())
 
         # the confirm form as the page holds it, to post it again afterwards

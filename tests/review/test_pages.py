@@ -4,6 +4,7 @@ access, sessions, CSRF, one-time forms and every refused input writing nothing."
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -321,6 +322,21 @@ def test_audit_trail_is_paginated_and_search_shows_the_signals(
     assert hits.count("data-hit") == 1 and "the deploy pipeline runs on helm" in hits
     for signal in ("score", "vector", "keyword", "time"):
         assert hits.count(f'data-signal="{signal}"') == 1
+
+    # A hit shows what the write path did with it: the wordings merged into it and the
+    # version it replaced, with the reason.
+    engine = site.backend.engine
+    alice.portal.call(engine.store, "alice", "The deploy pipeline runs on Helm")
+    old = alice.portal.call(engine.store, "alice", "nightly backups run at 02:00")
+    alice.portal.call(functools.partial(
+        engine.supersede_memory, "alice", old.memory.id, "nightly backups run at 03:00",
+        by="ana", reason="moved after the batch"))
+    page = alice.get("/owners/alice?q=helm+pipeline").text
+    assert page.count("data-earlier") == 1 and "1 wording merged" in page
+    assert 'data-change="merge"' in page and "the deploy pipeline runs on helm" in page
+    page = alice.get("/owners/alice?q=nightly+backups").text
+    assert "replaces 1 earlier version" in page and 'data-change="supersede"' in page
+    assert "moved after the batch" in page and "02:00" in page
 
 
 def test_refuses_a_public_address_without_tokens(

@@ -27,3 +27,11 @@ def topic_vector(text: str) -> list[float]:
     vec = [(b / 255.0 - 0.5) * 0.05 for b in digest[:DIM]]
     vec[axis] = 1.0
     return vec
+
+
+def reworded(topic: int, writer: int, step: int, about: str = "the service went live") -> str:
+    """One fact of ``topic`` as many writers put it: case, spaces and punctuation vary
+    with the writer and step, the content never (so every store of a topic merges)."""
+    text = f"t{topic}: deploy note, {about}"
+    forms = (text, text.upper(), f"  {text.replace(',', '')}!  ", text.title() + ".")
+    return forms[(writer + step) % len(forms)]

@@ -29,7 +29,7 @@ from ray.cluster_utils import Cluster
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.runtime import MemorySystem
 from dream_memory_actor.storage.ops import AddFact
-from tests.runtime.embedders import TopicEmbedder
+from tests.runtime.embedders import TopicEmbedder, reworded
 from tests.runtime.holders import holder_of
 
 WRITERS = 4
@@ -73,7 +73,7 @@ async def scenario(cluster: Cluster, workers: list[Any], dsn: str, placement: st
             fid = f"nl-{w}-{k}"
             await h.apply_async([AddFact(f"node loss fact {w} {k}", id=fid)])
             acked.append(fid)
-            stores.append((await h.store_async(f"t6: node loss note {k} from {w}")).memory.id)
+            stores.append((await h.store_async(reworded(6, w, k, "a node loss note"))).memory.id)
             after_death += dead_before
 
     async def remove_node() -> tuple[float, float]:

@@ -62,7 +62,7 @@ async def test_async_twins(system: MemorySystem) -> None:
 def test_l2_store_merge_search_across_owners(system: MemorySystem) -> None:
     user, team = system.owner("rt-user"), system.owner("rt-team")
     first = user.store("t1: went live on Kubernetes with helm")
-    again = user.store("t1: went live on K8s using helm charts")
+    again = user.store("t1: the Kubernetes rollout with helm charts is live")
     assert again.merged and again.memory.id == first.memory.id
     team.store("t2: the team deploys with ArgoCD")
     hits = system.search(["rt-user", "rt-team"], "t1: kubernetes helm deployment", limit=5)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from benchmarks.concurrency import run_load, verify
 from dream_memory_actor.runtime import MemorySystem
+from tests.runtime.embedders import reworded
 
 
 def topic_text(topic: int, writer: int, step: int) -> str:
-    # Different words, same topic: near-duplicates for the test embedder.
-    return f"t{topic}: note {step} from writer {writer} about topic {topic}"
+    # One fact per topic, put differently by each writer: merges for the test embedder.
+    return reworded(topic, writer, step)
 
 
 def test_32_writers_on_one_owner(system: MemorySystem) -> None:

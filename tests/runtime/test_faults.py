@@ -16,6 +16,7 @@ import ray
 from dream_memory_actor.runtime import MemorySystem
 from dream_memory_actor.runtime.placement import NAMESPACE, index_name
 from dream_memory_actor.storage.ops import AddFact
+from tests.runtime.embedders import reworded
 from tests.runtime.holders import holder_of
 
 WRITERS = 4
@@ -34,7 +35,7 @@ async def test_kill_actors_during_a_write_load(system: MemorySystem) -> None:
             fid = f"fault-{w}-{k}"
             await h.apply_async([AddFact(f"fault fact {w} {k}", id=fid)])
             acked_facts.append(fid)
-            r = await h.store_async(f"t5: fault note {k} of writer {w}")
+            r = await h.store_async(reworded(5, w, k, "a fault note"))
             acked_stores.append(r.memory.id)
 
     async def kill_when(n: int, actor: Any) -> int:

@@ -47,13 +47,13 @@ def test_update_supersede_history_and_filter(system: MemorySystem) -> None:
 async def test_async_twins(system: MemorySystem) -> None:
     h = system.owner("rt-life-async")
     results = await h.store_many_async(
-        ["t6: one note", {"content": "t6: one note again", "metadata": {"k": 1}}, "t7: another"],
+        ["t6: one note", {"content": "T6: One note.", "metadata": {"k": 1}}, "t7: another"],
         op_id="rt-life-b1",
     )
     assert [r.merged for r in results] == [False, True, False]
     assert results[1].memory.id == results[0].memory.id
     retried = await h.store_many_async(
-        ["t6: one note", "t6: one note again", "t7: another"], op_id="rt-life-b1"
+        ["t6: one note", "T6: One note.", "t7: another"], op_id="rt-life-b1"
     )
     assert retried == results
     assert len(await h.list_async()) == 2

@@ -47,7 +47,7 @@ def test_writes_after_redis_restarts_empty_are_read(
     system, server = system_on_redis
     alice = system.owner("alice")
     for i in range(5):
-        alice.add_fact(f"old fact {i}")
+        alice.add_fact(f"fact {i} of the old store")
     before = alice.snapshot()  # held by this process's connection cache
     assert before.version == 5 and len(facts(before)) == 5 and before.epoch
 
@@ -55,21 +55,21 @@ def test_writes_after_redis_restarts_empty_are_read(
     server.start()  # the same port, empty (no persistence)
     assert redis.Redis.from_url(server.url).dbsize() == 0
 
-    acked = [alice.add_fact(f"new fact {i}") for i in range(3)]
+    acked = [alice.add_fact(f"fact {i} of the new store") for i in range(3)]
     assert len({a.id for a in acked}) == 3
     third = alice.snapshot()  # the actor held version 5 of the old state
-    assert facts(third) == [f"new fact {i}" for i in range(3)]
+    assert facts(third) == [f"fact {i} of the new store" for i in range(3)]
     assert third.version == 3 and third.epoch != before.epoch
 
     for i in range(3, 5):
-        alice.add_fact(f"new fact {i}")
+        alice.add_fact(f"fact {i} of the new store")
     # version 5 again, as the cached copy: the epoch tells them apart
     for reader in (alice, system.owner("alice")):
         snap = reader.snapshot()
         assert snap.version == 5 and snap.epoch != before.epoch
-        assert facts(snap) == [f"new fact {i}" for i in range(5)]
+        assert facts(snap) == [f"fact {i} of the new store" for i in range(5)]
     # a min_version of the old epoch is reached by the new state at once
     after = alice.snapshot(min_version=before.version, min_epoch=before.epoch, timeout_s=5)
-    assert facts(after) == [f"new fact {i}" for i in range(5)]
+    assert facts(after) == [f"fact {i} of the new store" for i in range(5)]
     current = alice.snapshot(min_version=5, min_epoch=after.epoch, timeout_s=5)
     assert current.version == 5 and current.epoch == after.epoch

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.support.redis_servers import PLAIN_SERVER, RedisServer, RedisServerError
-from tests.support.servers import free_port
+from tests.support.servers import free_ports
 
 #: Short, so that a failover (detection + election) takes a few seconds.
 NODE_TIMEOUT_MS = 1500
@@ -42,7 +42,7 @@ class RedisCluster:
     def start(self, timeout: float = 60.0) -> None:
         cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
         for _ in range(6):
-            port, bus = free_port(), free_port()
+            port, bus = free_ports(2)
             node = RedisServer(self.binary, [
                 *self.extra_args, "--cluster-enabled", "yes", "--cluster-port", str(bus),
                 "--cluster-config-file", f"nodes-{port}.conf",

@@ -20,6 +20,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` different free ports (each held until all are chosen: two calls of
+    :func:`free_port` may return the same one)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 @contextmanager
 def embedded_postgres() -> Iterator[str]:
     """A PostgreSQL 18 + pgvector server in a temporary directory; yields its DSN.

@@ -42,6 +42,7 @@ from ..ops import (
     Supersede,
     duplicate_id,
     pending_fingerprint,
+    reviewed,
     too_many_status_keys,
 )
 from . import history
@@ -170,6 +171,9 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
 
     async def _one(self, conn: Any, owner: str, op: L1Op, now: datetime) -> None:
         s = self._s
+        if isinstance(op, (AddRule, AddFact)) and op.review_updates:
+            snap = await self._load(conn, owner, now)
+            op = reviewed(op, snap.rules, snap.facts, now)
         if isinstance(op, (AddRule, AddFact)):
             table = "rules" if isinstance(op, AddRule) else "facts"
             if not await self._id_free(conn, table, owner, op.id, "content_hash",
