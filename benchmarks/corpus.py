@@ -56,6 +56,8 @@ class Corpus:
     #: memory id -> the session times of those turns
     times: defaultdict[str, list[datetime]] = field(default_factory=lambda: defaultdict(list))
     merges: int = 0
+    #: stores judged an update of a memory, which they superseded (closed, in its history)
+    supersessions: int = 0
     stores: int = 0
     ingest_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -65,11 +67,13 @@ class Corpus:
         self.times[result.memory.id].append(turn.at)
         self.stores += 1
         self.merges += int(result.merged)
+        self.supersessions += int(getattr(result, "superseded", False))  # older results: none
 
     def describe(self) -> dict[str, Any]:
         return {"dedup_threshold": self.threshold, "ingest": self.ingest,
                 "turns_stored": self.stores, "memories": len(self.dia_of),
-                "merges": self.merges, "ingest_s": round(self.ingest_s, 2),
+                "merges": self.merges, "supersessions": self.supersessions,
+                "ingest_s": round(self.ingest_s, 2),
                 "stores_per_s": round(self.stores / self.ingest_s, 1) if self.ingest_s else None,
                 **self.extra}
 

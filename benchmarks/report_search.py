@@ -81,7 +81,21 @@ def retrieval_section(path: Path, d: Mapping[str, Any], plot: str | None) -> lis
         ["keyword-mode search", lat["keyword_mode"]["p50_ms"], lat["keyword_mode"]["p95_ms"]],
         ["query embedding (MiniLM, 1 query/call)", q.get("p50_ms"), q.get("p95_ms")]])
     lines += [f"Reference only: {d.get('reference', '')}.", ""]
-    return lines
+    return lines + paired_lines(d)
+
+
+def paired_lines(d: Mapping[str, Any]) -> list[str]:
+    """The run against another one, question by question (``--paired-with``), if any."""
+    p = d.get("paired_with")
+    if not p:
+        return []
+    rows = [[f"`{k}`", f"{v['mean'] * 100:+.2f}", f"[{v['ci95_lo'] * 100:+.2f}, "
+             f"{v['ci95_hi'] * 100:+.2f}]"]
+            for k, v in p["this_minus_that"].items() if k != "bm25" and not k.endswith("/bm25")]
+    return [f"Paired against `{p['file']}` (another run on the same questions; "
+            f"{p.get('metric', 'recall@10')}, points, this run minus that one, paired "
+            "bootstrap 95% interval):", "",
+            *table(["row", "difference", "95% interval"], rows)]
 
 
 def mem0_section(path: Path, d: Mapping[str, Any], plot: str | None) -> list[str]:
@@ -288,7 +302,7 @@ def madial_section(path: Path, d: Mapping[str, Any]) -> list[str]:
             "could reach here).", "",
             *table(["lang", "model", *[label for _, label in MADIAL_ROWS],
                     "hybrid minus best single", "ceiling (weights v/k/t@half-life)"],
-                   rows), ""]
+                   rows), "", *paired_lines(d)]
 
 
 def _weights(best: Mapping[str, Any]) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,6 +39,7 @@ from .bm25 import BM25
 from .corpus import Corpus, bench_settings, ingest_actors, ingest_engine
 from .embed_cache import DEFAULT_CACHE_DIR, DEFAULT_MODEL, DiskCachedEmbedder
 from .locomo import DEPTH, Dataset, load_locomo, paired_difference, question_metrics, summarize
+from .paired import per_question_files
 from .stats import command, machine, percentiles_ms
 from .tuning import (
     DEFAULT_WEIGHTS,
@@ -91,10 +91,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--questions-out", default=None, metavar="FILE",
-                   help="LoCoMo: write each question's recall@10 per row (the headline "
-                        "corpus) to FILE, for --paired-with of a later run")
+                   help="write each question's figure per row to FILE, for --paired-with "
+                        "of another run (LoCoMo: recall@10 on the headline corpus; MADial: "
+                        "each dialogue's gold@5, per language, model and row)")
     p.add_argument("--paired-with", default=None, metavar="FILE",
-                   help="LoCoMo: a --questions-out file of another run (other code or "
+                   help="a --questions-out file of another run (other code or "
                         "settings, the same questions): report this run minus that one, "
                         "question by question, with a paired bootstrap interval")
     p.add_argument("--embed-timing", type=int, default=200,
@@ -327,27 +328,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result["query_embedding"] = await _time_query_embedding(embedder,
                                                             questions[:args.embed_timing])
     result["targets"] = _targets(corpora[head], tuned)
-    if args.questions_out:
-        Path(args.questions_out).write_text(json.dumps(
-            {"command": result["command"], "questions": questions,
-             "recall@10": per_question}), encoding="utf-8")
-    if args.paired_with:
-        result["paired_with"] = _paired(Path(args.paired_with), questions, per_question, args)
+    result.update(per_question_files(args, questions, per_question, "recall@10"))
     return result
 
-
-def _paired(path: Path, questions: Sequence[str], mine: Mapping[str, Sequence[float]],
-            args: argparse.Namespace) -> dict[str, Any]:
-    """This run's recall@10 minus the run of ``path``'s, question by question, per row."""
-    other = json.loads(path.read_text(encoding="utf-8"))
-    if other.get("questions") != list(questions):
-        raise SystemExit(f"{path.name}: not the same questions in the same order")
-    theirs = other["recall@10"]
-    return {"file": path.name, "command": other.get("command"),
-            "this_minus_that_recall@10": {
-                k: paired_difference(list(v), theirs[k], seed=args.seed,
-                                     resamples=args.resamples)
-                for k, v in mine.items() if k in theirs}}
 
 
 def _targets(head: Mapping[str, Any], tuned: Mapping[str, Any]) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from .corpus import bench_settings
 from .embed_cache import DiskCachedEmbedder
 from .locomo import mean_ci, paired_difference
 from .madial import DEPTH, LANGUAGES, METRICS, MadialSet, dialogue_metrics, load_madial
+from .paired import per_question_files
 from .stats import percentiles_ms
 from .tuning import Signals, fast_rank, weight_grid, weights_dict
 
@@ -178,6 +179,8 @@ def _summary(rows: Mapping[str, list[dict[str, float]]], args: Any, *, merges: i
         "headline": {name: {m: v[m]["mean"] for m in METRICS} for name, v in variants.items()},
         "merges_on_store": merges,
         "ingest_s": round(ingest_s, 2),
+        # taken out by ``run`` (for --questions-out / --paired-with), not reported
+        "gold@5_by_dialogue": {name: [r["gold@5"] for r in rs] for name, rs in rows.items()},
     }
     if "hybrid_default" in rows:
         hyb = rows["hybrid_default"]
@@ -202,11 +205,17 @@ async def run(args: Any) -> dict[str, Any]:
         models.append(None)
     results: dict[str, Any] = {}
     targets: dict[str, Any] = {}
+    dialogues: list[str] = []
+    per_dialogue: dict[str, list[float]] = {}
     for lang in langs:
         data = load_madial(args.path, lang)
+        dialogues += [f"{lang}:{i}" for i in range(len(data.dialogues))]
         per_model: dict[str, Any] = {"data": data.describe()}
         for model in models:
-            per_model[model or "none"] = await evaluate(data, model, args)
+            found = await evaluate(data, model, args)
+            for row, values in found.pop("gold@5_by_dialogue").items():
+                per_dialogue[f"{lang}/{model or 'none'}/{row}"] = values
+            per_model[model or "none"] = found
         results[lang] = per_model
         for model in models:
             if model is None:
@@ -221,6 +230,7 @@ async def run(args: Any) -> dict[str, Any]:
                 "at_least_every_single_signal": all(hyb >= v for v in singles.values()),
                 "in_sample_best_gold@5": per_model[model]["in_sample_best"]["gold@5"],
             }
-    return {"benchmark": "retrieval", "dataset": "madial", "path": args.path,
-            "backend": args.backend, "models": [m or "none" for m in models],
-            "languages": results, "targets": targets}
+    out = {"benchmark": "retrieval", "dataset": "madial", "path": args.path,
+           "backend": args.backend, "models": [m or "none" for m in models],
+           "languages": results, "targets": targets}
+    return {**out, **per_question_files(args, dialogues, per_dialogue, "gold@5")}

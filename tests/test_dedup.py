@@ -119,3 +119,25 @@ def _facts(*texts: str) -> tuple[MemoryFact, ...]:
 def test_updated_item(stored: tuple[str, ...], new: str, replaced: str | None) -> None:
     found = updated_item(_facts(*stored), new)
     assert (None if found is None else found[0].id) == replaced
+
+
+@pytest.mark.parametrize(("stored", "new", "outcome"), [
+    # Worded apart and very similar, but each names another show: not one memory.
+    ("Mia saw the musical 'Cats' with her aunt on Sunday",
+     "On Sunday Mia and her aunt went to see 'Hamilton'", "unsure"),
+    # Only one of them says not.
+    ("The user drinks coffee in the morning", "In the morning the user never has coffee",
+     "unsure"),
+    # A short form is the same name: nothing in conflict, a rewording.
+    ("Our API is written in TypeScript and runs on Node",
+     "The API code uses TS on top of Node", "duplicate"),
+    # Reworded, and what it ends on replaced by another word.
+    ("孩子说他喜欢大象", "孩子说自己最喜欢企鹅", "unsure"),
+    # One event told instead of another is not a new value of it.
+    ("Sam spent the evening playing 'Mario Kart' with Leo",
+     "Sam spent the evening at the cinema with Leo", "unsure"),
+    ("The team moved from New York to San Francisco",
+     "The team moved from New York to Boston", "update"),
+])
+def test_look_alike_events_are_not_merged(stored: str, new: str, outcome: str) -> None:
+    assert judge_pair(stored, new, 0.97, Band(0.70, 0.75)).outcome == outcome

@@ -17,10 +17,14 @@ on what the two texts differ in (``pairs.compare``):
   that place: a negation or another value (a number, date, time, weekday) is an
   ``update``; another name in the value ("lives in Lisbon" / "in Porto") too; a
   change in the subject ("the **web** server") is ``distinct``; another common word
-  in the value ("a desk at the office" / "at home") is ``unsure``;
+  in the value ("a desk at the office" / "at home") is ``unsure``; so is a change too
+  long to be one value ("playing Mario Kart" / "at the cinema": another event), and a
+  rewording that also swaps what the sentence ends on ("喜欢大象" / "最喜欢企鹅");
 - texts worded apart (little shared) are a ``duplicate`` when their similarity is
-  above the paraphrase cut and they name no conflicting numbers or values, and
-  ``distinct`` below it;
+  above the paraphrase cut and nothing conflicts: no other number or value, not one
+  saying "not" where the other does not, not each naming what the other does not
+  ("The Simpsons" / "Tom and Jerry"; a short form, "TS" for "TypeScript", is the same
+  name); ``unsure`` when something does, ``distinct`` below the cut;
 - the same text, case and spaces aside, is a ``duplicate`` whatever the similarity.
 
 One substituted content word is so never a duplicate, and a rewording that
@@ -41,7 +45,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..models import MemoryFact, MemoryRule, MemoryVersion, StoreResult, VectorMemory
 from ..text import content_hash, is_cjk, terms
 from ..validation import RESERVED_METADATA_KEYS
-from .pairs import Change, Comparison, compare
+from .pairs import Change, Comparison, Token, abbreviates, compare, tokens
 from .versions import closed, successor
 
 #: How many earlier contents ``merged_from`` keeps by default (oldest dropped first).
@@ -177,7 +181,7 @@ def judge_pair(stored: str, new: str, similarity: float | None, band: Band) -> J
         if found is not None:
             return found
     sim = "no similarity" if similarity is None else f"similarity {similarity:.3f}"
-    conflict = _conflict(c)
+    conflict = _conflict(c, stored, new)
     if conflict is not None:
         return Judgement("unsure", similarity=similarity,
                          reason=f"worded apart ({sim}) and {conflict}")
@@ -196,17 +200,22 @@ def _aligned(c: Comparison, similarity: float | None) -> Judgement | None:
                          reason="the same content in other words")
     first = places[0]
     if len(places) > 1 and all(p.kind == "word" for p in places):
+        swapped = next((p for p in places if p.side == "value" and p.a and p.b), None)
+        if swapped is not None:  # "liked the elephants" -> "liked the penguins"
+            return Judgement("unsure", similarity=similarity,
+                             reason=f"reworded, and another word for what it says: "
+                                    f"{swapped.describe()}")
         return None  # reworded in several places: as texts worded apart
     if len(places) == 1 and first.kind == "negation" and c.shared >= 0.6:
         return Judgement("update", similarity=similarity, reason=f"reversed: {first.describe()}")
-    if len(places) == 1 and first.kind == "value":
+    if len(places) == 1 and first.kind == "value" and _short(first):
         return Judgement("update", similarity=similarity,
                          reason=f"another value: {first.describe()}")
     subject = next((p for p in c.changes if p.side == "subject"), None)
     if subject is not None:
         return Judgement("distinct", similarity=similarity,
                          reason=f"another subject: {subject.describe()}")
-    if len(places) == 1 and first.kind == "name":
+    if len(places) == 1 and first.kind == "name" and _short(first):
         return Judgement("update", similarity=similarity,
                          reason=f"another value: {first.describe()}")
     return Judgement("unsure", similarity=similarity,
@@ -226,14 +235,39 @@ def _places(c: Comparison) -> list[Change]:
     return out
 
 
-def _conflict(c: Comparison) -> str | None:
-    """Why two texts worded apart cannot be one fact, or ``None``."""
+def _short(ch: Change) -> bool:
+    """A change small enough to be one value replaced by another ("1.27" -> "1.29",
+    "Berlin" -> "Lisbon"), not one event told instead of another ("spent the afternoon
+    playing It Takes Two" -> "a picnic at the park")."""
+    most = 4 if any(is_cjk(t[:1]) for t in (*ch.a, *ch.b)) else 2
+    return len(ch.a) <= most and len(ch.b) <= most
+
+
+def _conflict(c: Comparison, stored: str, new: str) -> str | None:
+    """Why two texts worded apart may not be one fact, or ``None``: their numbers or
+    values differ, only one of them says "not", or each names something the other
+    does not ("The Simpsons" -> "Tom and Jerry"; "TS" and "TypeScript" are one name)."""
     if c.numbers_conflict:
         return "their numbers differ"
     for ch in c.changes:
         if ch.kind == "value":
             return f"{ch.describe()}"
+    ta, tb = tokens(stored), tokens(new)
+    if any(t.negation for t in ta) != any(t.negation for t in tb):
+        return "only one of them says not"
+    na, nb = _names(ta), _names(tb)
+    words_a, words_b = {t.norm for t in ta}, {t.norm for t in tb}
+    only_a = {x for x in na - words_b if not any(abbreviates(x, y) for y in nb)}
+    only_b = {y for y in nb - words_a if not any(abbreviates(x, y) for x in na)}
+    if only_a and only_b:
+        return f"each names what the other does not: {sorted(only_a)} / {sorted(only_b)}"
     return None
+
+
+def _names(ts: Sequence[Token]) -> set[str]:
+    """The names of a text: quoted words and capitalized words after its first token."""
+    return {t.norm for i, t in enumerate(ts) if not t.function and not t.cjk
+            and (t.quoted or (i > 0 and t.text[:1].isupper()))}
 
 
 def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgement | None:
@@ -273,8 +307,9 @@ def updated_item(items: Sequence[MemoryRule | MemoryFact], text: str
     for item in items:
         c = compare(item.content, text)
         places = _places(c) if c.aligned else []
-        if len(places) == 1 and (places[0].kind in ("name", "negation") or (
-                places[0].kind == "value" and places[0].side == "value")):
+        if len(places) == 1 and _short(places[0]) and (
+                places[0].kind in ("name", "negation")
+                or (places[0].kind == "value" and places[0].side == "value")):
             fits.append((c.shared, item, places[0]))
     fits.sort(key=lambda f: -f[0])
     if not fits or (len(fits) > 1 and fits[1][0] == fits[0][0]):

@@ -38,7 +38,7 @@ from typing import Literal
 
 from ..text import CJK_RUN, is_cjk
 
-__all__ = ["Change", "Comparison", "Token", "compare", "tokens"]
+__all__ = ["Change", "Comparison", "Token", "abbreviates", "compare", "tokens"]
 
 Kind = Literal["negation", "value", "name", "word"]
 Side = Literal["subject", "value"]
@@ -308,12 +308,12 @@ def _equivalent(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
     and its short form (K8s / Kubernetes, TS / TypeScript, Go / Golang)."""
     ca = [t for t in xa if not t.function]
     cb = [t for t in xb if not t.function]
-    if len(ca) == len(cb) == 1 and _abbreviates(ca[0].norm, cb[0].norm):
+    if len(ca) == len(cb) == 1 and abbreviates(ca[0].norm, cb[0].norm):
         return not any(t.negation for t in (*xa, *xb))
     return all(t.function and not t.negation for t in (*xa, *xb))
 
 
-def _abbreviates(x: str, y: str) -> bool:
+def abbreviates(x: str, y: str) -> bool:
     """One word is a short form of the other: a numeronym (k8s: k, 8 letters, s), the
     other's start (go, golang), or its letters in order from the first (ts, typescript)."""
     short, long = sorted((x, y), key=len)

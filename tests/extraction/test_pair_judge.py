@@ -222,3 +222,41 @@ def test_configuration() -> None:
 def assert_no_secrets(text: str) -> None:
     for secret in (API_KEY, STORED, NEW, "1.27", "1.29", "Kubernetes"):
         assert secret not in text
+
+
+def judged_engine(api: ScriptedOpenAIServer, **overrides: Any) -> Any:
+    from dream_memory_actor import MemoryEngine
+    from dream_memory_actor.storage.memory import InMemoryStructuredStore, InMemoryVectorStore
+
+    return MemoryEngine(settings(api.base_url, **overrides), InMemoryStructuredStore(),
+                        InMemoryVectorStore(4))
+
+
+#: A pair the rules call unsure (one word changed), the two vectors close.
+FIRST, SECOND = "the nightly backup of the billing database is slow", (
+    "the nightly backup of the billing database is sluggish")
+NEAR = ([1.0, 0.0, 0.0, 0.0], [0.99, 0.1, 0.0, 0.0])
+
+
+@pytest.mark.parametrize(("reply", "merged"), [
+    (verdict("duplicate"), True),
+    ("not JSON at all", False),  # never half used: both kept
+    (json.dumps({"verdict": "duplicate", "reason": 7, "extra": [1]}), False),
+])
+async def test_a_store_asks_the_model_once_and_a_retry_writes_nothing_twice(
+        api: ScriptedOpenAIServer, reply: str, merged: bool) -> None:
+    """Through MemoryEngine.store: the model decides the unsure pair; the same store
+    retried with its op id returns the first result without asking or writing again."""
+    engine = judged_engine(api)
+    first = await engine.store("alice", FIRST, embedding=NEAR[0])
+    api.queue_chat(reply)
+    second = await engine.store("alice", SECOND, embedding=NEAR[1], op_id="op-judged")
+    assert second.merged is merged and second.related == first.memory.id
+    assert len(api.requests_to(CHAT_PATH)) == 1
+    retried = await engine.store("alice", SECOND, embedding=NEAR[1], op_id="op-judged")
+    assert retried == second and len(api.requests_to(CHAT_PATH)) == 1  # not asked again
+    memories = await engine.list("alice")
+    assert len(memories) == (1 if merged else 2)
+    versions = await engine.memory_history("alice", first.memory.id)
+    assert [v.change for v in versions if v.valid_to is not None] == (
+        ["merge"] if merged else [])
