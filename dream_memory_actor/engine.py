@@ -38,7 +38,7 @@ from .models import (
 from .rerank import Reranker, make_reranker, rerank_hits
 from .scoring import Weights
 from .storage import open_stores
-from .storage.base import StructuredStore, VectorStore
+from .storage.base import StructuredStore, VectorStore, forget_owner
 from .storage.dedup import Ask, Band, Cuts
 from .storage.ops import L1Op
 from .validation import limit as check_limit
@@ -301,8 +301,6 @@ class MemoryEngine:
         returns the same tombstone. ``by`` names who asked for it; ``memories`` is how
         the L2 layer is erased (``forget_memories`` here, the VectorIndex's in a
         memory system)."""
-        from .storage.erasure import forget_owner
-
         self._open()
         with self.metrics.operation("forget", self.settings.backend):
             return await forget_owner(self.structured, memories or self.forget_memories,

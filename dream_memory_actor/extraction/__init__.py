@@ -8,15 +8,11 @@ its audit trail; ``pool.py`` runs extractors as a pool of Ray actors.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .candidates import ExtractedItem, ExtractionResult, Extractor, Usage, parse_reply
+from .configured import open_extractor
 from .gate import GateDecision, GateResult, Thresholds, decide, gate
 from .rules import RuleBasedExtractor
 from .service import ExtractionReport, ExtractionService, HitlDecision, ItemOutcome, MemoryWriter
-
-if TYPE_CHECKING:
-    from ..config import MemorySettings
 
 __all__ = [
     "ExtractedItem",
@@ -37,13 +33,3 @@ __all__ = [
     "open_extractor",
     "parse_reply",
 ]
-
-
-def open_extractor(settings: MemorySettings) -> Extractor:
-    """The configured extractor: ``LLMExtractor`` for ``extraction_model``, else the
-    ``RuleBasedExtractor`` (offline, explicit statements only)."""
-    if settings.extraction_model:
-        from .llm import LLMExtractor
-
-        return LLMExtractor.from_settings(settings)
-    return RuleBasedExtractor()

@@ -32,8 +32,8 @@ from ..errors import (
 )
 from ..models import ChatMessage
 from ..runtime.errors import ray_errors
-from . import open_extractor
 from .candidates import ExtractionResult, Extractor
+from .configured import open_extractor
 
 if TYPE_CHECKING:
     from ..config import MemorySettings

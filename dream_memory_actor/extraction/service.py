@@ -52,6 +52,7 @@ from ..storage.ops import (
     L1Op,
 )
 from .candidates import ExtractionResult, Extractor, Usage, check_items
+from .configured import open_extractor
 from .gate import Thresholds, gate
 from .plan import RESULTS, ItemOutcome, Plan, Result
 
@@ -128,8 +129,6 @@ class ExtractionService:
     def for_engine(cls, engine: MemoryEngine, extractor: Extractor | None = None
                    ) -> ExtractionService:
         """A service writing through ``engine``; the configured extractor by default."""
-        from . import open_extractor
-
         return cls(engine, engine.structured, extractor or open_extractor(engine.settings),
                    engine.settings)
 

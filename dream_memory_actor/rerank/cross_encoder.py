@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..embedding.local import _limit_torch_threads, _offline, _prepare_environment
-from ..errors import ConfigurationError, missing_dependency
-from . import RerankError, checked_scores
+from ..errors import ConfigurationError, RerankError, missing_dependency
+from .scores import checked_scores
 
 __all__ = ["BATCH_SIZE", "CrossEncoderReranker"]
 

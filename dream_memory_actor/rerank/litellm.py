@@ -26,8 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..embedding.litellm import MAX_DETAIL_CHARS, _litellm
-from ..errors import ConfigurationError
-from . import RerankError
+from ..errors import ConfigurationError, RerankError
 
 __all__ = ["LiteLLMReranker"]
 

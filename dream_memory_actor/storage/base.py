@@ -15,13 +15,13 @@ authority on these rules: whoever calls them, nothing unchecked is stored.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import ClassVar
 
 from .. import validation as check
 from .. import validation_l1 as check_l1
-from ..errors import ItemNotFound
+from ..errors import InvalidQuery, ItemNotFound
 from ..models import (
     AuditAction,
     AuditEntry,
@@ -34,10 +34,13 @@ from ..models import (
     Tombstone,
     utcnow,
 )
+from . import erasure
 from .changes import ChangeCallback, Unwatch, no_feed
+from .decisions import ACTIONS, decision_ops
 from .history import HistoryReads
 from .lifecycle import DEFAULT_MAX_CONTENT_BYTES, _Lifecycle
 from .ops import (
+    AddAudit,
     AddFact,
     AddRule,
     DeleteStatus,
@@ -103,17 +106,40 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
     async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
                      edited: str | None = None, now: datetime | None = None,
                      op_id: str | None = None) -> tuple[MemorySnapshot, AuditEntry] | None:
-        """Confirm or reject a queued item with its audit entry, atomically; ``None`` if
-        it is not queued. See :func:`.decisions.decide`."""
-        from .decisions import decide
+        """Decide on ``owner``'s queued item ``pending_id``: remove it, write it when
+        confirmed, and record the audit entry, atomically (see :mod:`.decisions`).
 
-        return await decide(self, owner, pending_id, action, by, edited=edited, now=now,
-                            op_id=op_id)
+        ``None`` when the item is not queued (nothing written); ``PendingItemNotFound``
+        when another decision removed it meanwhile. Returns the new snapshot and the
+        entry this call tried to record (a retry of an applied ``op_id`` writes nothing,
+        so the recorded entry may be an earlier one: read it with ``audit``).
+        """
+        check.owner_id(owner)
+        check.ids([pending_id], "pending item id")
+        if op_id is not None:
+            check.ids([op_id], "operation id")
+        if action not in ACTIONS:
+            raise InvalidQuery(f"action must be one of {ACTIONS}, got {action!r}")
+        check.decider(by)
+        text = None if edited is None else check.content(edited, self.max_content_bytes,
+                                                         "edited content")
+        at = now or utcnow()
+        snap = await self.load(owner, now=at)
+        item = next((p for p in snap.pending if p.id == pending_id), None)
+        if item is None:
+            return None
+        ops, entry = decision_ops(item, action, by, text, at)
+        checked = check_l1.ops(ops, self.max_content_bytes, self.limits)
+        try:
+            new = await self._apply(owner, [*checked, AddAudit(entry)], at, op_id)
+        except ItemNotFound as exc:  # the item a correction replaces is gone or superseded
+            raise await self._refine_missing(owner, checked, exc) from None
+        return new, entry
 
     # -- L3 chat window and the audit trail ------------------------------------------
     #
     # Every backend implements the four primitives below, and keeps the entries of
-    # ``AddAudit`` operations in ``_apply`` (``decisions.decide`` adds them, nothing else).
+    # ``AddAudit`` operations in ``_apply`` (``decide`` adds them, nothing else).
 
     @abstractmethod
     async def _append_messages(
@@ -186,8 +212,6 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
         layer shares the storage, whatever of it is left. Leaves one tombstone (who,
         when, ``counts``) and returns it; a retry with the same ``op_id`` removes what
         may be left and returns the first tombstone instead of writing a second."""
-        from . import erasure
-
         check.owner_id(owner)
         who = check.decider(by)
         if op_id is not None:
@@ -239,3 +263,29 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
 MAX_WINDOW = check.MAX_WINDOW
 
 
+async def forget_owner(structured: StructuredStore,
+                       memories: VectorStore | Callable[[str], Awaitable[int]], owner: str, *,
+                       by: str, op_id: str | None = None) -> Tombstone:
+    """Erase ``owner`` from both layers; the tombstone counts what there was, by kind.
+    ``memories`` is the vector store, or what erases the L2 layer and says how many
+    memories went.
+
+    L2 goes first: an erasure stopped half way is finished by a retry (same
+    ``op_id``), which finds the rest and records the one tombstone (whose memory
+    count is then what the retry found).
+    """
+    check.owner_id(owner)
+    check.decider(by)
+    if op_id is not None:
+        check.op_id(op_id)
+    snap = await structured.load(owner)
+    audit = await structured._audit(owner, _ALL, None)
+    counts = {"rules": len(snap.rules), "facts": len(snap.facts), "status": len(snap.status),
+              "pending": len(snap.pending), "audit": len(audit)}
+    erase_l2 = memories.forget if isinstance(memories, VectorStore) else memories
+    counts["memories"] = await erase_l2(owner)
+    return await structured.forget(owner, by=by, counts=counts, op_id=op_id)
+
+
+#: "No limit" for counting an owner's audit entries.
+_ALL = 2**31 - 1

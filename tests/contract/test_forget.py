@@ -6,7 +6,8 @@ import pytest
 
 from dream_memory_actor.errors import InvalidOwnerId, InvalidQuery
 from dream_memory_actor.models import ChatMessage, MemoryPendingItem
-from dream_memory_actor.storage.erasure import SELF, forget_owner
+from dream_memory_actor.storage.base import forget_owner
+from dream_memory_actor.storage.erasure import SELF
 from dream_memory_actor.storage.ops import AddFact, AddPending, AddRule, SetStatus
 from tests.conftest import DIM, Stores
 from tests.support.residue import stored_texts
