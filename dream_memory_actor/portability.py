@@ -27,7 +27,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -49,7 +49,19 @@ from .storage.memory import InMemoryStructuredStore
 from .storage.ops import AddAudit, SetStatus
 
 if TYPE_CHECKING:
-    from .engine import MemoryEngine
+    from .config import MemorySettings
+    from .embedding import CachedEmbedder
+    from .storage.base import StructuredStore, VectorStore
+
+
+class Stores(Protocol):
+    """What an export or import works on: a ``MemoryEngine``, or anything with its
+    stores, settings and embedder (``None``: keyword only)."""
+
+    settings: MemorySettings
+    structured: StructuredStore
+    vector: VectorStore
+    embedder: CachedEmbedder | None
 
 FORMAT = "dream-memory-export"
 VERSION = 1
@@ -63,7 +75,7 @@ _ITEMS: dict[str, type[Any]] = {"rule": MemoryRule, "fact": MemoryFact,
                                "memory": VectorMemory, "memory_version": MemoryVersion}
 
 
-async def export_owner(engine: MemoryEngine, owner: str) -> list[str]:
+async def export_owner(engine: Stores, owner: str) -> list[str]:
     """The export document of ``owner``, line by line (no trailing newlines)."""
     check.owner_id(owner)
     snap = await engine.structured.load(owner)
@@ -197,7 +209,7 @@ def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
     return out
 
 
-async def import_owner(engine: MemoryEngine, lines: Iterable[str | bytes]) -> dict[str, int]:
+async def import_owner(engine: Stores, lines: Iterable[str | bytes]) -> dict[str, int]:
     """Import a document into its owner, which must be empty; how many of each kind
     were written. Nothing is written when the document or the owner is refused."""
     doc = parse(lines)
@@ -233,7 +245,7 @@ async def import_owner(engine: MemoryEngine, lines: Iterable[str | bytes]) -> di
     return dict(sorted(counts.items()))
 
 
-async def _embeddings(engine: MemoryEngine, doc: _Document) -> list[list[float] | None]:
+async def _embeddings(engine: Stores, doc: _Document) -> list[list[float] | None]:
     """The embeddings to store: the exported ones when this engine uses the model that
     made them, made again when it uses another, none without an embedder."""
     mems = doc.items("memory")
@@ -253,7 +265,7 @@ async def _embeddings(engine: MemoryEngine, doc: _Document) -> list[list[float] 
     return out
 
 
-def _model(engine: MemoryEngine) -> str | None:
+def _model(engine: Stores) -> str | None:
     """The name of the model that makes this engine's embeddings (``None``: given ones)."""
     return engine.settings.embedding_model if engine.embedder is not None else None
 
