@@ -13,7 +13,8 @@ from ...errors import MemoryNotFound
 from ...models import MemoryVersion, StoreResult, VectorMemory
 from ...text import content_hash, fold
 from ..dedup import Cuts, Neighbour, decide, outcome_of
-from . import versions
+from ..vector_l2 import BatchItem
+from ..versions import closed, successor, updated
 from .counts import add_memories, add_terms, term_delta, term_stats
 from .migrations import dim_sql
 from .plan import (
@@ -33,6 +34,14 @@ from .statements import (
     MEMORY_COLUMNS,
     Params,
     metadata_condition,
+)
+from .versions import (
+    VERSION_COLUMNS,
+    add_version,
+    as_uuid,
+    prior_result,
+    record_op,
+    version_rows,
 )
 
 __all__ = [
@@ -138,7 +147,7 @@ class PostgresVectorStore(PostgresSearch):
                        self.limits)
         new = w.memory
         if w.version is not None:
-            await versions.add_version(conn, s, w.version)
+            await add_version(conn, s, w.version)
         if not w.inserts:
             assert near is not None
             await conn.execute(
@@ -203,12 +212,169 @@ class PostgresVectorStore(PostgresSearch):
             await add_terms(conn, self._s, owner, term_delta(added=[m[2] for m in mems]))
         return len(mems)
 
-    # The versioned writes: each is its backend's ``versions`` function, whose first
-    # argument is the store.
-    _store_many = versions.store_many
-    _update = versions.update
-    _supersede = versions.supersede
-    _history = versions.history
+    # -- versioned writes: one transaction each, history in memory_versions ----------
+
+    async def _live(self, conn: Any, owner: str, memory_id: str) -> VectorMemory:
+        mid = as_uuid(memory_id)
+        row = (
+            None
+            if mid is None
+            else await conn.fetchrow(
+                f"SELECT {MEMORY_COLUMNS} FROM {self._s}.memories WHERE owner_id = $1 AND id = $2",
+                owner,
+                mid,
+            )
+        )
+        if row is None:
+            raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
+        return _memory(row)
+
+    async def _store_many(
+        self, owner: str,
+        items: Sequence[BatchItem],
+        *,
+        cuts: Cuts,
+        now: datetime,
+        op_id: str | None,
+    ) -> list[StoreResult]:
+        """Every item as ``store`` decides it, in order, in one transaction."""
+        s = self._s
+        async with self.backend.transaction() as conn:
+            await self._lock_owner(conn, owner)
+            prior = await prior_result(conn, s, owner, op_id)
+            if prior is not None:
+                return [StoreResult.model_validate(r) for r in json.loads(prior)]
+            results = [
+                await self._store_locked(conn, owner, text, vec, meta, cuts, now)
+                for text, vec, meta in items
+            ]
+            await record_op(
+                conn,
+                s,
+                owner,
+                op_id,
+                "store_many",
+                json.dumps([r.model_dump(mode="json") for r in results]),
+            )
+            return results
+
+    async def _update(
+        self, owner: str,
+        memory_id: str,
+        content: str,
+        embedding: list[float] | None,
+        metadata: dict[str, Any] | None,
+        *,
+        now: datetime,
+        op_id: str | None,
+    ) -> VectorMemory:
+        s = self._s
+        async with self.backend.transaction() as conn:
+            await self._lock_owner(conn, owner)
+            prior = await prior_result(conn, s, owner, op_id)
+            if prior is not None:
+                return VectorMemory.model_validate_json(prior)
+            old = await self._live(conn, owner, memory_id)
+            new = updated(old, content, metadata, embedding is not None, now)
+            await add_version(conn, s, closed(old, now, "update"))
+            await conn.execute(
+                f"""UPDATE {s}.memories SET content = $2, content_hash = $3, metadata = $4::jsonb,
+                        embedding = $5, embedding_dim = $6, updated_at = $7 WHERE id = $1""",
+                uuid.UUID(new.id),
+                new.content,
+                content_hash(new.content),
+                json.dumps(new.metadata, ensure_ascii=False),
+                embedding,
+                None if embedding is None else self.dim,
+                new.updated_at,
+            )
+            await conn.execute(
+                f"UPDATE {s}.memory_text SET search_text = $2, updated_at = $3 WHERE id = $1",
+                uuid.UUID(new.id),
+                fold(new.content),
+                new.updated_at,
+            )
+            await add_terms(conn, s, owner, term_delta([old.content], [new.content]))
+            await record_op(conn, s, owner, op_id, "update", new.model_dump_json())
+            return new
+
+    async def _supersede(
+        self, owner: str,
+        memory_id: str,
+        content: str,
+        embedding: list[float] | None,
+        metadata: dict[str, Any] | None,
+        *,
+        by: str | None,
+        reason: str | None,
+        now: datetime,
+        op_id: str | None,
+    ) -> VectorMemory:
+        s = self._s
+        async with self.backend.transaction() as conn:
+            await self._lock_owner(conn, owner)
+            prior = await prior_result(conn, s, owner, op_id)
+            if prior is not None:
+                return VectorMemory.model_validate_json(prior)
+            old = await self._live(conn, owner, memory_id)
+            new = successor(old, content, metadata, embedding is not None, now)
+            await add_version(
+                conn, s, closed(old, now, "supersede", superseded_by=new.id, by=by, reason=reason)
+            )
+            # The old row goes (its text row with it, ON DELETE CASCADE), the new one comes:
+            # the owner's memory count is unchanged.
+            await conn.execute(f"DELETE FROM {s}.memories WHERE id = $1", uuid.UUID(old.id))
+            await conn.execute(
+                f"""INSERT INTO {s}.memories (id, owner_id, content, content_hash,
+                        metadata, embedding, embedding_dim, created_at, updated_at)
+                    VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $8)""",
+                uuid.UUID(new.id),
+                owner,
+                new.content,
+                content_hash(new.content),
+                json.dumps(new.metadata, ensure_ascii=False),
+                embedding,
+                None if embedding is None else self.dim,
+                now,
+            )
+            await conn.execute(
+                f"""INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
+                    VALUES ($1, $2, $3, $4)""",
+                uuid.UUID(new.id),
+                owner,
+                fold(new.content),
+                now,
+            )
+            await add_terms(conn, s, owner, term_delta([old.content], [new.content]))
+            await record_op(conn, s, owner, op_id, "supersede", new.model_dump_json())
+            return new
+
+    async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
+        mid = as_uuid(memory_id)
+        if mid is None:
+            return []
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(
+                f"""SELECT {VERSION_COLUMNS} FROM {self._s}.memory_versions
+                    WHERE owner_id = $1 AND (memory_id = $2 OR superseded_by = $2)""",
+                owner,
+                mid,
+            )
+        return version_rows(rows)
+
+    async def _all_versions(self, owner: str) -> list[MemoryVersion]:
+        """Every closed version of the owner's memories (for export)."""
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(
+                f"""SELECT {VERSION_COLUMNS} FROM {self._s}.memory_versions WHERE owner_id = $1
+                    ORDER BY valid_to, valid_from""", owner)
+        return version_rows(rows)
+
+    async def _restore_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
+        """Insert exported closed versions as they were (an import)."""
+        async with self.backend.transaction() as conn:
+            for v in found:
+                await add_version(conn, self._s, v)
 
     # -- search -----------------------------------------------------------------------
 
@@ -280,11 +446,6 @@ class PostgresVectorStore(PostgresSearch):
             await add_memories(conn, s, owner, len(items))
             await add_terms(conn, s, owner, term_delta(added=[m.content for m, _ in items]))
 
-    async def _all_versions(self, owner: str) -> list[MemoryVersion]:
-        return await versions.all_versions(self, owner)
-
-    async def _restore_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
-        await versions.restore_versions(self, owner, list(found))
 
     async def _forget(self, owner: str) -> int:
         from .erase import L2_TABLES, erase
