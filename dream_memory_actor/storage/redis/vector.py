@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -41,8 +42,9 @@ from ...scoring import cosine
 from ...text import content_hash, fold
 from ..base import VectorStore
 from ..dedup import Cuts, Neighbour, Write, decide, df_delta, outcome_of
-from ..versions import matches
-from . import df, versions
+from ..vector_l2 import BatchItem
+from ..versions import closed, matches, successor, updated
+from . import df
 from . import search_module as fts
 from .common import (
     MAX_TX_ATTEMPTS,
@@ -66,6 +68,7 @@ from .rows import (
     vec_bytes,
 )
 from .search import RedisSearch
+from .versions import Planned, as_vector, live_memory
 
 
 def _token() -> str:
@@ -225,12 +228,221 @@ class RedisVectorStore(RedisSearch, VectorStore):
                     return result
         raise BackendError(f"owner {owner!r}: too many concurrent writers, store gave up")
 
-    # The versioned writes: each is its backend's ``versions`` function, whose first
-    # argument is the store.
-    _store_many = versions.store_many
-    _update = versions.update
-    _supersede = versions.supersede
-    _history = versions.history
+    # -- versioned writes: one optimistic transaction each, history beside the rows --
+
+    def _history_key(self, owner: str, memory_id: str) -> str:
+        return self._keys.owner(owner) + "l2:hv:" + memory_id
+
+    def _successor_key(self, owner: str, memory_id: str) -> str:
+        return self._keys.owner(owner) + "l2:sb:" + memory_id
+
+    async def _transact(
+        self,
+        owner: str,
+        what: str,
+        op_id: str | None,
+        plan: Callable[[OwnerRows, bool], Awaitable[Planned]],
+    ) -> str:
+        """Run ``plan`` on the owner's rows (awaited: a store's judgement may ask a model)
+        and commit what it queued, retried while another writer comes first; the recorded
+        result of ``op_id`` if it was applied already."""
+        from redis.exceptions import WatchError
+
+        k = self._keys
+        async with self._locks.hold(owner):
+            with translate(what):
+                for _ in range(MAX_TX_ATTEMPTS):
+                    async with self._r.pipeline(transaction=True) as pipe:
+                        try:
+                            await pipe.watch(k.l2_version(owner))
+                            done = None if op_id is None else await pipe.get(k.l2_op(owner, op_id))
+                            rows = await self._rows(pipe, owner)
+                            counted = bool(await pipe.hexists(k.l2_df(owner), df.DOCS))
+                        except WatchError:
+                            continue
+                        if done is not None:
+                            return text(done) or ""
+                        result, queue, after = await plan(rows, counted)
+                        token = _token()
+                        pipe.multi()
+                        queue(pipe)
+                        pipe.set(k.l2_version(owner), token)
+                        if op_id is not None:
+                            pipe.set(k.l2_op(owner, op_id), result, ex=OP_ID_RETENTION_S)
+                        if await committed(pipe) is None:
+                            continue
+                    after.token = token
+                    self._cache.put(owner, after)
+                    return result
+        raise BackendError(f"owner {owner!r}: too many concurrent writers, {what} gave up")
+
+    async def _store_many(
+        self,
+        owner: str,
+        items: Sequence[BatchItem],
+        *,
+        cuts: Cuts,
+        now: datetime,
+        op_id: str | None,
+    ) -> list[StoreResult]:
+        """Every item as ``store`` decides it, against the rows as the earlier items left
+        them (merged into, superseded, inserted), committed in one transaction."""
+
+        async def plan(rows: OwnerRows, counted: bool) -> Planned:
+            work = OwnerRows(rows.token, rows.rows.values())
+            results: list[StoreResult] = []
+            is_new: dict[str, bool] = {}  # each row written once, as it ends the batch
+            removed: list[str] = []
+            closing: list[Write] = []
+            delta: Counter[str] = Counter()
+            for content, vec, meta in items:
+                d = await self._decide(work, owner, content, as_vector(vec), meta, cuts, now)
+                delta.update(d.df)
+                if d.write.version is not None:
+                    closing.append(d.write)
+                if d.write.removes is not None:
+                    work.remove(d.write.removes)
+                    removed.append(d.write.removes)
+                is_new.setdefault(d.row.memory.id, d.write.inserts)
+                work.put(d.row)
+                results.append(d.write.result)
+
+            def queue(pipe: Any) -> None:
+                for w in closing:
+                    self._queue_closed(pipe, owner, w)
+                for mid in removed:  # a row of this batch never written: nothing to remove
+                    if mid in rows.rows:
+                        self._queue_remove(pipe, owner, mid)
+                for mid, new in is_new.items():
+                    if mid in work.rows:  # not superseded later in the batch
+                        self._queue_write(pipe, work.rows[mid], is_new=new)
+                self._queue_df(
+                    pipe,
+                    owner,
+                    {t: n for t, n in delta.items() if n},
+                    len(work.rows) - len(rows.rows),
+                    None if counted else rows,
+                )
+
+            return json.dumps([r.model_dump(mode="json") for r in results]), queue, work
+
+        got = await self._transact(owner, "store_many", op_id, plan)
+        return [StoreResult.model_validate(r) for r in json.loads(got)]
+
+    async def _update(
+        self,
+        owner: str,
+        memory_id: str,
+        content: str,
+        embedding: list[float] | None,
+        metadata: dict[str, Any] | None,
+        *,
+        now: datetime,
+        op_id: str | None,
+    ) -> VectorMemory:
+        async def plan(rows: OwnerRows, counted: bool) -> Planned:
+            old = live_memory(rows, owner, memory_id)
+            new = updated(old, content, metadata, embedding is not None, now)
+            row = make_row(new, as_vector(embedding))
+            version = closed(old, now, "update")
+            # The same order as a fresh read (creation order), with the new vector.
+            after = OwnerRows(
+                rows.token, [row if r.memory.id == memory_id else r for r in rows.rows.values()]
+            )
+
+            def queue(pipe: Any) -> None:
+                doc = self._keys.l2_doc(owner, memory_id)
+                pipe.rpush(self._history_key(owner, memory_id), version.model_dump_json())
+                self._queue_write(pipe, row, is_new=False)
+                if row.vec is None:
+                    pipe.hdel(doc, "vec")
+                else:
+                    pipe.hset(doc, "vec", vec_bytes(row.vec))
+                self._queue_df(
+                    pipe, owner, df_delta(old.content, new.content), 0, None if counted else rows
+                )
+
+            return new.model_dump_json(), queue, after
+
+        return VectorMemory.model_validate_json(await self._transact(owner, "update", op_id, plan))
+
+    async def _supersede(
+        self,
+        owner: str,
+        memory_id: str,
+        content: str,
+        embedding: list[float] | None,
+        metadata: dict[str, Any] | None,
+        *,
+        by: str | None,
+        reason: str | None,
+        now: datetime,
+        op_id: str | None,
+    ) -> VectorMemory:
+        async def plan(rows: OwnerRows, counted: bool) -> Planned:
+            old = live_memory(rows, owner, memory_id)
+            new = successor(old, content, metadata, embedding is not None, now)
+            row: Row = make_row(new, as_vector(embedding))
+            version = closed(old, now, "supersede", superseded_by=new.id, by=by, reason=reason)
+            after = OwnerRows(
+                rows.token, [*(r for r in rows.rows.values() if r.memory.id != memory_id), row]
+            )
+
+            def queue(pipe: Any) -> None:
+                k = self._keys
+                encoded = version.model_dump_json()
+                pipe.rpush(self._history_key(owner, memory_id), encoded)
+                pipe.set(self._successor_key(owner, new.id), encoded)
+                pipe.delete(k.l2_doc(owner, memory_id))
+                pipe.zrem(k.l2_ids(owner), memory_id)
+                self._queue_write(pipe, row, is_new=True)
+                self._queue_df(
+                    pipe, owner, df_delta(old.content, new.content), 0, None if counted else rows
+                )
+
+            return new.model_dump_json(), queue, after
+
+        return VectorMemory.model_validate_json(
+            await self._transact(owner, "supersede", op_id, plan))
+
+    async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
+        with translate("history"):
+            async with self._r.pipeline(transaction=False) as pipe:
+                pipe.lrange(self._history_key(owner, memory_id), 0, -1)
+                pipe.get(self._successor_key(owner, memory_id))
+                own, before = await pipe.execute()
+        found = [MemoryVersion.model_validate_json(v) for v in own]
+        if before is not None:
+            found.append(MemoryVersion.model_validate_json(before))
+        return found
+
+    async def _all_versions(self, owner: str) -> list[MemoryVersion]:
+        """Every closed version of the owner's memories (for export): the histories'
+        lists (a successor link repeats a version that is in its memory's list)."""
+        from .erase import glob_escaped
+
+        start = self._history_key(owner, "")
+        node = await self._r.node_for(start) if hasattr(self._r, "node_for") else self._r
+        found: dict[str, MemoryVersion] = {}
+        with translate("export"):
+            async for key in node.scan_iter(match=glob_escaped(start) + "*", count=1000):
+                for raw in await node.lrange(key, 0, -1):
+                    v = MemoryVersion.model_validate_json(raw)
+                    found[v.id] = v
+        return sorted(found.values(), key=lambda v: (v.valid_to or v.valid_from, v.valid_from))
+
+    async def _restore_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
+        """Write exported closed versions as they were (an import), in one transaction."""
+        with translate("import"):
+            async with self._r.pipeline(transaction=True) as pipe:
+                await pipe.watch(self._keys.l2_version(owner))  # on a cluster: the owner's master
+                pipe.multi()
+                for v in found:
+                    encoded = v.model_dump_json()
+                    pipe.rpush(self._history_key(owner, v.memory_id), encoded)
+                    if v.change == "supersede" and v.superseded_by is not None:
+                        pipe.set(self._successor_key(owner, v.superseded_by), encoded)
+                await pipe.execute()
 
     async def _decide(self, rows: OwnerRows, owner: str, content: str,
                       query: np.ndarray | None, metadata: dict[str, Any], cuts: Cuts,
@@ -259,9 +471,9 @@ class RedisVectorStore(RedisSearch, VectorStore):
         if w.version is None:
             return
         encoded = w.version.model_dump_json()
-        pipe.rpush(versions.history_key(self, owner, w.version.memory_id), encoded)
+        pipe.rpush(self._history_key(owner, w.version.memory_id), encoded)
         if w.removes is not None:
-            pipe.set(versions.successor_key(self, owner, w.memory.id), encoded)
+            pipe.set(self._successor_key(owner, w.memory.id), encoded)
 
     def _queue_remove(self, pipe: Any, owner: str, memory_id: str) -> None:
         """Queue the removal of a live memory's row (its history stays)."""
@@ -384,12 +596,6 @@ class RedisVectorStore(RedisSearch, VectorStore):
                     self._cache.drop(owner)
                     return
         raise BackendError(f"owner {owner!r}: too many concurrent writers, import gave up")
-
-    async def _all_versions(self, owner: str) -> list[MemoryVersion]:
-        return await versions.all_versions(self, owner)
-
-    async def _restore_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
-        await versions.restore_versions(self, owner, list(found))
 
     async def _forget(self, owner: str) -> int:
         from .erase import erase
