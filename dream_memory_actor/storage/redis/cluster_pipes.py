@@ -9,10 +9,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .cluster import ClusterClient
+
+class Routes(Protocol):
+    """What the pipelines need of the cluster client (``cluster.ClusterClient``): the
+    master node of a key, a node's client and scripts, and a way to say the slot map
+    is stale (a MOVED/ASK or a lost node)."""
+
+    def node(self, addr: str) -> Any: ...
+
+    def mark_stale(self) -> None: ...
+
+    async def addr_for(self, key: Any) -> str: ...
+
+    async def node_for(self, key: Any) -> Any: ...
+
+    def node_script(self, addr: str, sha: str) -> Any: ...
 
 
 def topology_errors() -> tuple[type[BaseException], ...]:
@@ -45,7 +58,7 @@ def first_key(name: str, args: Sequence[Any]) -> Any:
 class TxPipeline:
     """A WATCH/MULTI/EXEC bound to the master of the first watched key."""
 
-    def __init__(self, cluster: ClusterClient) -> None:
+    def __init__(self, cluster: Routes) -> None:
         self._cluster = cluster
         self._inner: Any = None
 
@@ -96,7 +109,7 @@ class TxPipeline:
 class FanoutPipeline:
     """Commands without a transaction, sent to each key's master, replies in order."""
 
-    def __init__(self, cluster: ClusterClient) -> None:
+    def __init__(self, cluster: Routes) -> None:
         self._cluster = cluster
         self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
@@ -162,7 +175,7 @@ class FanoutPipeline:
 class ClusterPubSub:
     """A subscription on one master (classic pub/sub reaches every node of a cluster)."""
 
-    def __init__(self, cluster: ClusterClient) -> None:
+    def __init__(self, cluster: Routes) -> None:
         self._cluster = cluster
         self._inner: Any = None
 
