@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import warnings
 from collections.abc import Sequence
 from typing import Any
+
+from .process import quiet_platform_warnings, version
 
 #: The modules that add subcommands (each has ``register(sub)``), in help order.
 COMMAND_MODULES: tuple[str, ...] = ("cli_memory", "cli_lifecycle", "cli_ops", "cli_owner",
@@ -27,18 +28,6 @@ DREAM_MEMORY_CONFIG_FILE), or go through a running memory system with
 --system NAME. Ids may be given by their start when only one id of the owner
 starts so. Every command prints text for people, or JSON with --json.
 """
-
-
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("dream-memory-actor")
-    except PackageNotFoundError:
-        from . import __version__
-
-        return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,12 +51,6 @@ def _demo(args: argparse.Namespace) -> int:
         return 1
     result: int = demo_main()
     return result
-
-
-def quiet_platform_warnings() -> None:
-    """Silence the platform's note that XDG_RUNTIME_DIR is unset (a headless host):
-    the embedded server falls back to a private directory, nothing for a user to do."""
-    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,9 +11,6 @@ line on stderr with exit status 1 (``cli.main``).
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import inspect
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -204,27 +201,18 @@ def _mcp(args: argparse.Namespace) -> int:
 
 
 def run_mcp(argv: list[str]) -> int:
-    """``dream_memory_actor.mcp.main(argv)``, or a clear message when it is not installed."""
-    main: Any = None
-    if importlib.util.find_spec("dream_memory_actor.mcp") is not None:
-        try:
-            mod = importlib.import_module("dream_memory_actor.mcp")
-        except DreamMemoryError as exc:  # the mcp extra is not installed
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        main = getattr(mod, "main", None)
-        if not callable(main):
-            try:
-                main = importlib.import_module("dream_memory_actor.mcp.main").main
-            except (ModuleNotFoundError, AttributeError):
-                main = None
-    if main is None:
-        print("error: the MCP server is not part of this installation "
-              "(no dream_memory_actor.mcp.main); install 'dream-memory-actor[mcp]' "
-              "of a version that ships it", file=sys.stderr)
+    """``dream_memory_actor.mcp.main(argv)``, or a clear message when the ``mcp`` extra
+    is not installed."""
+    try:
+        from .mcp import main
+    except DreamMemoryError as exc:  # the mcp extra is not installed
+        print(f"error: {exc}", file=sys.stderr)
         return 1
-    result = main(argv) if inspect.signature(main).parameters else main()
-    return int(result or 0)
+    except ImportError as exc:  # a trimmed installation without the server
+        print(f"error: the MCP server is not part of this installation ({exc})",
+              file=sys.stderr)
+        return 1
+    return int(main(argv) or 0)
 
 
 def _doctor(args: argparse.Namespace) -> int:

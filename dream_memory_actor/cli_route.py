@@ -15,7 +15,7 @@ import argparse
 import os
 from typing import Any
 
-SYSTEM_ENV = "DREAM_MEMORY_SYSTEM"
+from .process import SYSTEM_ENV
 
 
 def route_options() -> argparse.ArgumentParser:

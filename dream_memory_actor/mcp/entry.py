@@ -19,9 +19,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..cli_route import SYSTEM_ENV
 from ..config import MemorySettings
 from ..errors import DreamMemoryError
+from ..process import SYSTEM_ENV, quiet_platform_warnings, version
 from ..shutdown import Terminated, exit_on_sigterm
 from .auth import ENV_VAR, TokenMap, hash_token
 from .server import serve
@@ -30,8 +30,6 @@ from .server import serve
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dream_memory_actor.mcp",
                                 description="Serve dream-memory over MCP (stdio or HTTP).")
-    from ..cli import version
-
     p.add_argument("--version", action="version", version=f"dream-memory MCP server {version()}")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default local)")
@@ -54,8 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..cli import quiet_platform_warnings
-
     quiet_platform_warnings()
     args = build_parser().parse_args(argv)
     if args.hash_token:

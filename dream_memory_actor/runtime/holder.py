@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import gc
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -79,11 +78,6 @@ class OwnerHolder(HolderHistory, abc.ABC):
                     # elsewhere falls between a load and the start of the feed.
                     await self._follower.start(engine.structured)
                     self._engine = engine
-                    # What the process holds from now on (modules, engine, pools) stays for
-                    # its life: out of the collector's scans, so collections triggered by
-                    # each call's allocations stay small.
-                    gc.collect()
-                    gc.freeze()
         return self._engine
 
     @abc.abstractmethod
