@@ -62,7 +62,10 @@ def _start(tmp_path: Path, data_dir: Path, port: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "dream_memory_actor.cli", "mcp", "--transport", "http",
          "--port", str(port), "--tokens", str(_tokens(tmp_path))],
-        env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # As from a terminal: a test run started in the background (``cmd &``) ignores
+        # SIGINT, and an ignored signal stays ignored in the children it starts.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _serving(proc: subprocess.Popen[str], port: int) -> None:
