@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
                ) -> argparse.ArgumentParser:
-    from ..cli_route import route_options
+    from ..cli.route import route_options
 
     p = sub.add_parser(
         "review",

@@ -1,7 +1,7 @@
 """What the subcommands of ``dream-memory`` share: options, output, the memory they
 open, and short ids.
 
-A command module (``cli_ops``, ``cli_memory``, ...) has a ``register(sub)`` that adds
+A command module (``ops``, ``memory``, ...) has a ``register(sub)`` that adds
 its subcommands to ``sub`` and gives each a handler with ``set_defaults(run=...)``;
 ``cli.COMMAND_MODULES`` lists the modules.
 """
@@ -16,9 +16,9 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import cli_route
-from .access import LocalBackend, MemoryBackend
-from .errors import InvalidQuery
+from ..access import LocalBackend, MemoryBackend
+from ..errors import InvalidQuery
+from . import route
 
 T = TypeVar("T")
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def owner_option() -> argparse.ArgumentParser:
 
 def memory_options() -> list[argparse.ArgumentParser]:
     """The parents of a command on one owner's memory: --json, --owner, --system."""
-    return [json_option(), owner_option(), cli_route.route_options()]
+    return [json_option(), owner_option(), route.route_options()]
 
 
 def default_by() -> str:
@@ -63,8 +63,8 @@ def with_memory(args: argparse.Namespace, fn: Callable[[MemoryBackend], Awaitabl
     """Run ``fn`` on the memory: the running system ``args.system`` if one is named,
     else the configured storage opened in this process (and closed again)."""
     if getattr(args, "system", None):
-        from .access import RayBackend
-        from .runtime import MemorySystem
+        from ..access import RayBackend
+        from ..runtime import MemorySystem
 
         system = MemorySystem.connect(args.system, ray_address=args.route_ray_address)
 
@@ -74,10 +74,10 @@ def with_memory(args: argparse.Namespace, fn: Callable[[MemoryBackend], Awaitabl
         return asyncio.run(remote())
 
     async def go() -> T:
-        from .config import MemorySettings
-        from .engine import MemoryEngine
-        from .extraction.rules import RuleBasedExtractor
-        from .extraction.service import ExtractionService
+        from ..config import MemorySettings
+        from ..engine import MemoryEngine
+        from ..extraction.rules import RuleBasedExtractor
+        from ..extraction.service import ExtractionService
 
         engine = await MemoryEngine.open(MemorySettings())
         # the commands decide and read; the rule-based extractor is never called here

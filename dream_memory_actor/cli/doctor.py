@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .config import MemorySettings
+from ..config import MemorySettings
 
 #: Extra -> the modules it installs (checked by ``doctor`` without importing them).
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -142,7 +142,7 @@ async def _check_backend(settings: MemorySettings) -> Check:
     try:
         import asyncpg
 
-        from .storage.postgres.embedded import embedded_dsn
+        from ..storage.postgres.embedded import embedded_dsn
     except ImportError as exc:
         return Check(name, False, f"{exc}: pip install 'dream-memory-actor[postgres]'")
     where = "configured DSN" if settings.postgres_dsn is not None else "embedded server"
@@ -181,8 +181,8 @@ async def _check_redis(settings: MemorySettings, name: str = "redis") -> Check:
                                       "(DREAM_MEMORY_REDIS_URL=redis://host:6379/0)")
         return Check(name, None, "no redis_url configured (not needed by this backend)")
     try:
-        from .storage.redis.common import connect
-        from .storage.redis.search_module import has_search_module
+        from ..storage.redis.common import connect
+        from ..storage.redis.search_module import has_search_module
     except ImportError as exc:
         return Check(name, False, f"{exc}: pip install 'dream-memory-actor[redis]'")
     try:
@@ -207,7 +207,7 @@ async def _check_embedder(settings: MemorySettings) -> Check:
         return Check("embedder", None, "no embedding_model: keyword + time search only "
                                        "(set DREAM_MEMORY_EMBEDDING_MODEL, e.g. "
                                        "local:all-MiniLM-L6-v2)")
-    from .embedding import open_embedder
+    from ..embedding import open_embedder
 
     t0 = time.perf_counter()
     try:

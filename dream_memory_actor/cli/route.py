@@ -15,7 +15,7 @@ import argparse
 import os
 from typing import Any
 
-from .process import SYSTEM_ENV
+from ..process import SYSTEM_ENV
 
 
 def route_options() -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def route_options() -> argparse.ArgumentParser:
 
 def owner_handle(args: argparse.Namespace) -> Any:
     """The handle on ``args.owner`` in the system ``args.system`` (joined here)."""
-    from .runtime import MemorySystem
+    from ..runtime import MemorySystem
 
     system = MemorySystem.connect(args.system, ray_address=args.route_ray_address)
     return system.owner(args.owner)

@@ -1,8 +1,8 @@
 """The operator's subcommands of ``dream-memory``: the pending queue, snapshot, search,
-system, doctor (in ``cli_doctor``) and mcp.
+system, doctor (in ``doctor``) and mcp.
 
 ``pending``, ``snapshot`` and ``search`` go through a running memory system when one
-is named (``--system``, ``DREAM_MEMORY_SYSTEM``; see ``cli_route``) and otherwise open
+is named (``--system``, ``DREAM_MEMORY_SYSTEM``; see ``route``) and otherwise open
 the configured storage in this process. Errors of the memory (bad owner id, unknown
 pending item, a backend that is down, no such system running) are printed as one
 line on stderr with exit status 1 (``cli.main``).
@@ -14,9 +14,10 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import validation as check
-from .access import MemoryBackend
-from .cli_common import (
+from .. import validation as check
+from ..access import MemoryBackend
+from ..errors import DreamMemoryError
+from .common import (
     default_by,
     emit,
     json_option,
@@ -24,11 +25,10 @@ from .cli_common import (
     resolve,
     with_memory,
 )
-from .cli_doctor import EXTRAS, Check, doctor
-from .errors import DreamMemoryError
+from .doctor import EXTRAS, Check, doctor
 
 if TYPE_CHECKING:
-    from .cli_common import Subparsers
+    from .common import Subparsers
 
 __all__ = ["EXTRAS", "Check", "add_parsers", "register", "run", "run_mcp"]
 
@@ -168,7 +168,7 @@ def _search(args: argparse.Namespace) -> int:
 
 def _system(args: argparse.Namespace) -> int:
     """``start`` is idempotent (a running system is left alone), for deployment scripts."""
-    from .runtime import MemorySystem, RuntimeUnavailable
+    from ..runtime import MemorySystem, RuntimeUnavailable
 
     name, address = args.name, args.ray_address
 
@@ -204,7 +204,7 @@ def run_mcp(argv: list[str]) -> int:
     """``dream_memory_actor.mcp.main(argv)``, or a clear message when the ``mcp`` extra
     is not installed."""
     try:
-        from .mcp import main
+        from ..mcp import main
     except DreamMemoryError as exc:  # the mcp extra is not installed
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -13,11 +13,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .process import quiet_platform_warnings, version
+from ..process import quiet_platform_warnings, version
 
-#: The modules that add subcommands (each has ``register(sub)``), in help order.
-COMMAND_MODULES: tuple[str, ...] = ("cli_memory", "cli_lifecycle", "cli_ops", "cli_owner",
-                                     "review.cli")
+#: The modules that add subcommands (each has ``register(sub)``), in help order,
+#: relative to the package root.
+COMMAND_MODULES: tuple[str, ...] = (".cli.memory", ".cli.lifecycle", ".cli.ops",
+                                     ".cli.owner", ".review.cli")
 
 DESCRIPTION = """\
 Shared long-term memory for LLM agents, from the command line.
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dream-memory {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        importlib.import_module(f"{__package__}.{name}").register(sub)
+        importlib.import_module(name, __name__.split(".")[0]).register(sub)
     demo = sub.add_parser("demo", help="run the multi-agent demo (from a source checkout)")
     demo.set_defaults(run=_demo)
     return parser
@@ -56,14 +57,11 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     quiet_platform_warnings()
     argv = list(sys.argv[1:] if argv is None else argv)
-    from . import cli_ops
+    from . import ops
 
     if argv[:1] == ["mcp"]:  # everything after "mcp" is the MCP server's own options
-        return cli_ops.run_mcp(argv[1:])
+        return ops.run_mcp(argv[1:])
     args = build_parser().parse_args(argv)
-    handled: Any = cli_ops.run(args)
+    handled: Any = ops.run(args)
     return 2 if handled is None else int(handled)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

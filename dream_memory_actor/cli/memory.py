@@ -13,13 +13,12 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from . import validation as check
-from . import validation_l1 as check_l1
-from .access import MemoryBackend
-from .cli_common import emit, memory_options, resolve, with_memory
-from .errors import InvalidMetadata, MemoryNotFound
-from .models import MemoryPendingItem
-from .storage.ops import (
+from .. import validation as check
+from .. import validation_l1 as check_l1
+from ..access import MemoryBackend
+from ..errors import InvalidMetadata, MemoryNotFound
+from ..models import MemoryPendingItem
+from ..storage.ops import (
     AddFact,
     AddRule,
     DeleteStatus,
@@ -29,10 +28,11 @@ from .storage.ops import (
     SetStatus,
     added,
 )
+from .common import emit, memory_options, resolve, with_memory
 
 if TYPE_CHECKING:
-    from .cli_common import Subparsers
-    from .models import StoreResult
+    from ..models import StoreResult
+    from .common import Subparsers
 
 #: How many memories ``delete`` looks through for an id prefix (pages of 1000).
 MAX_SCAN = 100_000

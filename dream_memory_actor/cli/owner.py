@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import cli_route
-from .cli_common import default_by, emit, json_option, memory_options, with_memory
+from . import route
+from .common import default_by, emit, json_option, memory_options, with_memory
 
 if TYPE_CHECKING:
-    from .cli_common import Subparsers
+    from .common import Subparsers
 
 
 def register(sub: Subparsers) -> None:
@@ -36,7 +36,7 @@ def register(sub: Subparsers) -> None:
     export.add_argument("--output", required=True, help="the file to write ('-': stdout)")
     export.set_defaults(run=_export)
 
-    imp = sub.add_parser("import", parents=[json_option(), cli_route.route_options()],
+    imp = sub.add_parser("import", parents=[json_option(), route.route_options()],
                          help="read an export file into its owner, which must be empty")
     imp.add_argument("--input", required=True, help="the file to read ('-': stdin)")
     imp.set_defaults(run=_import)
@@ -67,7 +67,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from .portability import parse
+    from ..portability import parse
 
     raw = sys.stdin.read() if args.input == "-" else Path(args.input).read_text("utf-8")
     lines = raw.splitlines()

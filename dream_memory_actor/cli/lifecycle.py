@@ -16,11 +16,11 @@ import argparse
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from .cli_common import default_by, emit, memory_options, with_memory
-from .errors import InvalidQuery
+from ..errors import InvalidQuery
+from .common import default_by, emit, memory_options, with_memory
 
 if TYPE_CHECKING:
-    from .cli_common import Subparsers
+    from .common import Subparsers
 
 
 def register(sub: Subparsers) -> None:
