@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from . import validation as check
-from . import validation_l1 as check_l1
 from .errors import InvalidImport, OwnerNotEmpty
 from .history import ItemVersion, StatusChange
 from .models import (
@@ -47,6 +46,7 @@ from .models import (
 from .replay import l1_writes
 from .storage.memory import InMemoryStructuredStore
 from .storage.ops import AddAudit, SetStatus
+from .validation import l1 as check_l1
 
 if TYPE_CHECKING:
     from .config import MemorySettings

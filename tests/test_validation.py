@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dream_memory_actor import validation as check
-from dream_memory_actor import validation_l1 as check_l1
 from dream_memory_actor.errors import (
     DreamMemoryError,
     InvalidContent,
@@ -21,6 +20,7 @@ from dream_memory_actor.errors import (
 )
 from dream_memory_actor.models import ChatMessage
 from dream_memory_actor.storage.memory import InMemoryStructuredStore, InMemoryVectorStore
+from dream_memory_actor.validation import l1 as check_l1
 
 owner_ok = st.from_regex(check.OWNER_ID_PATTERN, fullmatch=True)
 

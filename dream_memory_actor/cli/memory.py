@@ -14,7 +14,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .. import validation as check
-from .. import validation_l1 as check_l1
 from ..access import MemoryBackend
 from ..errors import InvalidMetadata, MemoryNotFound
 from ..models import MemoryPendingItem
@@ -28,6 +27,7 @@ from ..storage.ops import (
     SetStatus,
     added,
 )
+from ..validation import l1 as check_l1
 from .common import emit, memory_options, resolve, with_memory
 
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import validation as check
-from .. import validation_l1 as check_l1
 from ..models import MemorySnapshot
 from ..storage.ops import L1Op
+from ..validation import l1 as check_l1
 from .auth import Grant
 from .backend import MemoryBackend
 from .params import Param

@@ -43,7 +43,7 @@ from ..storage.ops import (
     SetStatus,
     added,
 )
-from ..validation_l2 import metadata_filter
+from ..validation.l2 import metadata_filter
 from .door import Door, Effect, ToolEntry
 from .lifecycle_tools import LIFECYCLE_TOOLS
 

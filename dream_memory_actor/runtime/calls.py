@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import validation as check
-from .. import validation_l1 as check_l1
-from .. import validation_l2 as check_l2
 from ..models import (
     AuditEntry,
     ChatAppend,
@@ -28,6 +26,8 @@ from ..models import (
     new_id,
 )
 from ..storage.ops import AddFact, AddRule, L1Op, added
+from ..validation import l1 as check_l1
+from ..validation import l2 as check_l2
 from .connection import Call, Connection
 from .placement import read_task_name
 from .spec import ClientView

@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import ClassVar
 
 from .. import validation as check
-from .. import validation_l1 as check_l1
 from ..errors import InvalidQuery, ItemNotFound
 from ..models import (
     AuditAction,
@@ -34,6 +33,7 @@ from ..models import (
     Tombstone,
     utcnow,
 )
+from ..validation import l1 as check_l1
 from . import erasure
 from .changes import ChangeCallback, Unwatch, no_feed
 from .decisions import ACTIONS, decision_ops

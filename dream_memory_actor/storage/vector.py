@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from .. import validation as check
-from .. import validation_l2 as check_l2
 from ..errors import InvalidQuery, MemoryNotFound
 from ..models import MemoryVersion, SearchHit, StoreResult, VectorMemory, utcnow
 from ..scoring import (
@@ -30,6 +29,7 @@ from ..scoring import (
     to_hit,
 )
 from ..text import query_terms
+from ..validation import l2 as check_l2
 from .dedup import Cuts
 from .lifecycle import _Lifecycle
 from .vector_l2 import VersionedL2, check_cuts

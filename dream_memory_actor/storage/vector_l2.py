@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import Any
 
 from .. import validation as check
-from .. import validation_l2 as check_l2
 from ..errors import InvalidBatch, MemoryNotFound, MemorySuperseded
 from ..models import MemoryVersion, StoreResult, VectorMemory, utcnow
+from ..validation import l2 as check_l2
 from . import versions
 from .dedup import Cuts
 

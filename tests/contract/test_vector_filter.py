@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dream_memory_actor.errors import InvalidFilter
-from dream_memory_actor.validation_l2 import MAX_FILTER_KEYS
+from dream_memory_actor.validation.l2 import MAX_FILTER_KEYS
 from tests.conftest import Stores
 from tests.contract.test_vector import spread, vec
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidContent, InvalidQuery
-from .limits import DEFAULT_LIMITS, Limits
-from .models import AuditEntry, MemoryPendingItem
-from .validation import content, decider, ids, source, status_key, ttl_s, utf8_size
+from ..errors import InvalidContent, InvalidQuery
+from ..limits import DEFAULT_LIMITS, Limits
+from ..models import AuditEntry, MemoryPendingItem
+from . import content, decider, ids, source, status_key, ttl_s, utf8_size
 
 if TYPE_CHECKING:
-    from .storage.ops import L1Op
+    from ..storage.ops import L1Op
 
 
 def ops(values: object, max_bytes: int, limits: Limits = DEFAULT_LIMITS) -> list[L1Op]:
@@ -24,7 +24,7 @@ def ops(values: object, max_bytes: int, limits: Limits = DEFAULT_LIMITS) -> list
 
 def _op(op: object, max_bytes: int, limits: Limits) -> L1Op:
     # Imported here: the storage package imports this module.
-    from .storage.ops import (
+    from ..storage.ops import (
         AddAudit,
         AddFact,
         AddPending,
@@ -60,7 +60,7 @@ def _op(op: object, max_bytes: int, limits: Limits) -> L1Op:
     if isinstance(op, AddPending):
         return AddPending(pending_item(op.item, max_bytes, limits))
     if isinstance(op, AddAudit):
-        from .errors import AuditNotWritable
+        from ..errors import AuditNotWritable
 
         raise AuditNotWritable(
             "audit entries are written by confirm and reject only, not by apply")

@@ -1,5 +1,5 @@
 """The argument rules of the library, as pure functions: the common ones here,
-those of L1 writes in ``validation_l1``, of L2 filters and batches in ``validation_l2``.
+those of L1 writes in ``validation.l1``, of L2 filters and batches in ``validation.l2``.
 
 Each raises a typed ``InvalidInput`` subclass with a message that says what is
 allowed, and returns the value as it is to be used (text normalized). The rules
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import (
+from ..errors import (
     InvalidContent,
     InvalidEmbedding,
     InvalidInput,
@@ -27,9 +27,9 @@ from .errors import (
     InvalidQuery,
     InvalidStatusKey,
 )
-from .limits import DEFAULT_LIMITS, Limits
-from .models import ChatMessage
-from .text import normalize_content
+from ..limits import DEFAULT_LIMITS, Limits
+from ..models import ChatMessage
+from ..text import normalize_content
 
 #: An owner id: 1-128 characters, ASCII letters, digits and ``. _ : @ -``,
 #: starting with a letter or digit. No braces (Redis hash tags), no spaces, no

@@ -10,9 +10,9 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import InvalidBatch, InvalidFilter, InvalidQuery
-from .limits import DEFAULT_LIMITS, Limits
-from .validation import content, metadata, utf8_size
+from ..errors import InvalidBatch, InvalidFilter, InvalidQuery
+from ..limits import DEFAULT_LIMITS, Limits
+from . import content, metadata, utf8_size
 
 #: The most keys a metadata filter may test (each is one containment condition).
 MAX_FILTER_KEYS = 16
