@@ -67,7 +67,7 @@ class Corpus:
         self.times[result.memory.id].append(turn.at)
         self.stores += 1
         self.merges += int(result.merged)
-        self.supersessions += int(getattr(result, "superseded", False))  # older results: none
+        self.supersessions += int(result.superseded)
 
     def describe(self) -> dict[str, Any]:
         return {"dedup_threshold": self.threshold, "ingest": self.ingest,

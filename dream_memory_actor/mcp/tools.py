@@ -193,24 +193,28 @@ async def add_rule(door: Door, owner: str, content: str, source: str = "user") -
     look at security first"). Every agent of the owner sees it in read_snapshot. A new
     version of a current rule ("answer in Chinese" when a rule says English) is queued
     as a correction of that rule for a person to confirm (pending is set)."""
-    op = AddRule(content, check.source(source), review_updates=True)
-    snap = await door.apply(door.owner(owner), [op])
-    found = added(snap, op)
-    if isinstance(found, MemoryPendingItem):
-        return RuleAdded(rule=None, pending=found, version=snap.version)
-    return RuleAdded(rule=found, version=snap.version)
+    rule, pending, version = await _add(
+        door, owner, AddRule(content, check.source(source), review_updates=True))
+    return RuleAdded(rule=rule, pending=pending, version=version)
 
 
 async def add_fact(door: Door, owner: str, content: str, source: str = "user") -> FactAdded:
     """Record a lasting fact about the owner or their environment ("the user is a Java
     developer"). A new version of a current fact ("a Go developer") is queued as a
     correction of it for a person to confirm (pending is set)."""
-    op = AddFact(content, check.source(source), review_updates=True)
+    fact, pending, version = await _add(
+        door, owner, AddFact(content, check.source(source), review_updates=True))
+    return FactAdded(fact=fact, pending=pending, version=version)
+
+
+async def _add(door: Door, owner: str, op: AddRule | AddFact
+               ) -> tuple[Any, MemoryPendingItem | None, int]:
+    """Apply ``op``: the item it left, or the correction it was queued as, and the version."""
     snap = await door.apply(door.owner(owner), [op])
     found = added(snap, op)
     if isinstance(found, MemoryPendingItem):
-        return FactAdded(fact=None, pending=found, version=snap.version)
-    return FactAdded(fact=found, version=snap.version)
+        return None, found, snap.version
+    return found, None, snap.version
 
 
 async def remove_rule(door: Door, owner: str, rule_id: str) -> Written:

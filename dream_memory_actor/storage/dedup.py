@@ -45,7 +45,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..models import MemoryFact, MemoryRule, MemoryVersion, StoreResult, VectorMemory
 from ..text import content_hash, is_cjk, terms
 from ..validation import RESERVED_METADATA_KEYS
-from .pairs import Change, Comparison, Token, abbreviates, compare, tokens
+from .pairs import Change, Comparison, compare
 from .versions import closed, successor
 
 #: How many earlier contents ``merged_from`` keeps by default (oldest dropped first).
@@ -181,7 +181,7 @@ def judge_pair(stored: str, new: str, similarity: float | None, band: Band) -> J
         if found is not None:
             return found
     sim = "no similarity" if similarity is None else f"similarity {similarity:.3f}"
-    conflict = _conflict(c, stored, new)
+    conflict = _conflict(c)
     if conflict is not None:
         return Judgement("unsure", similarity=similarity,
                          reason=f"worded apart ({sim}) and {conflict}")
@@ -243,7 +243,7 @@ def _short(ch: Change) -> bool:
     return len(ch.a) <= most and len(ch.b) <= most
 
 
-def _conflict(c: Comparison, stored: str, new: str) -> str | None:
+def _conflict(c: Comparison) -> str | None:
     """Why two texts worded apart may not be one fact, or ``None``: their numbers or
     values differ, only one of them says "not", or each names something the other
     does not ("The Simpsons" -> "Tom and Jerry"; "TS" and "TypeScript" are one name)."""
@@ -252,22 +252,12 @@ def _conflict(c: Comparison, stored: str, new: str) -> str | None:
     for ch in c.changes:
         if ch.kind == "value":
             return f"{ch.describe()}"
-    ta, tb = tokens(stored), tokens(new)
-    if any(t.negation for t in ta) != any(t.negation for t in tb):
+    if c.negation_differs:
         return "only one of them says not"
-    na, nb = _names(ta), _names(tb)
-    words_a, words_b = {t.norm for t in ta}, {t.norm for t in tb}
-    only_a = {x for x in na - words_b if not any(abbreviates(x, y) for y in nb)}
-    only_b = {y for y in nb - words_a if not any(abbreviates(x, y) for x in na)}
-    if only_a and only_b:
-        return f"each names what the other does not: {sorted(only_a)} / {sorted(only_b)}"
+    if c.names_apart is not None:
+        only_a, only_b = c.names_apart
+        return f"each names what the other does not: {list(only_a)} / {list(only_b)}"
     return None
-
-
-def _names(ts: Sequence[Token]) -> set[str]:
-    """The names of a text: quoted words and capitalized words after its first token."""
-    return {t.norm for i, t in enumerate(ts) if not t.function and not t.cjk
-            and (t.quoted or (i > 0 and t.text[:1].isupper()))}
 
 
 def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgement | None:

@@ -38,7 +38,7 @@ from typing import Literal
 
 from ..text import CJK_RUN, is_cjk
 
-__all__ = ["Change", "Comparison", "Token", "abbreviates", "compare", "tokens"]
+__all__ = ["Change", "Comparison", "Token", "compare", "tokens"]
 
 Kind = Literal["negation", "value", "name", "word"]
 Side = Literal["subject", "value"]
@@ -235,6 +235,11 @@ class Comparison:
     numbers_conflict: bool
     #: The texts are equal once normalized.
     same: bool
+    #: Only one of the texts says "not" (anywhere in it).
+    negation_differs: bool = False
+    #: The names each text has and the other lacks (short forms matched: "TS" is
+    #: "TypeScript"), when both have some: ("the simpsons",) against ("tom", "jerry").
+    names_apart: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
     @property
     def aligned(self) -> bool:
@@ -277,7 +282,26 @@ def compare(a: str, b: str) -> Comparison:
         changes=changes,
         numbers_conflict=bool(nums_a and nums_b and not (nums_a <= nums_b or nums_b <= nums_a)),
         same=na == nb,
+        negation_differs=any(t.negation for t in ta) != any(t.negation for t in tb),
+        names_apart=_names_apart(ta, tb),
     )
+
+
+def _names_apart(ta: Sequence[Token], tb: Sequence[Token]
+                 ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The names of each text that the other has not (as a word or a long form), when
+    both have such names; ``None`` otherwise."""
+    na, nb = _names(ta), _names(tb)
+    words_a, words_b = {t.norm for t in ta}, {t.norm for t in tb}
+    only_a = {x for x in na - words_b if not any(_abbreviates(x, y) for y in nb)}
+    only_b = {y for y in nb - words_a if not any(_abbreviates(x, y) for x in na)}
+    return (tuple(sorted(only_a)), tuple(sorted(only_b))) if only_a and only_b else None
+
+
+def _names(ts: Sequence[Token]) -> set[str]:
+    """The names of a text: quoted words and capitalized words after its first token."""
+    return {t.norm for i, t in enumerate(ts) if not t.function and not t.cjk
+            and (t.quoted or (i > 0 and t.text[:1].isupper()))}
 
 
 def _unmoved(regions: list[tuple[int, list[Token], list[Token]]]
@@ -308,12 +332,12 @@ def _equivalent(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
     and its short form (K8s / Kubernetes, TS / TypeScript, Go / Golang)."""
     ca = [t for t in xa if not t.function]
     cb = [t for t in xb if not t.function]
-    if len(ca) == len(cb) == 1 and abbreviates(ca[0].norm, cb[0].norm):
+    if len(ca) == len(cb) == 1 and _abbreviates(ca[0].norm, cb[0].norm):
         return not any(t.negation for t in (*xa, *xb))
     return all(t.function and not t.negation for t in (*xa, *xb))
 
 
-def abbreviates(x: str, y: str) -> bool:
+def _abbreviates(x: str, y: str) -> bool:
     """One word is a short form of the other: a numeronym (k8s: k, 8 letters, s), the
     other's start (go, golang), or its letters in order from the first (ts, typescript)."""
     short, long = sorted((x, y), key=len)
