@@ -134,7 +134,7 @@ async def _drive(extract: Any, calls: int, concurrency: int, delay_s: float) -> 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from dream_memory_actor.extraction.llm import LLMExtractor
-    from dream_memory_actor.extraction.pool import ExtractorPool
+    from dream_memory_actor.runtime.extractor_pool import ExtractorPool
 
     delay_s = args.delay_ms / 1000.0
     server = FixedDelayServer(delay_s, args.items)

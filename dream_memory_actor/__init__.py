@@ -40,9 +40,8 @@ from .models import (
     StoreResult,
     VectorMemory,
 )
+from .process import __version__ as __version__
 from .scoring import Weights
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AuditEntry",

@@ -205,7 +205,7 @@ class LocalBackend:
 
     async def import_document(self, owner: str, lines: Sequence[str]) -> dict[str, int]:
         """Import ``lines``, a document of ``owner`` (``InvalidImport`` if of another)."""
-        from .portability import parse
+        from .engine.portability import parse
 
         if parse(lines).owner != owner:
             raise InvalidImport(f"the document is not of owner {owner!r}")

@@ -1,10 +1,25 @@
 """What every entry point (the CLI, the MCP server, the review page) shares about its
 process: the installed version, the environment variable naming the running memory
-system, and the platform notes it silences."""
+system, the platform notes it silences, and a clean exit on SIGTERM.
+
+SIGTERM is the signal systemd, Docker and Kubernetes send to stop a process.
+Python's default for SIGTERM ends the process at once: no ``finally`` block and no
+``atexit`` handler runs, so an embedded PostgreSQL started here would keep running
+with this process still listed as one of its users. :func:`exit_on_sigterm` makes
+SIGTERM raise :class:`Terminated` (a ``SystemExit``) in the main thread instead, so
+the process unwinds as it does on Ctrl-C. uvicorn captures SIGTERM while it serves
+and raises it again once it has stopped, which then reaches this handler.
+"""
 
 from __future__ import annotations
 
+import signal
+import threading
 import warnings
+from types import FrameType
+
+#: The package's version; the installed distribution's is what :func:`version` reports.
+__version__ = "0.1.0"
 
 #: The environment variable naming the running memory system the doors go through.
 SYSTEM_ENV = "DREAM_MEMORY_SYSTEM"
@@ -18,8 +33,6 @@ def version() -> str:
     try:
         return installed("dream-memory-actor")
     except PackageNotFoundError:
-        from . import __version__
-
         return __version__
 
 
@@ -27,3 +40,25 @@ def quiet_platform_warnings() -> None:
     """Silence the platform's note that XDG_RUNTIME_DIR is unset (a headless host):
     the embedded server falls back to a private directory, nothing for a user to do."""
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+
+class Terminated(SystemExit):
+    """Raised in the main thread on SIGTERM; ``code`` is 128 + the signal number."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(128 + signum)
+
+
+def exit_on_sigterm() -> bool:
+    """Make SIGTERM raise :class:`Terminated`, unless its handler was already changed
+    (or this is not the main thread, where handlers cannot be set). True if installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    current = signal.getsignal(signal.SIGTERM)
+    if current is _terminate:
+        return True
+    if current is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _terminate)
+    return True

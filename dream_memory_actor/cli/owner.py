@@ -67,7 +67,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from ..portability import parse
+    from ..engine.portability import parse
 
     raw = sys.stdin.read() if args.input == "-" else Path(args.input).read_text("utf-8")
     lines = raw.splitlines()

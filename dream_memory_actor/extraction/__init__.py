@@ -3,7 +3,7 @@
 An extractor (an LLM through litellm, or the offline rule-based one) proposes
 candidates; the gate (``gate.py``) writes, queues or skips each; the service
 (``service.py``) does the writing for one owner and keeps the pending queue and
-its audit trail; ``pool.py`` runs extractors as a pool of Ray actors.
+its audit trail; the Ray runtime runs extractors as a pool of actors (``runtime.extractor_pool``).
 """
 
 from __future__ import annotations

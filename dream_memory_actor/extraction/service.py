@@ -61,7 +61,6 @@ __all__ = ["RESULTS", "ExtractionReport", "ExtractionService", "HitlDecision", "
 
 if TYPE_CHECKING:
     from ..config import MemorySettings
-    from ..engine import MemoryEngine
     from ..storage.base import StructuredStore
 
 
@@ -81,6 +80,13 @@ class MemoryWriter(Protocol):
     async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
                      edited: str | None = None, op_id: str | None = None
                      ) -> tuple[MemorySnapshot, AuditEntry] | None: ...
+
+
+class Engine(MemoryWriter, Protocol):
+    """A writer with its own stores and settings, as ``MemoryEngine`` is."""
+
+    structured: StructuredStore
+    settings: MemorySettings
 
 
 class ExtractionReport(BaseModel):
@@ -126,7 +132,7 @@ class ExtractionService:
         self._cost_usd = 0.0
 
     @classmethod
-    def for_engine(cls, engine: MemoryEngine, extractor: Extractor | None = None
+    def for_engine(cls, engine: Engine, extractor: Extractor | None = None
                    ) -> ExtractionService:
         """A service writing through ``engine``; the configured extractor by default."""
         return cls(engine, engine.structured, extractor or open_extractor(engine.settings),

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 
 from ..config import MemorySettings
 from ..errors import DreamMemoryError
-from ..process import SYSTEM_ENV, quiet_platform_warnings, version
-from ..shutdown import Terminated, exit_on_sigterm
+from ..process import SYSTEM_ENV, Terminated, exit_on_sigterm, quiet_platform_warnings, version
 from .auth import ENV_VAR, TokenMap, hash_token
 from .server import serve
 

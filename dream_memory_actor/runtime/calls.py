@@ -228,7 +228,7 @@ def export(owner: str) -> Call[list[str]]:
 
 
 def import_document(owner: str, lines: Iterable[str]) -> Call[dict[str, int]]:
-    from ..portability import parse
+    from ..engine.portability import parse
 
     document = [line if isinstance(line, str) else line.decode("utf-8") for line in lines]
     if parse(document).owner != owner:  # checked here too: a bad document stays here

@@ -174,7 +174,7 @@ class OwnerHolder(HolderHistory, abc.ABC):
 
     async def import_document(self, owner: str, lines: list[str]) -> dict[str, int]:
         """Import a document of ``owner`` (its header must name it) into it."""
-        from ..portability import parse
+        from ..engine.portability import parse
 
         if parse(lines).owner != owner:
             from ..errors import InvalidImport

@@ -89,7 +89,7 @@ class Registry:
         if self._spec.settings.extraction_model and self._spec.extractor_pool is None:
             # LLM calls run in a pool of extractor actors owned by this (detached) registry,
             # so they live as long as the system; the owner actors get it in their spec.
-            from ..extraction.pool import ExtractorPool
+            from .extractor_pool import ExtractorPool
 
             pool = await asyncio.to_thread(ExtractorPool, self._spec.settings)
             self._spec = dataclasses.replace(self._spec, extractor_pool=pool)

@@ -22,7 +22,7 @@ from ..storage import open_stores
 from .placement import system_name
 
 if TYPE_CHECKING:
-    from ..extraction.pool import ExtractorPool
+    from .extractor_pool import ExtractorPool
 
 #: Dedicated placement runs one actor per owner: each opens a small pool only.
 DEDICATED_POOL_MAX = 2

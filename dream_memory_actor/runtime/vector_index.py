@@ -166,7 +166,7 @@ class IndexL2:
         return lines
 
     async def import_document(self, lines: list[str]) -> dict[str, int]:
-        from ..portability import parse
+        from ..engine.portability import parse
 
         owner = parse(lines).owner
         counts: dict[str, int] = await _remote(

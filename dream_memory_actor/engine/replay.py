@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .history import ItemVersion, StatusChange
-from .models import MemoryFact, MemoryPendingItem, MemoryRule
-from .storage.ops import AddFact, AddPending, AddRule, DeleteStatus, L1Op, SetStatus, Supersede
+from ..history import ItemVersion, StatusChange
+from ..models import MemoryFact, MemoryPendingItem, MemoryRule
+from ..storage.ops import AddFact, AddPending, AddRule, DeleteStatus, L1Op, SetStatus, Supersede
 
 #: Who a supersession is recorded as when the export did not say.
 UNKNOWN_BY = "import"

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
-from . import validation as check
-from .errors import InvalidImport, OwnerNotEmpty
-from .history import ItemVersion, StatusChange
-from .models import (
+from .. import validation as check
+from ..errors import InvalidImport, OwnerNotEmpty
+from ..history import ItemVersion, StatusChange
+from ..models import (
     AuditEntry,
     MemoryFact,
     MemoryPendingItem,
@@ -43,15 +43,15 @@ from .models import (
     VectorMemory,
     utcnow,
 )
+from ..storage.memory import InMemoryStructuredStore
+from ..storage.ops import AddAudit, SetStatus
+from ..validation import l1 as check_l1
 from .replay import l1_writes
-from .storage.memory import InMemoryStructuredStore
-from .storage.ops import AddAudit, SetStatus
-from .validation import l1 as check_l1
 
 if TYPE_CHECKING:
-    from .config import MemorySettings
-    from .embedding import CachedEmbedder
-    from .storage.base import StructuredStore, VectorStore
+    from ..config import MemorySettings
+    from ..embedding import CachedEmbedder
+    from ..storage.base import StructuredStore, VectorStore
 
 
 class Stores(Protocol):

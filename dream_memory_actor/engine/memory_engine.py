@@ -17,13 +17,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .config import MemorySettings
-from .embedding import CachedEmbedder, open_embedder
-from .embedding.calibration import Calibration
-from .errors import ItemNotFound, ItemSuperseded, MemoryNotFound, SystemClosed
-from .history import ItemHistory, StatusChange
-from .metrics import get_metrics
-from .models import (
+from ..config import MemorySettings
+from ..embedding import CachedEmbedder, open_embedder
+from ..embedding.calibration import Calibration
+from ..errors import ItemNotFound, ItemSuperseded, MemoryNotFound, SystemClosed
+from ..history import ItemHistory, StatusChange
+from ..metrics import get_metrics
+from ..models import (
     AuditAction,
     AuditEntry,
     MemoryFact,
@@ -35,14 +35,14 @@ from .models import (
     Tombstone,
     VectorMemory,
 )
-from .rerank import Reranker, make_reranker, rerank_hits
-from .scoring import Weights
-from .storage import open_stores
-from .storage.base import StructuredStore, VectorStore, forget_owner
-from .storage.dedup import Ask, Band, Cuts
-from .storage.ops import L1Op
-from .validation import limit as check_limit
-from .validation import owner_id as check_owner
+from ..rerank import Reranker, make_reranker, rerank_hits
+from ..scoring import Weights
+from ..storage import open_stores
+from ..storage.base import StructuredStore, VectorStore, forget_owner
+from ..storage.dedup import Ask, Band, Cuts
+from ..storage.ops import L1Op
+from ..validation import limit as check_limit
+from ..validation import owner_id as check_owner
 
 
 def _raw(calibration: Calibration, calibrated: float, lang: str | None = None) -> float:
@@ -68,7 +68,7 @@ def judge_model(settings: MemorySettings) -> Ask | None:
     """The language model that decides unsure pairs (``judge_model``), or ``None``."""
     if settings.judge_model is None:
         return None
-    from .extraction.pair_judge import ModelJudge
+    from ..extraction.pair_judge import ModelJudge
 
     return ModelJudge(settings)
 
