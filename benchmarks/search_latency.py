@@ -52,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="after the searches, time N pairs of stores into the loaded owner: "
                         "a new memory (no near neighbour), then a near copy of it with "
                         "another number (a judged neighbour); query vectors given")
+    p.add_argument("--counts-first-pairs", action="store_true",
+                   help="(postgres) also time each query twice, alternating which goes "
+                        "first: planned from the previous search's counts (one round trip) "
+                        "and counts read first (two round trips)")
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep", action="store_true", help="keep the benchmark schema")
@@ -151,6 +155,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["search"] = percentiles_ms(lat)
         result["load_average"] = {"before_searches": load,
                                   "after_searches": [round(x, 2) for x in os.getloadavg()]}
+        if args.counts_first_pairs and args.backend == "postgres":
+            result["counts_first_pairs"] = await _counts_first_pairs(
+                vector, queries, owners, settings, args.limit)
         if args.store_at_size:
             result["store_at_size"] = await _stores_at_size(args, vector, corpus, owners[0])
         if args.backend == "redis":
@@ -180,6 +187,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await structured.close()
         await vector.close()
     return result
+
+
+async def _counts_first_pairs(vector: Any, queries: list[tuple[str, list[float]]],
+                              owners: list[str], settings: MemorySettings, limit: int
+                              ) -> dict[str, Any]:
+    """Each query searched both ways, in alternating order: with the counts of the
+    previous search (the store's default: counts and candidates in one statement where
+    those counts choose the same plan) and with no counts held, so the search reads
+    the counts first and then the candidates."""
+    load = [round(x, 2) for x in os.getloadavg()]
+    lat: dict[str, list[float]] = {"one_round_trip": [], "counts_first": []}
+    for i, (text, vec) in enumerate(queries):
+        owner = owners[i % len(owners)]
+        order = ["one_round_trip", "counts_first"]
+        for way in order if i % 2 == 0 else order[::-1]:
+            if way == "counts_first":
+                vector._last_counts = None  # else: the counts the previous search read
+            t0 = time.perf_counter()
+            await vector.search(owner, text, embedding=vec, limit=limit,
+                                weights=settings.weights, vector_k=settings.vector_candidates,
+                                keyword_k=settings.keyword_candidates)
+            lat[way].append(time.perf_counter() - t0)
+    out: dict[str, Any] = {way: percentiles_ms(v) for way, v in lat.items()}
+    ratio = [a / b for a, b in zip(lat["one_round_trip"], lat["counts_first"], strict=True)]
+    out["ratio_one_round_trip_to_counts_first"] = {
+        "p50": round(float(np.percentile(ratio, 50)), 3),
+        "p95": round(float(np.percentile(ratio, 95)), 3), "n": len(ratio)}
+    out["load_average"] = {"before": load, "after": [round(x, 2) for x in os.getloadavg()]}
+    return out
 
 
 async def _stores_at_size(args: argparse.Namespace, vector: Any, corpus: _Corpus,

@@ -78,11 +78,11 @@ class MemorySettings(BaseSettings):
     # None = the one shipped for the model, else raw cosines
     embedding_calibration: Path | None = None
 
-    # hybrid search
-    vector_weight: float = Field(0.6, ge=0)
-    keyword_weight: float = Field(0.3, ge=0)
-    time_weight: float = Field(0.1, ge=0)
-    time_half_life_days: float = Field(30.0, gt=0)
+    # hybrid search (the defaults are ``scoring.Weights``')
+    vector_weight: float = Field(Weights.vector, ge=0)
+    keyword_weight: float = Field(Weights.keyword, ge=0)
+    time_weight: float = Field(Weights.time, ge=0)
+    time_half_life_days: float = Field(Weights.half_life_days, gt=0)
     vector_candidates: int = Field(40, ge=1, le=10_000)
     keyword_candidates: int = Field(40, ge=1, le=10_000)
     hnsw_ef_search: int = Field(100, ge=1, le=1000)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..access import LocalBackend, MemoryBackend
+from ..engine.doors import LocalBackend, MemoryBackend
 from ..errors import InvalidQuery
 from . import route
 
@@ -63,8 +63,8 @@ def with_memory(args: argparse.Namespace, fn: Callable[[MemoryBackend], Awaitabl
     """Run ``fn`` on the memory: the running system ``args.system`` if one is named,
     else the configured storage opened in this process (and closed again)."""
     if getattr(args, "system", None):
-        from ..access import RayBackend
         from ..runtime import MemorySystem
+        from ..runtime.doors import RayBackend
 
         system = MemorySystem.connect(args.system, ray_address=args.route_ray_address)
 

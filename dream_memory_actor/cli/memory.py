@@ -14,7 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .. import validation as check
-from ..access import MemoryBackend
+from ..engine.doors import MemoryBackend
 from ..errors import InvalidMetadata, MemoryNotFound
 from ..models import MemoryPendingItem
 from ..storage.ops import (
@@ -125,8 +125,8 @@ def store_summary(result: StoreResult) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     async def go(m: MemoryBackend) -> Any:
-        return await m.list_memories(check.owner_id(args.owner), check.limit(args.limit),
-                                     check.offset(args.offset))
+        return await m.list(check.owner_id(args.owner), check.limit(args.limit),
+                            check.offset(args.offset))
 
     memories = with_memory(args, go)
     lines = [f"{len(memories)} memory(ies) of {args.owner}"]
@@ -185,7 +185,7 @@ def _delete(args: argparse.Namespace) -> int:
         kinds = {r.id: "rule" for r in snap.rules} | {f.id: "fact" for f in snap.facts}
         offset = 0
         while offset < MAX_SCAN:
-            page = await m.list_memories(owner, 1000, offset)
+            page = await m.list(owner, 1000, offset)
             kinds.update({x.id: "memory" for x in page})
             if len(page) < 1000:
                 break

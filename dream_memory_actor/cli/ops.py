@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .. import validation as check
-from ..access import MemoryBackend
+from ..engine.doors import MemoryBackend
 from ..errors import DreamMemoryError
 from .common import (
     default_by,

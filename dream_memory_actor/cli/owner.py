@@ -47,7 +47,7 @@ def _forget(args: argparse.Namespace) -> int:
         print(f"error: forgetting {args.owner!r} erases all of its data for good; "
               "add --yes to do it", file=sys.stderr)
         return 2
-    tomb = with_memory(args, lambda memory: memory.forget(args.owner, args.by))
+    tomb = with_memory(args, lambda memory: memory.forget(args.owner, by=args.by))
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(tomb.counts.items()))
     emit(args, tomb.model_dump(mode="json"),
          f"forgot {args.owner} ({counts}); tombstone {tomb.id}")

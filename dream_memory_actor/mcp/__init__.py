@@ -17,8 +17,8 @@ except ImportError as exc:  # pragma: no cover - exercised via the extras messag
 
     raise missing_dependency("mcp", "mcp") from exc
 
+from ..engine.doors import LocalBackend, MemoryBackend
 from .auth import AccessDenied, Grant, TokenMap, hash_token
-from .backend import LocalBackend, MemoryBackend, RayBackend
 from .entry import main
 from .server import UnauthenticatedHTTP, build_server, http_app, serve, serve_async
 
@@ -37,3 +37,11 @@ __all__ = [
     "serve",
     "serve_async",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "RayBackend":  # the Ray runtime is an extra of its own: imported on use
+        from ..runtime.doors import RayBackend
+
+        return RayBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

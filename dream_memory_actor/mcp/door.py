@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import validation as check
+from ..engine.doors import MemoryBackend
 from ..models import MemorySnapshot
 from ..storage.ops import L1Op
 from ..validation import l1 as check_l1
 from .auth import Grant
-from .backend import MemoryBackend
 from .params import Param
 
 

@@ -120,7 +120,7 @@ async def forget_owner(door: Door, owner: str) -> Forgotten:
     windows and the audit trail. There is no undo. Leaves a tombstone that does not name
     the owner; the caller is recorded as who asked."""
     who = door.owner(owner)
-    return Forgotten(tombstone=await door.backend.forget(who, door.by()))
+    return Forgotten(tombstone=await door.backend.forget(who, by=door.by()))
 
 
 async def export_owner(door: Door, owner: str) -> ExportDocument:

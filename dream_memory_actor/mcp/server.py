@@ -39,10 +39,10 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import MemorySettings
+from ..engine.doors import LocalBackend, MemoryBackend
 from ..errors import ConfigurationError, DreamMemoryError
 from ..metrics import get_metrics
 from .auth import LOCAL, AccessDenied, Grant, TokenMap, hash_token
-from .backend import LocalBackend, MemoryBackend, RayBackend
 from .params import document, plain, plain_schema
 from .tools import TOOLS, Door, ToolEntry
 
@@ -292,6 +292,8 @@ async def open_backend(settings: MemorySettings, ray_system: str | None = None,
                        ray_address: str | None = "auto") -> MemoryBackend:
     """In-process memory (default), or the running Ray memory system ``ray_system``."""
     if ray_system is not None:
+        from ..runtime.doors import RayBackend
+
         return RayBackend.connect(ray_system, ray_address)
     return await LocalBackend.open(settings)
 

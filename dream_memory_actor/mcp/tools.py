@@ -154,7 +154,7 @@ async def list_memories(door: Door, owner: str, limit: int = 100, offset: int = 
     check.limit(limit)
     check.offset(offset)
     where = metadata_filter(filter)
-    return MemoryList(memories=await door.backend.list_memories(who, limit, offset, where))
+    return MemoryList(memories=await door.backend.list(who, limit, offset, filter=where))
 
 
 async def list_pending(door: Door, owner: str) -> PendingList:

@@ -1,30 +1,21 @@
 """The calls an owner handle makes, each built once and checked before it is sent.
 
 A :class:`~.connection.Call` names the actor kind, the method and the arguments;
-building one runs the argument rules of :mod:`dream_memory_actor.validation`, so a
-bad call raises here and never leaves the process. Writes get an operation id
-(generated unless given), so a retried write is applied once.
+building one runs the arguments' rules, so a bad call raises here and never leaves
+the process. Writes get an operation id (generated unless given), so a retried
+write is applied once. :func:`of` builds the call of any described operation
+(``engine.operations``); the reads, the search and the L1 writes are built here.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .. import validation as check
-from ..models import (
-    AuditEntry,
-    ChatAppend,
-    ChatMessage,
-    MemorySnapshot,
-    MemoryVersion,
-    SearchHit,
-    StoreResult,
-    Tombstone,
-    VectorMemory,
-    new_id,
-)
+from ..engine.operations import Operation, Scope
+from ..models import MemorySnapshot, SearchHit, new_id
 from ..storage.ops import AddFact, AddRule, L1Op, added
 from ..validation import l1 as check_l1
 from ..validation import l2 as check_l2
@@ -32,15 +23,10 @@ from .connection import Call, Connection
 from .placement import read_task_name
 from .spec import ClientView
 
-if TYPE_CHECKING:
-    from ..extraction import ExtractionReport, HitlDecision
-
 T = TypeVar("T")
 
 #: The most messages one ``append_messages`` or ``extract`` call may carry.
 MAX_MESSAGES = check.MAX_MESSAGES
-#: Seconds a batch write may take per item beyond the call timeout (embedding it).
-BATCH_ITEM_S = 0.25
 
 
 def same(value: Any) -> Any:
@@ -67,6 +53,15 @@ def search(view: ClientView, owners: str | Iterable[str], query: str, limit: int
     where = check_l2.metadata_filter(filter)
     args: tuple[Any, ...] = (list(who), text, n, floor)
     return Call("index", "search", args if where is None else (*args, where), same, "search")
+
+
+def of(op: Operation[Any, Any], view: ClientView, owner: str, args: Sequence[Any],
+       kwargs: Mapping[str, Any]) -> Call[Any]:
+    """The call of a described operation, its arguments checked by their rules."""
+    values = op.check(Scope(owner, view.max_content_bytes, view.limits), args, kwargs)
+    if op.serves == "index":
+        return Call("index", op.name, (owner, *values), same, f"{op.name} for {owner!r}")
+    return _owner(owner, op.name, values, same, op.extra_timeout_s(values))
 
 
 def _owner(owner: str, method: str, args: tuple[Any, ...], then: Callable[[Any], T],
@@ -112,127 +107,3 @@ def add(view: ClientView, owner: str, kind: type[AddRule] | type[AddFact], conte
     return apply(view, owner, [op], op_id, lambda snap: added(snap, op))
 
 
-# -- L2 ----------------------------------------------------------------------------------
-
-
-def store(view: ClientView, owner: str, content: str, metadata: Mapping[str, Any] | None,
-          op_id: str | None) -> Call[StoreResult]:
-    text = check.content(content, view.max_content_bytes)
-    meta = check.metadata(metadata, view.limits)
-    return _owner(owner, "store", (text, meta, _op_id(op_id)), same)
-
-
-def get(owner: str, memory_id: str) -> Call[VectorMemory]:
-    check.ids([memory_id], "memory id")
-    return Call("index", "get", (owner, memory_id), same, f"get for {owner!r}")
-
-
-def delete(owner: str, memory_id: str) -> Call[bool]:
-    check.ids([memory_id], "memory id")
-    return _owner(owner, "delete", (memory_id,), same)
-
-
-def list_memories(owner: str, limit: int, offset: int,
-                  filter: Mapping[str, Any] | None = None) -> Call[list[VectorMemory]]:
-    args: tuple[Any, ...] = (owner, check.limit(limit), check.offset(offset))
-    where = check_l2.metadata_filter(filter)
-    return Call("index", "list", args if where is None else (*args, where), same,
-                f"list for {owner!r}")
-
-
-def store_many(view: ClientView, owner: str, items: Sequence[Any], op_id: str | None
-               ) -> Call[list[StoreResult]]:
-    """A batch for the owner's actor, checked here; it may take ``BATCH_ITEM_S`` per
-    item longer than a call (the VectorIndex embeds it)."""
-    batch = [{"content": t, "metadata": m}
-             for t, m in check_l2.batch(items, view.max_content_bytes, view.limits)]
-    return _owner(owner, "store_many", (batch, _op_id(op_id)), same,
-                  BATCH_ITEM_S * len(batch))
-
-
-def update(view: ClientView, owner: str, memory_id: str, content: str,
-           metadata: Mapping[str, Any] | None, op_id: str | None) -> Call[VectorMemory]:
-    check.ids([memory_id], "memory id")
-    text = check.content(content, view.max_content_bytes)
-    meta = None if metadata is None else check.metadata(metadata, view.limits)
-    return _owner(owner, "update", (memory_id, text, meta, _op_id(op_id)), same)
-
-
-def supersede_memory(view: ClientView, owner: str, memory_id: str, content: str,
-                     metadata: Mapping[str, Any] | None, by: str | None, reason: str | None,
-                     op_id: str | None) -> Call[VectorMemory]:
-    check.ids([memory_id], "memory id")
-    text = check.content(content, view.max_content_bytes)
-    meta = None if metadata is None else check.metadata(metadata, view.limits)
-    who = None if by is None else check.decider(by)
-    args = (memory_id, text, meta, who, check_l2.reason(reason), _op_id(op_id))
-    return _owner(owner, "supersede_memory", args, same)
-
-
-def memory_history(owner: str, memory_id: str) -> Call[list[MemoryVersion]]:
-    check.ids([memory_id], "memory id")
-    return Call("index", "memory_history", (owner, memory_id), same,
-                f"memory_history for {owner!r}")
-
-
-# -- extraction, the pending queue and the L3 chat window -----------------------------------
-
-
-def append(view: ClientView, owner: str, conversation: str, messages: Sequence[ChatMessage],
-           op_id: str | None) -> Call[ChatAppend]:
-    conv = check.conversation_id(conversation)
-    msgs = [check.message(m, view.max_content_bytes)
-            for m in check.messages(messages, max_count=MAX_MESSAGES, empty_ok=False)]
-    return _owner(owner, "append_messages", (conv, msgs, _op_id(op_id)), same)
-
-
-def end(owner: str, conversation: str) -> Call[ExtractionReport | None]:
-    return _owner(owner, "end_conversation", (check.conversation_id(conversation),), same)
-
-
-def extract(owner: str, messages: Sequence[ChatMessage]) -> Call[ExtractionReport]:
-    msgs = check.messages(messages, max_count=MAX_MESSAGES)
-    return _owner(owner, "extract", (msgs,), same)
-
-
-def flush(owner: str) -> Call[int]:
-    return _owner(owner, "flush_extractions", (), same)
-
-
-def confirm(view: ClientView, owner: str, pending_id: str, by: str,
-            edited_content: str | None) -> Call[HitlDecision]:
-    check.ids([pending_id], "pending item id")
-    text = None if edited_content is None else check.content(
-        edited_content, view.max_content_bytes, "edited content")
-    return _owner(owner, "confirm", (pending_id, check.decider(by), text), same)
-
-
-def reject(owner: str, pending_id: str, by: str) -> Call[HitlDecision]:
-    check.ids([pending_id], "pending item id")
-    return _owner(owner, "reject", (pending_id, check.decider(by)), same)
-
-
-def audit(owner: str, limit: int) -> Call[list[AuditEntry]]:
-    return _owner(owner, "audit", (check.limit(limit),), same)
-
-
-# -- the owner as a whole -------------------------------------------------------------------
-
-
-def forget(owner: str, by: str, op_id: str | None) -> Call[Tombstone]:
-    return _owner(owner, "forget", (check.decider(by), _op_id(op_id)), same)
-
-
-def export(owner: str) -> Call[list[str]]:
-    return _owner(owner, "export", (), same)
-
-
-def import_document(owner: str, lines: Iterable[str]) -> Call[dict[str, int]]:
-    from ..engine.portability import parse
-
-    document = [line if isinstance(line, str) else line.decode("utf-8") for line in lines]
-    if parse(document).owner != owner:  # checked here too: a bad document stays here
-        from ..errors import InvalidImport
-
-        raise InvalidImport(f"the document is not of owner {owner!r}")
-    return _owner(owner, "import_document", (document,), same)

@@ -1,50 +1,41 @@
 """``OwnerHandle``: one owner's memory, as a plain picklable object.
 
-Each operation is built once as a :class:`~.connection.Call` by :mod:`.calls`
-(arguments checked there, an operation id attached to writes) and run either
-blocking (``x``) or as a coroutine (``x_async``).
+Most methods are built from the operations' descriptions
+(:mod:`dream_memory_actor.engine.operations`): the arguments are checked there,
+an operation id is attached to writes, and one :class:`~.connection.Call` is run
+either blocking (``x``) or as a coroutine (``x_async``). Written here by hand: the
+snapshot read, the search, and the L1 writes, each an ``apply`` of operations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar, Union
 
 from .. import validation as check
-from ..models import (
-    AuditEntry,
-    ChatAppend,
-    ChatMessage,
-    MemoryFact,
-    MemoryPendingItem,
-    MemoryRule,
-    MemorySnapshot,
-    MemoryVersion,
-    SearchHit,
-    StoreResult,
-    Tombstone,
-    VectorMemory,
+from ..engine import operations as ops
+from ..models import MemoryFact, MemoryPendingItem, MemoryRule, MemorySnapshot, SearchHit
+from ..storage.history import new_item
+from ..storage.ops import (
+    AddFact,
+    AddRule,
+    DeleteStatus,
+    L1Op,
+    RemoveFact,
+    RemoveRule,
+    SetStatus,
+    Supersede,
 )
-from ..storage.ops import AddFact, AddRule, DeleteStatus, L1Op, RemoveFact, RemoveRule, SetStatus
 from . import calls
 from .calls import MAX_MESSAGES, snapshot_of
 from .connection import Call, connection
-from .history import HandleHistory
 from .spec import ClientView
-
-if TYPE_CHECKING:
-    from ..extraction import ExtractionReport, HitlDecision
 
 T = TypeVar("T")
 # Aliases: inside OwnerHandle the name ``list`` is a method.
 Hits = list[SearchHit]
-Memories = list[VectorMemory]
-Audit = list[AuditEntry]
-#: An export document, line by line.
-Lines = list[str]
-Results = list[StoreResult]
-Versions = list[MemoryVersion]
+Item = Union[MemoryRule, MemoryFact]  # noqa: UP007 - a runtime alias
 
 #: Kept importable from here: the search call ``MemorySystem.search`` makes too.
 search_call = calls.search
@@ -52,7 +43,7 @@ search_call = calls.search
 __all__ = ["MAX_MESSAGES", "OwnerHandle", "search_call"]
 
 
-class OwnerHandle(HandleHistory):
+class OwnerHandle:
     """The memory of one owner. Obtain it with ``MemorySystem.owner(owner_id)``.
 
     Holds no connection, only the system's name and limits, so it pickles to a
@@ -91,13 +82,14 @@ class OwnerHandle(HandleHistory):
              op_id: str | None) -> Call[Any]:
         return calls.add(self._view, self.owner, kind, content, source, op_id)
 
-    def _append(self, conversation: str, messages: Sequence[ChatMessage], op_id: str | None
-                ) -> Call[ChatAppend]:
-        return calls.append(self._view, self.owner, conversation, messages, op_id)
+    def _perform(self, op: ops.Operation[Any, Any], args: Sequence[Any],
+                 kwargs: Mapping[str, Any]) -> Any:
+        """A described operation (``engine.operations``), blocking."""
+        return self._run(calls.of(op, self._view, self.owner, args, kwargs))
 
-    def _confirm(self, pending_id: str, by: str, edited_content: str | None
-                 ) -> Call[HitlDecision]:
-        return calls.confirm(self._view, self.owner, pending_id, by, edited_content)
+    async def _perform_async(self, op: ops.Operation[Any, Any], args: Sequence[Any],
+                             kwargs: Mapping[str, Any]) -> Any:
+        return await self._run_async(calls.of(op, self._view, self.owner, args, kwargs))
 
     def _search(self, query: str, limit: int, also: Iterable[str], min_score: float,
                 where: Mapping[str, Any] | None = None) -> Call[Hits]:
@@ -211,16 +203,24 @@ class OwnerHandle(HandleHistory):
                                   ) -> MemorySnapshot:
         return await self._run_async(self._apply([DeleteStatus(key)], op_id))
 
+    def supersede(self, item_id: str, new_content: str, *, by: str, reason: str | None = None,
+                  op_id: str | None = None) -> Item:
+        """Replace the current rule or fact ``item_id`` by ``new_content``; the old one is
+        kept in its history (with ``by`` and ``reason``). Returns the new item. An id
+        that is not a current rule or fact of the owner is an ``ItemNotFound``."""
+        return self._run(self._supersede(item_id, new_content, by, reason, op_id))
+
+    async def supersede_async(self, item_id: str, new_content: str, *, by: str,
+                              reason: str | None = None, op_id: str | None = None) -> Item:
+        return await self._run_async(self._supersede(item_id, new_content, by, reason, op_id))
+
+    def _supersede(self, item_id: str, new_content: str, by: str, reason: str | None,
+                   op_id: str | None) -> Call[Item]:
+        text = check.content(new_content, self._view.max_content_bytes)
+        return calls.apply(self._view, self.owner, [Supersede(item_id, text, by, reason)], op_id,
+                           lambda snap: new_item(snap, text))
+
     # -- L2 -------------------------------------------------------------------------------
-
-    def store(self, content: str, metadata: Mapping[str, Any] | None = None, *,
-              op_id: str | None = None) -> StoreResult:
-        """Store a semantic memory, merged into a near-duplicate if there is one."""
-        return self._run(calls.store(self._view, self.owner, content, metadata, op_id))
-
-    async def store_async(self, content: str, metadata: Mapping[str, Any] | None = None, *,
-                          op_id: str | None = None) -> StoreResult:
-        return await self._run_async(calls.store(self._view, self.owner, content, metadata, op_id))
 
     def search(self, query: str, limit: int = 10, also: Iterable[str] = (), *,
                min_score: float = 0.0, filter: Mapping[str, Any] | None = None) -> Hits:
@@ -233,168 +233,46 @@ class OwnerHandle(HandleHistory):
                            ) -> Hits:
         return await self._run_async(self._search(query, limit, also, min_score, filter))
 
-    def get(self, memory_id: str) -> VectorMemory:
-        return self._run(calls.get(self.owner, memory_id))
-
-    async def get_async(self, memory_id: str) -> VectorMemory:
-        return await self._run_async(calls.get(self.owner, memory_id))
-
-    def delete(self, memory_id: str) -> bool:
-        """Delete a semantic memory; ``False`` if there was none with that id."""
-        return self._run(calls.delete(self.owner, memory_id))
-
-    async def delete_async(self, memory_id: str) -> bool:
-        return await self._run_async(calls.delete(self.owner, memory_id))
-
-    def list(self, limit: int = 100, offset: int = 0, *,
-             filter: Mapping[str, Any] | None = None) -> Memories:
-        """Current semantic memories, newest first (``filter`` as in :meth:`search`)."""
-        return self._run(calls.list_memories(self.owner, limit, offset, filter))
-
-    async def list_async(self, limit: int = 100, offset: int = 0, *,
-                         filter: Mapping[str, Any] | None = None) -> Memories:
-        return await self._run_async(calls.list_memories(self.owner, limit, offset, filter))
-
-    def store_many(self, items: Sequence[str | Mapping[str, Any]], *,
-                   op_id: str | None = None) -> Results:
-        """Store a batch (texts or ``{"content": ..., "metadata": ...}``) as ``store`` each
-        would, near-duplicates merged, embedded in one call; one result per item."""
-        return self._run(calls.store_many(self._view, self.owner, items, op_id))
-
-    async def store_many_async(self, items: Sequence[str | Mapping[str, Any]], *,
-                               op_id: str | None = None) -> Results:
-        return await self._run_async(calls.store_many(self._view, self.owner, items, op_id))
-
-    def update(self, memory_id: str, content: str, metadata: Mapping[str, Any] | None = None,
-               *, op_id: str | None = None) -> VectorMemory:
-        """Change a memory's content (and metadata, when given); the previous version
-        stays in its history."""
-        return self._run(calls.update(self._view, self.owner, memory_id, content, metadata,
-                                      op_id))
-
-    async def update_async(self, memory_id: str, content: str,
-                           metadata: Mapping[str, Any] | None = None, *,
-                           op_id: str | None = None) -> VectorMemory:
-        return await self._run_async(calls.update(self._view, self.owner, memory_id, content,
-                                                  metadata, op_id))
-
-    def supersede_memory(self, memory_id: str, content: str,
-                         metadata: Mapping[str, Any] | None = None, *, by: str | None = None,
-                         reason: str | None = None, op_id: str | None = None
-                         ) -> VectorMemory:
-        """Replace a memory by a new one, closing the old in the same step; the new one."""
-        return self._run(calls.supersede_memory(self._view, self.owner, memory_id, content,
-                                                metadata, by, reason, op_id))
-
-    async def supersede_memory_async(self, memory_id: str, content: str,
-                                     metadata: Mapping[str, Any] | None = None, *,
-                                     by: str | None = None, reason: str | None = None,
-                                     op_id: str | None = None) -> VectorMemory:
-        return await self._run_async(calls.supersede_memory(
-            self._view, self.owner, memory_id, content, metadata, by, reason, op_id))
-
-    def memory_history(self, memory_id: str) -> Versions:
-        """The versions of the memory's chain of updates and supersessions, oldest first."""
-        return self._run(calls.memory_history(self.owner, memory_id))
-
-    async def memory_history_async(self, memory_id: str) -> Versions:
-        return await self._run_async(calls.memory_history(self.owner, memory_id))
-
-    # -- extraction, the pending queue and the L3 chat window --------------------------------
-
-    def append_messages(self, conversation: str, messages: Sequence[ChatMessage], *,
-                        op_id: str | None = None) -> ChatAppend:
-        """Append to the chat window of ``conversation`` (the last ``chat_window``
-        messages, kept by the owner's actor and persisted in the backend). What leaves
-        the window (``overflow``) is extracted in the background by the owner's actor;
-        an extraction failure never fails the append. Idempotent like every write: a
-        retry (same ``op_id``, generated here unless given) appends nothing again."""
-        return self._run(self._append(conversation, messages, op_id))
-
-    async def append_messages_async(self, conversation: str, messages: Sequence[ChatMessage],
-                                    *, op_id: str | None = None) -> ChatAppend:
-        return await self._run_async(self._append(conversation, messages, op_id))
-
-    def end_conversation(self, conversation: str) -> ExtractionReport | None:
-        """Close ``conversation``: its window is deleted and extracted (awaited); the
-        report, or ``None`` if the window was empty. An ``ExtractionError`` is raised."""
-        return self._run(calls.end(self.owner, conversation))
-
-    async def end_conversation_async(self, conversation: str) -> ExtractionReport | None:
-        return await self._run_async(calls.end(self.owner, conversation))
-
-    def extract(self, messages: Sequence[ChatMessage]) -> ExtractionReport:
-        """Extract from ``messages`` now, through the gate: written, queued or skipped."""
-        return self._run(calls.extract(self.owner, messages))
-
-    async def extract_async(self, messages: Sequence[ChatMessage]) -> ExtractionReport:
-        return await self._run_async(calls.extract(self.owner, messages))
-
-    def flush_extractions(self) -> int:
-        """Wait until the background extractions of this owner started so far have
-        finished (on its current actor); how many there were."""
-        n: int = self._run(calls.flush(self.owner))
-        return n
-
-    async def flush_extractions_async(self) -> int:
-        n: int = await self._run_async(calls.flush(self.owner))
-        return n
-
-    def confirm(self, pending_id: str, by: str, edited_content: str | None = None
-                ) -> HitlDecision:
-        """Write a pending item (``edited_content`` replaces its text) and record who did.
-        Idempotent; ``PendingItemDecided`` if it was rejected."""
-        return self._run(self._confirm(pending_id, by, edited_content))
-
-    async def confirm_async(self, pending_id: str, by: str, edited_content: str | None = None
-                            ) -> HitlDecision:
-        return await self._run_async(self._confirm(pending_id, by, edited_content))
-
-    def reject(self, pending_id: str, by: str) -> HitlDecision:
-        """Drop a pending item and record who did. Idempotent; ``PendingItemDecided`` if
-        it was confirmed."""
-        return self._run(calls.reject(self.owner, pending_id, by))
-
-    async def reject_async(self, pending_id: str, by: str) -> HitlDecision:
-        return await self._run_async(calls.reject(self.owner, pending_id, by))
-
-    def audit(self, limit: int = 100) -> Audit:
-        """Decisions on this owner's pending items (who, what, when), newest first."""
-        return self._run(calls.audit(self.owner, limit))
-
-    async def audit_async(self, limit: int = 100) -> Audit:
-        return await self._run_async(calls.audit(self.owner, limit))
-
-    # -- the owner as a whole ----------------------------------------------------------------
-
-    def forget(self, *, by: str, op_id: str | None = None) -> Tombstone:
-        """Erase everything of this owner on every layer (rules, facts, status and
-        pending items, memories and their embeddings, chat windows, operation ids, the
-        audit trail) and return the tombstone left: who, when, how many of each kind,
-        and nothing that names the owner. Background extractions of the owner are
-        cancelled first. Idempotent: a retry (same ``op_id``) returns the same tombstone."""
-        return self._run(calls.forget(self.owner, by, op_id))
-
-    async def forget_async(self, *, by: str, op_id: str | None = None) -> Tombstone:
-        return await self._run_async(calls.forget(self.owner, by, op_id))
-
-    def export(self) -> Lines:
-        """This owner's export document, line by line: a versioned JSON Lines document
-        with its rules, facts, status, pending items, audit trail and memories (with
-        their embeddings and the model that made them). See ``portability``."""
-        lines: Lines = self._run(calls.export(self.owner))
-        return lines
-
-    async def export_async(self) -> Lines:
-        lines: Lines = await self._run_async(calls.export(self.owner))
-        return lines
-
-    def import_document(self, lines: Iterable[str]) -> dict[str, int]:
-        """Import an export document of this owner (its header must name it) into it;
-        the owner must be empty. Checked whole before anything is written."""
-        counts: dict[str, int] = self._run(calls.import_document(self.owner, lines))
-        return counts
-
-    async def import_document_async(self, lines: Iterable[str]) -> dict[str, int]:
-        counts: dict[str, int] = await self._run_async(calls.import_document(self.owner, lines))
-        return counts
+    # The described operations (``engine.operations``), blocking and ``_async``.
+    store = ops.store.blocking()
+    store_async = ops.store.coroutine()
+    store_many = ops.store_many.blocking()
+    store_many_async = ops.store_many.coroutine()
+    update = ops.update.blocking()
+    update_async = ops.update.coroutine()
+    supersede_memory = ops.supersede_memory.blocking()
+    supersede_memory_async = ops.supersede_memory.coroutine()
+    delete = ops.delete.blocking()
+    delete_async = ops.delete.coroutine()
+    get = ops.get.blocking()
+    get_async = ops.get.coroutine()
+    list = ops.list_memories.blocking()
+    list_async = ops.list_memories.coroutine()
+    memory_history = ops.memory_history.blocking()
+    memory_history_async = ops.memory_history.coroutine()
+    history = ops.history.blocking()
+    history_async = ops.history.coroutine()
+    snapshot_as_of = ops.snapshot_as_of.blocking()
+    snapshot_as_of_async = ops.snapshot_as_of.coroutine()
+    status_history = ops.status_history.blocking()
+    status_history_async = ops.status_history.coroutine()
+    append_messages = ops.append_messages.blocking()
+    append_messages_async = ops.append_messages.coroutine()
+    end_conversation = ops.end_conversation.blocking()
+    end_conversation_async = ops.end_conversation.coroutine()
+    extract = ops.extract.blocking()
+    extract_async = ops.extract.coroutine()
+    flush_extractions = ops.flush_extractions.blocking()
+    flush_extractions_async = ops.flush_extractions.coroutine()
+    confirm = ops.confirm.blocking()
+    confirm_async = ops.confirm.coroutine()
+    reject = ops.reject.blocking()
+    reject_async = ops.reject.coroutine()
+    audit = ops.audit.blocking()
+    audit_async = ops.audit.coroutine()
+    forget = ops.forget.blocking()
+    forget_async = ops.forget.coroutine()
+    export = ops.export.blocking()
+    export_async = ops.export.coroutine()
+    import_document = ops.import_document.blocking()
+    import_document_async = ops.import_document.coroutine()

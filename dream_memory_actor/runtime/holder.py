@@ -19,11 +19,12 @@ import abc
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import ray
 
-from ..engine import MemoryEngine
+from ..engine import MemoryEngine, operations
 from ..errors import ExtractionError
 from ..extraction import ExtractionReport, ExtractionService, HitlDecision, open_extractor
 from ..metrics import get_metrics
@@ -35,11 +36,9 @@ from ..models import (
     MemorySnapshot,
     StoreResult,
     Tombstone,
-    VectorMemory,
 )
 from ..storage.ops import L1Op
 from .follow import Follower
-from .history import HolderHistory
 from .owner import OwnerMemory
 from .placement import parse_read_task_name
 from .spec import SystemSpec, open_owner_engine
@@ -55,7 +54,7 @@ log = logging.getLogger(__name__)
 SnapshotReply = list[Any]
 
 
-class OwnerHolder(HolderHistory, abc.ABC):
+class OwnerHolder(abc.ABC):
     """What the two kinds of owner-holding actors share: the engine and the calls."""
 
     def __init__(self, spec: SystemSpec) -> None:
@@ -142,17 +141,6 @@ class OwnerHolder(HolderHistory, abc.ABC):
             snap: MemorySnapshot = await mem.apply(ops, op_id)
             return snap
 
-    async def store(self, owner: str, content: str, metadata: Mapping[str, Any] | None,
-                    op_id: str | None) -> StoreResult:
-        async with self._use(owner) as mem:
-            result: StoreResult = await mem.store(content, metadata, op_id)
-            return result
-
-    async def delete(self, owner: str, memory_id: str) -> bool:
-        async with self._use(owner) as mem:
-            deleted: bool = await mem.delete(memory_id)
-            return deleted
-
     async def forget(self, owner: str, by: str, op_id: str | None) -> Tombstone:
         """Erase the owner. Its background extractions are cancelled first: what they
         would write comes from what is being erased."""
@@ -194,28 +182,14 @@ class OwnerHolder(HolderHistory, abc.ABC):
                 f"{what} in a memory system needs a shared storage (postgres or redis): "
                 "backend 'memory' keeps L1 in the owner actors and L2 in the VectorIndex")
 
-    async def store_many(self, owner: str, items: Sequence[Any], op_id: str | None
-                         ) -> list[StoreResult]:
-        async with self._use(owner) as mem:
-            results: list[StoreResult] = await mem.store_many(items, op_id)
-            return results
-
-    async def update(self, owner: str, memory_id: str, content: str,
-                     metadata: Mapping[str, Any] | None, op_id: str | None) -> VectorMemory:
-        async with self._use(owner) as mem:
-            new: VectorMemory = await mem.update(memory_id, content, metadata, op_id)
-            return new
-
-    async def supersede_memory(self, owner: str, memory_id: str, content: str,
-                               metadata: Mapping[str, Any] | None, by: str | None,
-                               reason: str | None, op_id: str | None) -> VectorMemory:
-        async with self._use(owner) as mem:
-            new: VectorMemory = await mem.supersede_memory(memory_id, content, metadata, by,
-                                                           reason, op_id)
-            return new
+    async def snapshot_as_of(self, owner: str, at: datetime) -> MemorySnapshot:
+        """What the owner held at ``at`` (rules, facts, status), read from the backend."""
+        async with self._use(owner):
+            return await (await self._open()).snapshot(owner, as_of=at)
 
     async def ping(self) -> None:
         """A no-op (benchmarks compare against it; the registry probes with it)."""
+        return None
 
     # -- extraction and the L3 chat window ------------------------------------------------
 
@@ -383,5 +357,33 @@ class _OwnerWriter:
                     metadata: Mapping[str, Any] | None = None, op_id: str | None = None
                     ) -> StoreResult:
         async with self._holder._use(owner) as mem:
-            result: StoreResult = await mem.store(content, metadata, op_id)
+            result: StoreResult = await mem.l2(operations.store, (content, metadata, op_id))
             return result
+
+
+def _writer_method(op: operations.Operation[Any, Any]) -> Any:
+    """An L2 write through the owner's writer (``OwnerMemory.l2``)."""
+
+    async def method(self: OwnerHolder, owner: str, *values: Any) -> Any:
+        async with self._use(owner) as mem:
+            return await mem.l2(op, values)
+
+    return method
+
+
+def _read_method(op: operations.Operation[Any, Any]) -> Any:
+    """A read of the engine's, holding the owner as a call does."""
+
+    async def method(self: OwnerHolder, owner: str, *values: Any) -> Any:
+        async with self._use(owner):
+            return await getattr(await self._open(), op.name)(owner, **op.named(values))
+
+    return method
+
+
+# The described operations this actor serves that need nothing of their own here:
+# an L2 write goes through the owner's writer, the owner's other reads to the engine.
+for _op in operations.serving("writer", "owner"):
+    if _op.name not in vars(OwnerHolder):
+        _op.install(OwnerHolder, _writer_method(_op) if _op.serves == "writer"
+                    else _read_method(_op))

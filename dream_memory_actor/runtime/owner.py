@@ -16,18 +16,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
+from ..engine.operations import Operation
 from ..errors import InvalidInput, NotFound
 from ..models import (
     AuditAction,
     AuditEntry,
     MemorySnapshot,
-    StoreResult,
     Tombstone,
-    VectorMemory,
     new_id,
     utcnow,
 )
@@ -55,24 +54,11 @@ class L1Engine(Protocol):
 
 
 class L2Path(Protocol):
-    """Where an owner's semantic memories are written: the VectorIndex (or an engine)."""
-
-    async def store(self, owner: str, content: str, *, metadata: Mapping[str, Any] | None,
-                    op_id: str | None) -> StoreResult: ...
-
-    async def delete(self, owner: str, memory_id: str) -> bool: ...
+    """Where an owner's semantic memories are written: the VectorIndex (or an engine).
+    Besides this, it has the engine's method of each L2 write (``engine.operations``,
+    served by the ``"writer"``), called by name with keyword arguments."""
 
     async def forget_memories(self, owner: str) -> int: ...
-    async def store_many(self, owner: str, items: Sequence[Any], *, op_id: str | None
-                         ) -> list[StoreResult]: ...
-
-    async def update(self, owner: str, memory_id: str, content: str, *,
-                     metadata: Mapping[str, Any] | None, op_id: str | None
-                     ) -> VectorMemory: ...
-
-    async def supersede_memory(self, owner: str, memory_id: str, content: str, *,
-                               metadata: Mapping[str, Any] | None, by: str | None,
-                               reason: str | None, op_id: str | None) -> VectorMemory: ...
 
 
 class OwnerMemory:
@@ -245,16 +231,12 @@ class OwnerMemory:
             self._set(snap)
             return snap
 
-    async def store(self, content: str, metadata: Mapping[str, Any] | None,
-                    op_id: str | None) -> StoreResult:
-        # Under the owner's lock, so the dedup check and the write cannot interleave
-        # with another store of the same owner.
+    async def l2(self, op: Operation[Any, Any], values: Sequence[Any]) -> Any:
+        """An L2 write (``op``, served by the ``"writer"``) with the values its call
+        carried. Under the owner's lock, so a store's dedup check and its write, a
+        batch's, an update and a supersession never interleave with another write."""
         async with self._lock:
-            return await self._l2.store(self.owner, content, metadata=metadata, op_id=op_id)
-
-    async def delete(self, memory_id: str) -> bool:
-        async with self._lock:
-            return await self._l2.delete(self.owner, memory_id)
+            return await getattr(self._l2, op.name)(self.owner, **op.named(values))
 
     async def exclusive(self, call: Callable[[], Awaitable[Any]], *, replaces: bool = False
                         ) -> Any:
@@ -288,26 +270,6 @@ class OwnerMemory:
                 self.token = new_id()
             self._set(await self._l1.snapshot(self.owner))
             return tombstone
-    # The L2 writes below take the same lock: a batch's dedup, an update and a
-    # supersession never interleave with another write of the owner.
-
-    async def store_many(self, items: Sequence[Any], op_id: str | None) -> list[StoreResult]:
-        async with self._lock:
-            return await self._l2.store_many(self.owner, items, op_id=op_id)
-
-    async def update(self, memory_id: str, content: str, metadata: Mapping[str, Any] | None,
-                     op_id: str | None) -> VectorMemory:
-        async with self._lock:
-            return await self._l2.update(self.owner, memory_id, content, metadata=metadata,
-                                         op_id=op_id)
-
-    async def supersede_memory(self, memory_id: str, content: str,
-                               metadata: Mapping[str, Any] | None, by: str | None,
-                               reason: str | None, op_id: str | None) -> VectorMemory:
-        async with self._lock:
-            return await self._l2.supersede_memory(self.owner, memory_id, content,
-                                                   metadata=metadata, by=by, reason=reason,
-                                                   op_id=op_id)
 
 
 class OwnerTable:

@@ -9,16 +9,14 @@ the owner's actor, which holds the owner's lock, so dedup never races.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
 
-from ..engine import MemoryEngine
-from ..models import MemoryVersion, SearchHit, StoreResult, VectorMemory
-from .calls import BATCH_ITEM_S
+from ..engine import MemoryEngine, operations
+from ..models import SearchHit
 from .errors import ray_errors
 from .placement import NAMESPACE, index_name, shard_of
 from .spec import SystemSpec, open_index_engine
@@ -66,14 +64,6 @@ class IndexActor:
         return await engine.search(owners, query, limit=limit, min_score=min_score,
                                    filter=filter)
 
-    async def store(self, owner: str, content: str, metadata: Mapping[str, Any] | None,
-                    op_id: str | None) -> StoreResult:
-        engine = await self._open()
-        return await engine.store(owner, content, metadata=metadata, op_id=op_id)
-
-    async def delete(self, owner: str, memory_id: str) -> bool:
-        return await (await self._open()).delete(owner, memory_id)
-
     async def forget_memories(self, owner: str) -> int:
         return await (await self._open()).forget_memories(owner)
 
@@ -82,33 +72,6 @@ class IndexActor:
 
     async def import_document(self, lines: list[str]) -> dict[str, int]:
         return await (await self._open()).import_document(lines)
-
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
-        return await (await self._open()).get(owner, memory_id)
-
-    async def list(self, owner: str, limit: int, offset: int,
-                   filter: Mapping[str, Any] | None = None) -> list[VectorMemory]:
-        return await (await self._open()).list(owner, limit=limit, offset=offset,
-                                               filter=filter)
-
-    async def store_many(self, owner: str, items: Sequence[Any], op_id: str | None
-                         ) -> builtins.list[StoreResult]:
-        return await (await self._open()).store_many(owner, items, op_id=op_id)
-
-    async def update(self, owner: str, memory_id: str, content: str,
-                     metadata: Mapping[str, Any] | None, op_id: str | None) -> VectorMemory:
-        return await (await self._open()).update(owner, memory_id, content,
-                                                 metadata=metadata, op_id=op_id)
-
-    async def supersede_memory(self, owner: str, memory_id: str, content: str,
-                               metadata: Mapping[str, Any] | None, by: str | None,
-                               reason: str | None, op_id: str | None) -> VectorMemory:
-        return await (await self._open()).supersede_memory(
-            owner, memory_id, content, metadata=metadata, by=by, reason=reason, op_id=op_id)
-
-    async def memory_history(self, owner: str, memory_id: str
-                             ) -> builtins.list[MemoryVersion]:
-        return await (await self._open()).memory_history(owner, memory_id)
 
     async def info(self) -> dict[str, Any]:
         info = process_info()
@@ -143,18 +106,6 @@ class IndexL2:
                              for i in range(self._replicas)]
         return self._indexes[shard_of(owner, self._replicas)]
 
-    async def store(self, owner: str, content: str, *, metadata: Mapping[str, Any] | None,
-                    op_id: str | None) -> StoreResult:
-        result: StoreResult = await _remote(
-            self._for(owner).store.remote(owner, content, metadata, op_id), "store",
-            self._timeout_s)
-        return result
-
-    async def delete(self, owner: str, memory_id: str) -> bool:
-        deleted: bool = await _remote(self._for(owner).delete.remote(owner, memory_id), "delete",
-                                      self._timeout_s)
-        return deleted
-
     async def forget_memories(self, owner: str) -> int:
         gone: int = await _remote(self._for(owner).forget_memories.remote(owner), "forget",
                                   self._timeout_s)
@@ -172,31 +123,38 @@ class IndexL2:
         counts: dict[str, int] = await _remote(
             self._for(owner).import_document.remote(lines), "import", self._timeout_s)
         return counts
-    async def store_many(self, owner: str, items: Sequence[Any], *, op_id: str | None
-                         ) -> list[StoreResult]:
-        results: list[StoreResult] = await _remote(
-            self._for(owner).store_many.remote(owner, items, op_id), "store_many",
-            self._timeout_s + BATCH_ITEM_S * len(items))
-        return results
-
-    async def update(self, owner: str, memory_id: str, content: str, *,
-                     metadata: Mapping[str, Any] | None, op_id: str | None) -> VectorMemory:
-        new: VectorMemory = await _remote(
-            self._for(owner).update.remote(owner, memory_id, content, metadata, op_id),
-            "update", self._timeout_s)
-        return new
-
-    async def supersede_memory(self, owner: str, memory_id: str, content: str, *,
-                               metadata: Mapping[str, Any] | None, by: str | None,
-                               reason: str | None, op_id: str | None) -> VectorMemory:
-        new: VectorMemory = await _remote(
-            self._for(owner).supersede_memory.remote(owner, memory_id, content, metadata, by,
-                                                     reason, op_id),
-            "supersede", self._timeout_s)
-        return new
 
 
 async def _remote(ref: Any, what: str, timeout_s: float) -> Any:
     """Await an index call; its errors leave as the project's (not nested Ray errors)."""
     with ray_errors(f"VectorIndex {what}"):
         return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout_s)
+
+
+def _index_method(op: operations.Operation[Any, Any]) -> Any:
+    """The VectorIndex's method of an L2 read or write: the engine's, by name."""
+
+    async def method(self: IndexActor, owner: str, *values: Any) -> Any:
+        return await getattr(await self._open(), op.name)(owner, **op.named(values))
+
+    return method
+
+
+def _path_method(op: operations.Operation[Any, Any]) -> Any:
+    """The owner actors' way to an L2 write: the engine's keyword arguments, sent in
+    the description's order to the owner's replica (its lock is held meanwhile)."""
+
+    async def method(self: IndexL2, owner: str, **named: Any) -> Any:
+        values = [named[name] for name in op.params]
+        return await _remote(getattr(self._for(owner), op.name).remote(owner, *values),
+                             op.name, self._timeout_s + op.extra_timeout_s(values))
+
+    return method
+
+
+# Every L2 read and write is the engine's on the VectorIndex; the owner actors send
+# the writes (the reads come straight from the handles).
+for _op in operations.serving("index", "writer"):
+    _op.install(IndexActor, _index_method(_op))
+    if _op.serves == "writer":
+        _op.install(IndexL2, _path_method(_op))

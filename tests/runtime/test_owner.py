@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from dream_memory_actor.config import MemorySettings
-from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.engine import MemoryEngine, operations
 from dream_memory_actor.errors import RuleNotFound
 from dream_memory_actor.models import MemorySnapshot
 from dream_memory_actor.runtime.errors import OwnerMoved, RuntimeTimeout
@@ -56,8 +56,8 @@ async def test_same_op_id_is_applied_once(engine: MemoryEngine) -> None:
     first = await mem.apply([AddFact("once")], "op-1")
     again = await mem.apply([AddFact("once, really")], "op-1")
     assert again.version == first.version == 1
-    r1 = await mem.store("went live", None, "op-2")
-    r2 = await mem.store("went live", None, "op-2")
+    r1 = await mem.l2(operations.store, ("went live", None, "op-2"))
+    r2 = await mem.l2(operations.store, ("went live", None, "op-2"))
     assert r1.memory.id == r2.memory.id and not r2.merged
     assert len(await engine.list("alice")) == 1
 

@@ -101,7 +101,7 @@ def _check_doors(system: MemorySystem, settings: MemorySettings,
     assert took < LAG_S
 
     # the MCP server's local backend
-    from dream_memory_actor.mcp.backend import LocalBackend
+    from dream_memory_actor.engine.doors import LocalBackend
 
     item = queue(settings, owner, "confirmed over mcp")
     read_until(handle, lambda s: bool(s.pending))

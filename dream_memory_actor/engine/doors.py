@@ -1,0 +1,163 @@
+"""What the doors (the MCP server, the CLI, the LangGraph store) talk to: one interface
+over the memory, in this process (:class:`LocalBackend`) or in a running memory system
+on Ray (``runtime.doors.RayBackend``).
+
+Its methods are the described operations (``engine.operations``) with the owner
+first, each a call of :meth:`MemoryBackend.perform`; the rest (the snapshot, a search
+over several owners, the L1 writes, superseding an item of either layer) is written
+here. They take already-checked arguments: their callers validate (and the MCP server
+authorizes) first.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..config import MemorySettings
+from ..errors import InvalidImport
+from ..metrics import get_metrics
+from ..models import (
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    MemorySnapshot,
+    SearchHit,
+    VectorMemory,
+)
+from ..storage.ops import L1Op
+from . import operations as ops
+from .operations import Operation
+
+if TYPE_CHECKING:
+    from ..extraction.service import ExtractionService
+    from .memory_engine import MemoryEngine
+
+Hits = list[SearchHit]
+
+
+class MemoryBackend(abc.ABC):
+    """The memory operations the doors need, each with the owner first."""
+
+    settings: MemorySettings
+
+    @abc.abstractmethod
+    async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
+                      kwargs: Mapping[str, Any]) -> Any:
+        """Run the described operation ``op`` for ``owner`` (the arguments as its
+        signature takes them)."""
+
+    @abc.abstractmethod
+    async def snapshot(self, owner: str) -> MemorySnapshot: ...
+
+    @abc.abstractmethod
+    async def search(self, owners: Sequence[str], query: str, limit: int,
+                     filter: Mapping[str, Any] | None = None) -> Hits: ...
+
+    @abc.abstractmethod
+    async def apply(self, owner: str, ops: Sequence[L1Op]) -> MemorySnapshot: ...
+
+    @abc.abstractmethod
+    async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]: ...
+
+    @abc.abstractmethod
+    async def supersede(self, owner: str, item_id: str, content: str, by: str,
+                        reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
+        """Supersede the rule, fact or semantic memory ``item_id``; the new item."""
+
+    async def close(self) -> None:
+        """Release what this backend opened (nothing, unless it says otherwise)."""
+        return None
+
+    store = ops.store.door()
+    store_many = ops.store_many.door()
+    update = ops.update.door()
+    supersede_memory = ops.supersede_memory.door()
+    delete = ops.delete.door()
+    get = ops.get.door()
+    list = ops.list_memories.door()
+    memory_history = ops.memory_history.door()
+    history = ops.history.door()
+    snapshot_as_of = ops.snapshot_as_of.door()
+    status_history = ops.status_history.door()
+    append_messages = ops.append_messages.door()
+    end_conversation = ops.end_conversation.door()
+    extract = ops.extract.door()
+    flush_extractions = ops.flush_extractions.door()
+    confirm = ops.confirm.door()
+    reject = ops.reject.door()
+    audit = ops.audit.door()
+    forget = ops.forget.door()
+    export = ops.export.door()
+    import_document = ops.import_document.door()
+
+
+class LocalBackend(MemoryBackend):
+    """The memory in this process: ``MemoryEngine`` + ``ExtractionService``.
+
+    An operation is the engine's method of its name, or else the extraction
+    service's. What leaves a chat window, and a conversation's last window when it
+    ends, is extracted here, in the server process, before the tool answers.
+    """
+
+    def __init__(self, engine: MemoryEngine, service: ExtractionService | None = None,
+                 *, owns_engine: bool = False) -> None:
+        from ..extraction.service import ExtractionService
+
+        self.engine = engine
+        self.settings = engine.settings
+        self.service = service or ExtractionService.for_engine(engine)
+        self._owns_engine = owns_engine
+
+    @classmethod
+    async def open(cls, settings: MemorySettings) -> LocalBackend:
+        """Open the configured stores (closed again by :meth:`close`)."""
+        from .memory_engine import MemoryEngine
+
+        return cls(await MemoryEngine.open(settings), owns_engine=True)
+
+    async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
+                      kwargs: Mapping[str, Any]) -> Any:
+        named = op.bind(args, kwargs)
+        if op is ops.snapshot_as_of:
+            return await self.engine.snapshot(owner, as_of=named["at"])
+        if op is ops.append_messages:  # and extract what leaves the window, here
+            appended, _ = await self.service.observe(owner, named["conversation"],
+                                                     named["messages"])
+            return appended
+        if op is ops.end_conversation:
+            return await self.service.finish(owner, named["conversation"])
+        if op is ops.flush_extractions:
+            return 0  # nothing runs in the background here: every extraction is awaited
+        if op is ops.import_document:
+            from .portability import parse
+
+            if parse(named["lines"]).owner != owner:
+                raise InvalidImport(f"the document is not of owner {owner!r}")
+            return await self.engine.import_document(named["lines"])
+        run = getattr(self.engine, op.name, None) or getattr(self.service, op.name)
+        return await run(owner, **named)
+
+    async def snapshot(self, owner: str) -> MemorySnapshot:
+        snap = await self.engine.snapshot(owner)
+        get_metrics().snapshot_read("store")
+        return snap
+
+    async def search(self, owners: Sequence[str], query: str, limit: int,
+                     filter: Mapping[str, Any] | None = None) -> Hits:
+        return await self.engine.search(owners, query, limit=limit, filter=filter)
+
+    async def apply(self, owner: str, ops: Sequence[L1Op]) -> MemorySnapshot:
+        return await self.engine.apply(owner, ops)
+
+    async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]:
+        return await self.service.pending(owner)
+
+    async def supersede(self, owner: str, item_id: str, content: str, by: str,
+                        reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
+        return await self.engine.supersede(owner, item_id, content, by=by, reason=reason)
+
+    async def close(self) -> None:
+        if self._owns_engine:
+            await self.engine.close()

@@ -1,0 +1,93 @@
+"""The doors' memory interface (``engine.doors.MemoryBackend``) over a running memory
+system on Ray: :class:`RayBackend`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..engine import operations as ops
+from ..engine.doors import MemoryBackend
+from ..engine.operations import Operation
+from ..errors import ItemNotFound, ItemSuperseded, MemoryNotFound
+from ..metrics import get_metrics
+from ..models import (
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    MemorySnapshot,
+    SearchHit,
+    VectorMemory,
+)
+from ..storage.ops import L1Op
+from .client import MemorySystem
+
+
+class RayBackend(MemoryBackend):
+    """A running memory system on a Ray cluster, through its owner handles.
+
+    An operation is the handle's ``_async`` method of its name. The engines run in
+    the system's actors; this process counts the operations it asks for
+    (``dream_memory_operations_total`` and the latencies, under each operation's
+    ``metric``), so the server's own ``/metrics`` shows what its clients did.
+    """
+
+    def __init__(self, system: MemorySystem) -> None:
+        self.system = system
+        self.settings = system.settings
+        self._metrics = get_metrics()
+
+    @classmethod
+    def connect(cls, name: str = "default", ray_address: str | None = "auto") -> RayBackend:
+        """Join the running system ``name`` (it keeps running when the server stops)."""
+        return cls(MemorySystem.connect(name, ray_address=ray_address))
+
+    def _op(self, kind: str) -> Any:
+        return self._metrics.operation(kind, self.settings.backend)
+
+    async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
+                      kwargs: Mapping[str, Any]) -> Any:
+        run = getattr(self.system.owner(owner), op.name + "_async")
+        if op.metric is None:
+            return await run(*args, **kwargs)
+        with self._op(op.metric):
+            done = await run(*args, **kwargs)
+        if op is ops.store:
+            self._metrics.judged(self.settings.backend, done.judgement)
+        elif op in (ops.confirm, ops.reject) and done.applied:
+            self._metrics.hitl_decision("confirmed" if op is ops.confirm else "rejected")
+        return done
+
+    async def snapshot(self, owner: str) -> MemorySnapshot:
+        with self._op("snapshot"):
+            snap = await self.system.owner(owner).snapshot_async()
+        self._metrics.snapshot_read("actor")
+        self._metrics.observe_pending(owner, len(snap.pending))
+        return snap
+
+    async def search(self, owners: Sequence[str], query: str, limit: int,
+                     filter: Mapping[str, Any] | None = None) -> list[SearchHit]:
+        with self._op("search"):
+            return await self.system.search_async(list(owners), query, limit, filter=filter)
+
+    async def apply(self, owner: str, ops: Sequence[L1Op]) -> MemorySnapshot:
+        with self._op("apply"):
+            return await self.system.owner(owner).apply_async(ops)
+
+    async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]:
+        return (await self.snapshot(owner)).pending
+
+    async def supersede(self, owner: str, item_id: str, content: str, by: str,
+                        reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
+        handle = self.system.owner(owner)
+        with self._op("apply"):
+            try:
+                return await handle.supersede_async(item_id, content, by=by, reason=reason)
+            except ItemNotFound as exc:  # not a rule or fact: a semantic memory, perhaps
+                if isinstance(exc, ItemSuperseded):
+                    raise
+                try:
+                    await handle.get_async(item_id)
+                except MemoryNotFound:
+                    raise exc from None
+            return await handle.supersede_memory_async(item_id, content, by=by, reason=reason)
