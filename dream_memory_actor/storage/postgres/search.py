@@ -12,9 +12,12 @@ Reading the counts first costs a round trip. So a search is planned from the
 counts the previous one read, and one statement reads the counts and, only where
 they choose that same plan, the candidates (``counted_statement``); where they do
 not, the search is planned again from the counts it just read. Either way the
-plan is the one the current counts choose, and the results are the same. Where the
-plan runs the two branches on two connections (``SearchPlan.split``: owners large
-enough that each branch costs a millisecond or more), the counts come with the
+plan is the one the current counts choose, and the results are the same. This is
+kept for what it saves against reading the counts first, each query timed both
+ways in alternating order (``python -m benchmarks search-latency --owners 1
+--per-owner N --counts-first-pairs``). Where the plan runs the two branches on two
+connections (``SearchPlan.split``: owners large enough that each branch costs a
+millisecond or more), the counts come with the
 keyword branch, which weights its terms by them, and the nearest memories meanwhile.
 """
 
