@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .. import validation as check
+from ..engine import operations as ops
 from ..history import ItemHistory, StatusChange
 from ..models import (
     MemoryFact,
@@ -61,15 +62,13 @@ async def supersede(door: Door, owner: str, item_id: str, content: str,
 async def history(door: Door, owner: str, item_id: str) -> ItemHistory:
     """The versions of a rule or fact, oldest first, from any of its ids: what it said,
     until when, what replaced it, who and why."""
-    who = door.owner(owner)
-    check.ids([item_id], "item id")
-    return await door.backend.history(who, item_id)
+    found: ItemHistory = await door.call(ops.history, door.owner(owner), item_id)
+    return found
 
 
 async def status_history(door: Door, owner: str, key: str) -> StatusValues:
     """The last values of a status key, oldest first (a deletion included)."""
-    who = door.owner(owner)
-    return StatusValues(changes=await door.backend.status_history(who, check.status_key(key)))
+    return StatusValues(changes=await door.call(ops.status_history, door.owner(owner), key))
 
 
 class MemoryIn(BaseModel):
@@ -90,12 +89,9 @@ async def update_memory(door: Door, owner: str, memory_id: str, content: str,
                         metadata: dict[str, Any] | None = None) -> VectorMemory:
     """Change a semantic memory's text (and, when given, its metadata); the previous
     version stays in its history (memory_history)."""
-    who = door.owner(owner)
-    s = door.backend.settings
-    check.ids([memory_id], "memory id")
-    check.content(content, s.max_content_bytes)
-    meta = None if metadata is None else check.metadata(metadata, s.limits)
-    return await door.backend.update(who, memory_id, content, meta)
+    new: VectorMemory = await door.call(ops.update, door.owner(owner), memory_id, content,
+                                        metadata)
+    return new
 
 
 async def store_many(door: Door, owner: str, items: list[str | MemoryIn]) -> Stored:
@@ -105,29 +101,27 @@ async def store_many(door: Door, owner: str, items: list[str | MemoryIn]) -> Sto
     batch: list[str | dict[str, Any]] = [
         i if isinstance(i, str) else {"content": i.content, "metadata": i.metadata or {}}
         for i in items]
-    return Stored(results=await door.backend.store_many(who, batch))
+    return Stored(results=await door.call(ops.store_many, who, batch))
 
 
 async def memory_history(door: Door, owner: str, memory_id: str) -> MemoryVersions:
     """The versions of a semantic memory (updates and supersessions), oldest first."""
-    who = door.owner(owner)
-    check.ids([memory_id], "memory id")
-    return MemoryVersions(versions=await door.backend.memory_history(who, memory_id))
+    return MemoryVersions(versions=await door.call(ops.memory_history, door.owner(owner),
+                                                   memory_id))
 
 
 async def forget_owner(door: Door, owner: str) -> Forgotten:
     """Erase everything of the owner: rules, facts, status, pending items, memories, chat
     windows and the audit trail. There is no undo. Leaves a tombstone that does not name
     the owner; the caller is recorded as who asked."""
-    who = door.owner(owner)
-    return Forgotten(tombstone=await door.backend.forget(who, by=door.by()))
+    return Forgotten(tombstone=await door.call(ops.forget, door.owner(owner), by=door.by()))
 
 
 async def export_owner(door: Door, owner: str) -> ExportDocument:
     """The owner's data as a versioned JSON Lines document (rules, facts, status, pending
     items, the audit trail, memories with their embeddings), which dream-memory import
     reads on any backend."""
-    return ExportDocument(lines=await door.backend.export(door.owner(owner)))
+    return ExportDocument(lines=await door.call(ops.export, door.owner(owner)))
 
 
 LIFECYCLE_TOOLS: tuple[ToolEntry, ...] = (

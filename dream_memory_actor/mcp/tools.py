@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from .. import validation as check
+from ..engine import operations as ops
 from ..errors import InvalidQuery
 from ..extraction.service import ExtractionReport, HitlDecision
 from ..models import (
@@ -150,11 +151,8 @@ async def search(door: Door, query: str, owner: str | None = None,
 async def list_memories(door: Door, owner: str, limit: int = 100, offset: int = 0,
                         filter: dict[str, Any] | None = None) -> MemoryList:
     """The owner's semantic memories, newest first, a page at a time."""
-    who = door.owner(owner)
-    check.limit(limit)
-    check.offset(offset)
-    where = metadata_filter(filter)
-    return MemoryList(memories=await door.backend.list(who, limit, offset, filter=where))
+    return MemoryList(memories=await door.call(ops.list_memories, door.owner(owner), limit,
+                                               offset, filter=filter))
 
 
 async def list_pending(door: Door, owner: str) -> PendingList:
@@ -166,9 +164,7 @@ async def list_pending(door: Door, owner: str) -> PendingList:
 
 async def audit(door: Door, owner: str, limit: int = 100) -> AuditTrail:
     """Who confirmed or rejected which pending item, and when, newest first."""
-    who = door.owner(owner)
-    check.limit(limit)
-    return AuditTrail(entries=await door.backend.audit(who, limit))
+    return AuditTrail(entries=await door.call(ops.audit, door.owner(owner), limit))
 
 
 # -- writes ----------------------------------------------------------------------------
@@ -181,11 +177,8 @@ async def store(door: Door, owner: str, content: str, metadata: dict[str, Any] |
     true), a new value of one supersedes it (superseded is true, the old one stays in
     its history), anything else is stored beside them; judgement, related and reason
     say which and why."""
-    who = door.owner(owner)
-    s = door.backend.settings
-    check.content(content, s.max_content_bytes)
-    meta = check.metadata(metadata, s.limits)
-    return await door.backend.store(who, content, meta)
+    result: StoreResult = await door.call(ops.store, door.owner(owner), content, metadata)
+    return result
 
 
 async def add_rule(door: Door, owner: str, content: str, source: str = "user") -> RuleAdded:
@@ -241,9 +234,7 @@ async def delete_status(door: Door, owner: str, key: str) -> Written:
 
 async def delete_memory(door: Door, owner: str, memory_id: str) -> Deleted:
     """Delete one semantic memory."""
-    who = door.owner(owner)
-    check.ids([memory_id], "memory id")
-    return Deleted(deleted=await door.backend.delete(who, memory_id))
+    return Deleted(deleted=await door.call(ops.delete, door.owner(owner), memory_id))
 
 
 async def confirm_pending(door: Door, owner: str, pending_id: str,
@@ -251,20 +242,16 @@ async def confirm_pending(door: Door, owner: str, pending_id: str,
     """Write a pending item (edited_content replaces its text) and remove it from the
     queue, recording who decided. Calling it again changes nothing; an error if the
     item was rejected."""
-    who = door.owner(owner)
-    check.ids([pending_id], "pending item id")
-    if edited_content is not None:
-        check.content(edited_content, door.backend.settings.max_content_bytes,
-                      "edited content")
-    return await door.backend.confirm(who, pending_id, door.by(), edited_content)
+    done: HitlDecision = await door.call(ops.confirm, door.owner(owner), pending_id, door.by(),
+                                         edited_content)
+    return done
 
 
 async def reject_pending(door: Door, owner: str, pending_id: str) -> HitlDecision:
     """Drop a pending item, recording who decided. Calling it again changes nothing;
     an error if the item was confirmed."""
-    who = door.owner(owner)
-    check.ids([pending_id], "pending item id")
-    return await door.backend.reject(who, pending_id, door.by())
+    done: HitlDecision = await door.call(ops.reject, door.owner(owner), pending_id, door.by())
+    return done
 
 
 async def append_messages(door: Door, owner: str, conversation: str,
@@ -272,21 +259,17 @@ async def append_messages(door: Door, owner: str, conversation: str,
     """Add the new messages of a conversation to its chat window. What falls out of the
     window is extracted into memories: rules and facts the user stated, through the
     confidence gate (sure ones are written, less sure ones wait in list_pending)."""
-    who = door.owner(owner)
-    conv = check.conversation_id(conversation)
-    msgs = check.messages([ChatMessage(role=m.role, content=m.content) for m in messages],
-                          max_count=check.MAX_MESSAGES, empty_ok=False)
-    limit = door.backend.settings.max_content_bytes
-    checked = [check.message(m, limit) for m in msgs]
-    return await door.backend.append_messages(who, conv, checked)
+    appended: ChatAppend = await door.call(
+        ops.append_messages, door.owner(owner), conversation,
+        [ChatMessage(role=m.role, content=m.content) for m in messages])
+    return appended
 
 
 async def end_conversation(door: Door, owner: str, conversation: str) -> ConversationEnded:
     """End a conversation: its chat window is extracted into memories (through the same
     gate) and deleted. Returns what extraction did."""
-    who = door.owner(owner)
-    conv = check.conversation_id(conversation)
-    return ConversationEnded(report=await door.backend.end_conversation(who, conv))
+    return ConversationEnded(report=await door.call(ops.end_conversation, door.owner(owner),
+                                                    conversation))
 
 
 # -- the table -------------------------------------------------------------------------
