@@ -14,6 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .. import validation as check
+from ..engine import operations as ops
 from ..engine.doors import MemoryBackend
 from ..errors import InvalidMetadata, MemoryNotFound
 from ..models import MemoryPendingItem
@@ -101,10 +102,7 @@ def _store(args: argparse.Namespace) -> int:
             raise InvalidMetadata(f"--metadata is not JSON: {exc}") from None
 
     async def go(m: MemoryBackend) -> Any:
-        s = m.settings
-        check.content(args.content, s.max_content_bytes)
-        return await m.store(check.owner_id(args.owner), args.content,
-                             check.metadata(meta, s.limits))
+        return await m.call(ops.store, check.owner_id(args.owner), args.content, meta)
 
     result = with_memory(args, go)
     emit(args, result.model_dump(mode="json"), store_summary(result))
@@ -125,8 +123,8 @@ def store_summary(result: StoreResult) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     async def go(m: MemoryBackend) -> Any:
-        return await m.list(check.owner_id(args.owner), check.limit(args.limit),
-                            check.offset(args.offset))
+        return await m.call(ops.list_memories, check.owner_id(args.owner), args.limit,
+                            args.offset)
 
     memories = with_memory(args, go)
     lines = [f"{len(memories)} memory(ies) of {args.owner}"]
@@ -208,7 +206,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     async def go(m: MemoryBackend) -> Any:
-        return await m.audit(check.owner_id(args.owner), check.limit(args.limit))
+        return await m.call(ops.audit, check.owner_id(args.owner), args.limit)
 
     entries = with_memory(args, go)
     lines = [f"{len(entries)} decision(s) for {args.owner}"]

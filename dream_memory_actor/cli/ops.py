@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .. import validation as check
+from ..engine import operations as ops
 from ..engine.doors import MemoryBackend
 from ..errors import DreamMemoryError
 from .common import (
@@ -110,8 +111,8 @@ def _pending(args: argparse.Namespace) -> int:
             return items
         pid = resolve(args.item_id, [p.id for p in items], "pending item") or args.item_id
         if args.pending_action == "confirm":
-            return await m.confirm(owner, pid, check.decider(args.by), args.edit)
-        return await m.reject(owner, pid, check.decider(args.by))
+            return await m.call(ops.confirm, owner, pid, args.by, args.edit)
+        return await m.call(ops.reject, owner, pid, args.by)
 
     result = with_memory(args, go)
     owner = args.owner

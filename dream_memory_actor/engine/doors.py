@@ -28,7 +28,7 @@ from ..models import (
 )
 from ..storage.ops import L1Op
 from . import operations as ops
-from .operations import Operation
+from .operations import Operation, Scope
 
 if TYPE_CHECKING:
     from ..extraction.service import ExtractionService
@@ -65,6 +65,16 @@ class MemoryBackend(abc.ABC):
     async def supersede(self, owner: str, item_id: str, content: str, by: str,
                         reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
         """Supersede the rule, fact or semantic memory ``item_id``; the new item."""
+
+    async def call(self, op: Operation[Any, Any], owner: str, *args: Any, **kwargs: Any
+                   ) -> Any:
+        """``op`` for ``owner``, its arguments checked first by their rules (the check a
+        door makes, the same at every door). No operation id is kept: a door's call is
+        not retried under one."""
+        s = self.settings
+        named = op.named(op.check(Scope(owner, s.max_content_bytes, s.limits), args, kwargs))
+        named.pop("op_id", None)
+        return await self.perform(op, owner, (), named)
 
     async def close(self) -> None:
         """Release what this backend opened (nothing, unless it says otherwise)."""

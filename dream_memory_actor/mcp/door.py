@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from .. import validation as check
 from ..engine.doors import MemoryBackend
-from ..engine.operations import Operation, Scope
+from ..engine.operations import Operation
 from ..models import MemorySnapshot
 from ..storage.ops import L1Op
 from ..validation import l1 as check_l1
@@ -36,11 +36,8 @@ class Door:
     async def call(self, op: Operation[Any, Any], owner: str, *args: Any, **kwargs: Any
                    ) -> Any:
         """The described operation ``op`` for ``owner`` (checked and granted), its
-        arguments checked by their rules (``engine.operations``)."""
-        s = self.backend.settings
-        named = op.named(op.check(Scope(owner, s.max_content_bytes, s.limits), args, kwargs))
-        named.pop("op_id", None)  # a tool call is not retried under an id: none is kept
-        return await self.backend.perform(op, owner, (), named)
+        arguments checked by their rules (``MemoryBackend.call``)."""
+        return await self.backend.call(op, owner, *args, **kwargs)
 
     async def apply(self, owner: str, ops: list[L1Op]) -> MemorySnapshot:
         s = self.backend.settings

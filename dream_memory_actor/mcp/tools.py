@@ -242,8 +242,8 @@ async def confirm_pending(door: Door, owner: str, pending_id: str,
     """Write a pending item (edited_content replaces its text) and remove it from the
     queue, recording who decided. Calling it again changes nothing; an error if the
     item was rejected."""
-    done: HitlDecision = await door.call(ops.confirm, door.owner(owner), pending_id, door.by(),
-                                         edited_content)
+    done: HitlDecision = await door.call(ops.confirm, door.owner(owner), pending_id,
+                                         door.by(), edited_content)
     return done
 
 
