@@ -285,7 +285,7 @@ class Operation(Generic[P, R]):
         """``method`` named and documented as the operation, with its signature."""
         method.__name__ = method.__qualname__ = self.name + suffix
         method.__doc__ = self.doc
-        lead = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in first]
+        lead = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in first]
         shown = [p.replace(annotation=_plain(p.annotation))
                  for p in self.signature.parameters.values()]
         method.__signature__ = self.signature.replace(  # type: ignore[attr-defined]
