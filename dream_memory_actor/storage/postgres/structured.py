@@ -47,6 +47,7 @@ from ..ops import (
 )
 from . import history
 from .pool import PostgresStore
+from .versions import applied, record_op
 
 _SNAPSHOT_SQL = """
 SELECT
@@ -119,9 +120,7 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
         async with self.backend.transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
                                _lock_key(s, "l1", owner))
-            if op_id is not None and await conn.fetchval(
-                    f"SELECT 1 FROM {s}.applied_ops WHERE owner_id = $1 AND op_id = $2",
-                    owner, op_id):
+            if await applied(conn, s, owner, op_id):
                 return await self._load(conn, owner, now)
             # Expired entries are gone before the operations run, as in apply_ops.
             await conn.execute(f"DELETE FROM {s}.status WHERE owner_id = $1 AND expires_at <= $2",
@@ -140,10 +139,7 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                 f"""INSERT INTO {s}.owners (owner_id, version, updated_at) VALUES ($1, 1, $2)
                     ON CONFLICT (owner_id) DO UPDATE
                     SET version = {s}.owners.version + 1, updated_at = $2""", owner, now)
-            if op_id is not None:
-                await conn.execute(
-                    f"INSERT INTO {s}.applied_ops (owner_id, op_id, kind) VALUES ($1, $2, 'l1')",
-                    owner, op_id)
+            await record_op(conn, s, owner, op_id, "l1")
             new = await self._load(conn, owner, now)
             # Delivered to the listeners (``feed``) when, and only if, this commits.
             await conn.execute("SELECT pg_notify($1, $2)", self.backend.channel,

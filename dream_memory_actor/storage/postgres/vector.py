@@ -95,19 +95,12 @@ class PostgresVectorStore(PostgresSearch):
         s = self._s
         async with self.backend.transaction() as conn:
             await self._lock_owner(conn, owner)
-            if op_id is not None:
-                prior = await conn.fetchval(
-                    f"SELECT result FROM {s}.applied_ops WHERE owner_id = $1 AND op_id = $2",
-                    owner, op_id)
-                if prior is not None:
-                    return StoreResult.model_validate_json(prior)
+            prior = await prior_result(conn, s, owner, op_id)
+            if prior is not None:
+                return StoreResult.model_validate_json(prior)
             result = await self._store_locked(conn, owner, content, embedding, metadata,
                                               cuts, now)
-            if op_id is not None:
-                await conn.execute(
-                    f"""INSERT INTO {s}.applied_ops (owner_id, op_id, kind, result)
-                        VALUES ($1, $2, 'store', $3::jsonb)""",
-                    owner, op_id, result.model_dump_json())
+            await record_op(conn, s, owner, op_id, "store", result.model_dump_json())
             return result
 
     async def _neighbours(self, conn: Any, owner: str, content: str,

@@ -29,7 +29,18 @@ def as_uuid(value: str) -> uuid.UUID | None:
         return None
 
 
+# A write under an operation id records it (with its result, as JSON, where the write
+# returns one) in the transaction that writes; a retry finds it and writes nothing.
+
+
+async def applied(conn: Any, s: str, owner: str, op_id: str | None) -> bool:
+    """Whether ``op_id`` was applied to ``owner`` already."""
+    return op_id is not None and bool(await conn.fetchval(
+        f"SELECT 1 FROM {s}.applied_ops WHERE owner_id = $1 AND op_id = $2", owner, op_id))
+
+
 async def prior_result(conn: Any, s: str, owner: str, op_id: str | None) -> Any:
+    """The result recorded for ``op_id`` (``None``: not applied, or no id)."""
     if op_id is None:
         return None
     return await conn.fetchval(
@@ -38,7 +49,7 @@ async def prior_result(conn: Any, s: str, owner: str, op_id: str | None) -> Any:
 
 
 async def record_op(conn: Any, s: str, owner: str, op_id: str | None, kind: str,
-                    result: str) -> None:
+                    result: str | None = None) -> None:
     if op_id is not None:
         await conn.execute(
             f"""INSERT INTO {s}.applied_ops (owner_id, op_id, kind, result)
