@@ -38,11 +38,12 @@ from ..models import (
 from ..rerank import Reranker, make_reranker, rerank_hits
 from ..scoring import Weights
 from ..storage import open_stores
-from ..storage.base import StructuredStore, VectorStore, forget_owner
+from ..storage.base import StructuredStore, VectorStore
 from ..storage.dedup import Ask, Band, Cuts
 from ..storage.ops import L1Op
 from ..validation import limit as check_limit
 from ..validation import owner_id as check_owner
+from .erasure import forget_owner
 
 
 def _raw(calibration: Calibration, calibrated: float, lang: str | None = None) -> float:
@@ -296,7 +297,7 @@ class MemoryEngine:
 
     async def forget(self, owner: str, *, by: str, op_id: str | None = None,
                      memories: Callable[[str], Awaitable[int]] | None = None) -> Tombstone:
-        """Erase everything of ``owner`` on every layer (see ``storage.erasure``) and
+        """Erase everything of ``owner`` on every layer (see ``erasure``) and
         return the tombstone left in its place; a retry with the same ``op_id``
         returns the same tombstone. ``by`` names who asked for it; ``memories`` is how
         the L2 layer is erased (``forget_memories`` here, the VectorIndex's in a

@@ -15,7 +15,7 @@ authority on these rules: whoever calls them, nothing unchecked is stored.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import ClassVar
 
@@ -34,7 +34,7 @@ from ..models import (
     utcnow,
 )
 from ..validation import l1 as check_l1
-from . import erasure
+from . import tombstones
 from .changes import ChangeCallback, Unwatch, no_feed
 from .decisions import ACTIONS, decision_ops
 from .history import HistoryReads
@@ -216,8 +216,8 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
         who = check.decider(by)
         if op_id is not None:
             check.op_id(op_id)
-        tombstone = Tombstone(by=erasure.actor(who, owner), counts=dict(counts or {}))
-        return await self._forget(owner, tombstone, erasure.op_key(owner, op_id))
+        tombstone = Tombstone(by=tombstones.actor(who, owner), counts=dict(counts or {}))
+        return await self._forget(owner, tombstone, tombstones.op_key(owner, op_id))
 
     async def tombstones(self, *, limit: int = 100) -> list[Tombstone]:
         """The tombstones of forgotten owners, newest first."""
@@ -261,31 +261,3 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
 
 #: The longest chat window a conversation may keep.
 MAX_WINDOW = check.MAX_WINDOW
-
-
-async def forget_owner(structured: StructuredStore,
-                       memories: VectorStore | Callable[[str], Awaitable[int]], owner: str, *,
-                       by: str, op_id: str | None = None) -> Tombstone:
-    """Erase ``owner`` from both layers; the tombstone counts what there was, by kind.
-    ``memories`` is the vector store, or what erases the L2 layer and says how many
-    memories went.
-
-    L2 goes first: an erasure stopped half way is finished by a retry (same
-    ``op_id``), which finds the rest and records the one tombstone (whose memory
-    count is then what the retry found).
-    """
-    check.owner_id(owner)
-    check.decider(by)
-    if op_id is not None:
-        check.op_id(op_id)
-    snap = await structured.load(owner)
-    audit = await structured._audit(owner, _ALL, None)
-    counts = {"rules": len(snap.rules), "facts": len(snap.facts), "status": len(snap.status),
-              "pending": len(snap.pending), "audit": len(audit)}
-    erase_l2 = memories.forget if isinstance(memories, VectorStore) else memories
-    counts["memories"] = await erase_l2(owner)
-    return await structured.forget(owner, by=by, counts=counts, op_id=op_id)
-
-
-#: "No limit" for counting an owner's audit entries.
-_ALL = 2**31 - 1

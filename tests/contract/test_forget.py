@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from dream_memory_actor.engine.erasure import forget_owner
 from dream_memory_actor.errors import InvalidOwnerId, InvalidQuery
 from dream_memory_actor.models import ChatMessage, MemoryPendingItem
-from dream_memory_actor.storage.base import forget_owner
-from dream_memory_actor.storage.erasure import SELF
 from dream_memory_actor.storage.ops import AddFact, AddPending, AddRule, SetStatus
+from dream_memory_actor.storage.tombstones import SELF
 from tests.conftest import DIM, Stores
 from tests.support.residue import stored_texts
 

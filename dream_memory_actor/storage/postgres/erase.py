@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...models import Tombstone
-from ..erasure import forgotten
+from ..tombstones import forgotten
 
 __all__ = ["L2_TABLES", "erase", "forgotten", "owner_tables", "record"]
 

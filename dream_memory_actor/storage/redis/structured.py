@@ -278,7 +278,7 @@ class RedisStructuredStore(RedisChatWindows, RedisHistoryReads, StructuredStore)
 
     async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
                       ) -> Tombstone:
-        from ..erasure import forgotten
+        from ..tombstones import forgotten
         from . import erase
 
         async with self._locks.hold(owner):

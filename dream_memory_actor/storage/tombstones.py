@@ -1,10 +1,11 @@
-"""Forgetting an owner: what every backend shares.
+"""The tombstone a forgotten owner leaves: what every backend shares.
 
 ``StructuredStore.forget`` removes every record of an owner from its storage and
 leaves a :class:`~dream_memory_actor.models.Tombstone`; ``VectorStore.forget``
-removes the owner's L2 layer; ``base.forget_owner`` does both. The tombstone keeps no
-owner id: a retry of the same erasure is recognised by :func:`op_key`, a digest of the
-owner and the operation id, from which neither can be read back.
+removes the owner's L2 layer; ``engine.erasure.forget_owner`` does both. The
+tombstone keeps no owner id: a retry of the same erasure is recognised by
+:func:`op_key`, a digest of the owner and the operation id, from which neither can
+be read back.
 """
 
 from __future__ import annotations
