@@ -16,6 +16,7 @@ import argparse
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from ..engine import operations as ops
 from ..errors import InvalidQuery
 from .common import default_by, emit, memory_options, with_memory
 
@@ -63,18 +64,19 @@ def _supersede(args: argparse.Namespace) -> int:
 def _history(args: argparse.Namespace) -> int:
     if args.as_of is not None:
         at = parse_time(args.as_of)
-        snap = with_memory(args, lambda m: m.snapshot_as_of(args.owner, at))
+        snap = with_memory(args, lambda m: m.call(ops.snapshot_as_of, args.owner, at))
         emit(args, snap.model_dump(mode="json"),
              f"owner {args.owner} as of {at.isoformat()}\n{snap.to_prompt()}")
         return 0
     if args.status_key is not None:
-        changes = with_memory(args, lambda m: m.status_history(args.owner, args.status_key))
+        changes = with_memory(args, lambda m: m.call(ops.status_history, args.owner,
+                                                     args.status_key))
         lines = [f"{len(changes)} value(s) of {args.status_key} for {args.owner}"]
         lines += [f"  {c.at:%Y-%m-%d %H:%M:%S}  "
                   f"{'(deleted)' if c.value is None else c.value}" for c in changes]
         emit(args, [c.model_dump(mode="json") for c in changes], "\n".join(lines))
         return 0
-    chain = with_memory(args, lambda m: m.history(args.owner, args.item_id))
+    chain = with_memory(args, lambda m: m.call(ops.history, args.owner, args.item_id))
     lines = [f"{chain.kind} {args.item_id}: {len(chain.versions)} version(s), oldest first"]
     for v in chain.versions:
         if v.valid_to is None:

@@ -183,7 +183,7 @@ def _delete(args: argparse.Namespace) -> int:
         kinds = {r.id: "rule" for r in snap.rules} | {f.id: "fact" for f in snap.facts}
         offset = 0
         while offset < MAX_SCAN:
-            page = await m.list(owner, 1000, offset)
+            page = await m.call(ops.list_memories, owner, 1000, offset)
             kinds.update({x.id: "memory" for x in page})
             if len(page) < 1000:
                 break
@@ -194,7 +194,7 @@ def _delete(args: argparse.Namespace) -> int:
                                  f"{args.item_id!r}")
         kind = kinds[found]
         if kind == "memory":
-            await m.delete(owner, found)
+            await m.call(ops.delete, owner, found)
         else:
             await m.apply(owner, [RemoveRule(found) if kind == "rule" else RemoveFact(found)])
         return {"deleted": kind, "id": found}

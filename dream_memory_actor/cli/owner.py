@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..engine import operations as ops
 from . import route
 from .common import default_by, emit, json_option, memory_options, with_memory
 
@@ -47,7 +48,7 @@ def _forget(args: argparse.Namespace) -> int:
         print(f"error: forgetting {args.owner!r} erases all of its data for good; "
               "add --yes to do it", file=sys.stderr)
         return 2
-    tomb = with_memory(args, lambda memory: memory.forget(args.owner, by=args.by))
+    tomb = with_memory(args, lambda memory: memory.call(ops.forget, args.owner, by=args.by))
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(tomb.counts.items()))
     emit(args, tomb.model_dump(mode="json"),
          f"forgot {args.owner} ({counts}); tombstone {tomb.id}")
@@ -55,7 +56,7 @@ def _forget(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    lines = with_memory(args, lambda memory: memory.export(args.owner))
+    lines = with_memory(args, lambda memory: memory.call(ops.export, args.owner))
     text = "".join(line + "\n" for line in lines)
     if args.output == "-":
         sys.stdout.write(text)
@@ -72,7 +73,7 @@ def _import(args: argparse.Namespace) -> int:
     raw = sys.stdin.read() if args.input == "-" else Path(args.input).read_text("utf-8")
     lines = raw.splitlines()
     owner = parse(lines).owner
-    counts = with_memory(args, lambda memory: memory.import_document(owner, lines))
+    counts = with_memory(args, lambda memory: memory.call(ops.import_document, owner, lines))
     text = ", ".join(f"{n} {kind}" for kind, n in counts.items())
     emit(args, {"owner": owner, "counts": counts}, f"imported {owner}: {text}")
     return 0

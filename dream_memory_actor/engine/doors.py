@@ -2,18 +2,18 @@
 over the memory, in this process (:class:`LocalBackend`) or in a running memory system
 on Ray (``runtime.doors.RayBackend``).
 
-Its methods are the described operations (``engine.operations``) with the owner
-first, each a call of :meth:`MemoryBackend.perform`; the rest (the snapshot, a search
-over several owners, the L1 writes, superseding an item of either layer) is written
-here. They take already-checked arguments: their callers validate (and the MCP server
-authorizes) first.
+A door runs a described operation (``engine.operations``) with
+:meth:`MemoryBackend.call`, which checks its arguments by their rules and hands it to
+:meth:`MemoryBackend.perform`; the rest (the snapshot, a search over several owners,
+the L1 writes, superseding an item of either layer) is written here, and takes
+already-checked arguments: its callers validate (and the MCP server authorizes) first.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from ..config import MemorySettings
 from ..errors import InvalidImport
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from .memory_engine import MemoryEngine
 
 Hits = list[SearchHit]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class MemoryBackend(abc.ABC):
@@ -66,41 +68,19 @@ class MemoryBackend(abc.ABC):
                         reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
         """Supersede the rule, fact or semantic memory ``item_id``; the new item."""
 
-    async def call(self, op: Operation[Any, Any], owner: str, *args: Any, **kwargs: Any
-                   ) -> Any:
+    async def call(self, op: Operation[P, R], owner: str, *args: P.args, **kwargs: P.kwargs
+                   ) -> R:
         """``op`` for ``owner``, its arguments checked first by their rules (the check a
         door makes, the same at every door). No operation id is kept: a door's call is
         not retried under one."""
         s = self.settings
         named = op.named(op.check(Scope(owner, s.max_content_bytes, s.limits), args, kwargs))
         named.pop("op_id", None)
-        return await self.perform(op, owner, (), named)
+        return cast(R, await self.perform(op, owner, (), named))
 
     async def close(self) -> None:
         """Release what this backend opened (nothing, unless it says otherwise)."""
         return None
-
-    store = ops.store.door()
-    store_many = ops.store_many.door()
-    update = ops.update.door()
-    supersede_memory = ops.supersede_memory.door()
-    delete = ops.delete.door()
-    get = ops.get.door()
-    list = ops.list_memories.door()
-    memory_history = ops.memory_history.door()
-    history = ops.history.door()
-    snapshot_as_of = ops.snapshot_as_of.door()
-    status_history = ops.status_history.door()
-    append_messages = ops.append_messages.door()
-    end_conversation = ops.end_conversation.door()
-    extract = ops.extract.door()
-    flush_extractions = ops.flush_extractions.door()
-    confirm = ops.confirm.door()
-    reject = ops.reject.door()
-    audit = ops.audit.door()
-    forget = ops.forget.door()
-    export = ops.export.door()
-    import_document = ops.import_document.door()
 
 
 class LocalBackend(MemoryBackend):

@@ -18,11 +18,12 @@ and a retry with that id is applied once.
 From these come ``OwnerHandle``'s methods, blocking and ``_async`` (:meth:`Operation.
 blocking`, :meth:`Operation.coroutine`: the arguments are checked there, once, and
 one call is sent), the owner actors' and the VectorIndex's methods (:meth:`Operation.
-named` turns what a call carried into the engine's keyword arguments) and the
-methods of the doors' ``MemoryBackend`` (:meth:`Operation.door`). A layer that does
-something different for an operation (the snapshot read, a search over several
-owners, the L1 writes made of ``apply``) writes that by hand; an operation is added
-here, in the engine and, for a new layer of the stores, in the backends.
+named` turns what a call carried into the engine's keyword arguments) and what the
+doors run (``MemoryBackend.call``, which checks the arguments by the same rules). A
+layer that does something different for an operation (the snapshot read, a search
+over several owners, the L1 writes made of ``apply``) writes that by hand. A new
+operation is its description here, its engine method, and its two lines in
+``OwnerHandle`` (plus, for a new kind of stored data, the backends).
 """
 
 # Annotations are evaluated here, not postponed: each parameter's annotation carries
@@ -263,15 +264,6 @@ class Operation(Generic[P, R]):
             return cast(R, await handle._perform_async(op, args, kwargs))
 
         return self._like(method, "_async", ("self",))
-
-    def door(self) -> Callable[Concatenate[Any, str, P], Coroutine[Any, Any, R]]:
-        """A ``MemoryBackend`` method, with the owner first: ``await backend.perform(...)``."""
-        op = self
-
-        async def method(backend: Any, owner: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
-            return cast(R, await backend.perform(op, owner, args, kwargs))
-
-        return self._like(method, "", ("self", "owner"))
 
     def install(self, cls: type, method: Callable[..., Any]) -> None:
         """Make ``method`` the operation's method of ``cls``, named and documented as it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from .. import validation as check
 from ..engine.doors import MemoryBackend
@@ -14,6 +14,9 @@ from ..storage.ops import L1Op
 from ..validation import l1 as check_l1
 from .auth import Grant
 from .params import Param
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,8 @@ class Door:
         """The caller's name, recorded as the decider of confirmations and rejections."""
         return self.grant().name
 
-    async def call(self, op: Operation[Any, Any], owner: str, *args: Any, **kwargs: Any
-                   ) -> Any:
+    async def call(self, op: Operation[P, R], owner: str, *args: P.args, **kwargs: P.kwargs
+                   ) -> R:
         """The described operation ``op`` for ``owner`` (checked and granted), its
         arguments checked by their rules (``MemoryBackend.call``)."""
         return await self.backend.call(op, owner, *args, **kwargs)

@@ -62,8 +62,7 @@ async def supersede(door: Door, owner: str, item_id: str, content: str,
 async def history(door: Door, owner: str, item_id: str) -> ItemHistory:
     """The versions of a rule or fact, oldest first, from any of its ids: what it said,
     until when, what replaced it, who and why."""
-    found: ItemHistory = await door.call(ops.history, door.owner(owner), item_id)
-    return found
+    return await door.call(ops.history, door.owner(owner), item_id)
 
 
 async def status_history(door: Door, owner: str, key: str) -> StatusValues:
@@ -89,9 +88,7 @@ async def update_memory(door: Door, owner: str, memory_id: str, content: str,
                         metadata: dict[str, Any] | None = None) -> VectorMemory:
     """Change a semantic memory's text (and, when given, its metadata); the previous
     version stays in its history (memory_history)."""
-    new: VectorMemory = await door.call(ops.update, door.owner(owner), memory_id, content,
-                                        metadata)
-    return new
+    return await door.call(ops.update, door.owner(owner), memory_id, content, metadata)
 
 
 async def store_many(door: Door, owner: str, items: list[str | MemoryIn]) -> Stored:

@@ -177,8 +177,7 @@ async def store(door: Door, owner: str, content: str, metadata: dict[str, Any] |
     true), a new value of one supersedes it (superseded is true, the old one stays in
     its history), anything else is stored beside them; judgement, related and reason
     say which and why."""
-    result: StoreResult = await door.call(ops.store, door.owner(owner), content, metadata)
-    return result
+    return await door.call(ops.store, door.owner(owner), content, metadata)
 
 
 async def add_rule(door: Door, owner: str, content: str, source: str = "user") -> RuleAdded:
@@ -242,16 +241,14 @@ async def confirm_pending(door: Door, owner: str, pending_id: str,
     """Write a pending item (edited_content replaces its text) and remove it from the
     queue, recording who decided. Calling it again changes nothing; an error if the
     item was rejected."""
-    done: HitlDecision = await door.call(ops.confirm, door.owner(owner), pending_id,
-                                         door.by(), edited_content)
-    return done
+    return await door.call(ops.confirm, door.owner(owner), pending_id, door.by(),
+                           edited_content)
 
 
 async def reject_pending(door: Door, owner: str, pending_id: str) -> HitlDecision:
     """Drop a pending item, recording who decided. Calling it again changes nothing;
     an error if the item was confirmed."""
-    done: HitlDecision = await door.call(ops.reject, door.owner(owner), pending_id, door.by())
-    return done
+    return await door.call(ops.reject, door.owner(owner), pending_id, door.by())
 
 
 async def append_messages(door: Door, owner: str, conversation: str,
@@ -259,10 +256,9 @@ async def append_messages(door: Door, owner: str, conversation: str,
     """Add the new messages of a conversation to its chat window. What falls out of the
     window is extracted into memories: rules and facts the user stated, through the
     confidence gate (sure ones are written, less sure ones wait in list_pending)."""
-    appended: ChatAppend = await door.call(
+    return await door.call(
         ops.append_messages, door.owner(owner), conversation,
         [ChatMessage(role=m.role, content=m.content) for m in messages])
-    return appended
 
 
 async def end_conversation(door: Door, owner: str, conversation: str) -> ConversationEnded:

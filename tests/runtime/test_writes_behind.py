@@ -21,7 +21,7 @@ import redis
 
 from dream_memory_actor import cli
 from dream_memory_actor.config import MemorySettings
-from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.engine import MemoryEngine, operations
 from dream_memory_actor.models import MemoryPendingItem, MemorySnapshot
 from dream_memory_actor.runtime import MemorySystem, OwnerHandle
 from dream_memory_actor.storage import open_stores
@@ -109,7 +109,7 @@ def _check_doors(system: MemorySystem, settings: MemorySettings,
     async def mcp_confirm() -> None:
         backend = await LocalBackend.open(settings)
         try:
-            await backend.confirm(owner, item.id, "mcp-user", None)
+            await backend.call(operations.confirm, owner, item.id, "mcp-user", None)
         finally:
             await backend.close()
 
