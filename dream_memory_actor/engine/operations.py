@@ -471,12 +471,7 @@ def import_document(lines: Document) -> dict[str, int]:
 
 #: Every operation described here, by name.
 OPERATIONS: dict[str, Operation[Any, Any]] = {
-    op.name: op for op in (
-        store, store_many, update, supersede_memory, delete, get, list_memories,
-        memory_history, history, snapshot_as_of, status_history, append_messages,
-        end_conversation, extract, flush_extractions, confirm, reject, audit, forget,
-        export, import_document)
-}
+    op.name: op for op in list(globals().values()) if isinstance(op, Operation)}
 
 
 def serving(*kinds: Serves) -> list[Operation[Any, Any]]:
