@@ -75,6 +75,15 @@ def test_snapshot_and_search_on_an_empty_memory(memory_env: None,
     assert _json(capsys, "search", "--owner", "alice", "anything", "--limit", "3") == []
 
 
+def test_json_output_is_utf8_not_escaped(memory_env: None,
+                                         capfd: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["store", "--owner", "alice", "用户喜欢喝乌龙茶", "--json"])
+    out = capfd.readouterr().out
+    assert rc == 0
+    assert "用户喜欢喝乌龙茶" in out and "\\u" not in out
+    assert json.loads(out)["memory"]["content"] == "用户喜欢喝乌龙茶"
+
+
 def test_a_bad_owner_id_is_one_line_on_stderr(memory_env: None,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = _run(capsys, "snapshot", "--owner", "not an id!")

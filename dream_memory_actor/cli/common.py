@@ -53,8 +53,15 @@ def default_by() -> str:
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
     """``data`` as JSON with ``--json``, else ``text``."""
     if getattr(args, "json", False):
-        json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
-        sys.stdout.write("\n")
+        # JSON is UTF-8 (RFC 8259): Chinese stays readable, whatever the terminal's locale.
+        out = json.dumps(data, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+        raw = getattr(sys.stdout, "buffer", None)
+        if raw is None:  # a text-only stream (a test's StringIO)
+            sys.stdout.write(out + "\n")
+        else:
+            sys.stdout.flush()
+            raw.write((out + "\n").encode("utf-8"))
+            raw.flush()
     else:
         print(text)
 

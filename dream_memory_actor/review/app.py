@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -69,7 +70,7 @@ def _page_number(raw: str | None) -> int:
     pages = AUDIT_REACH // AUDIT_PAGE
     if raw is None or raw == "":
         return 1
-    if not raw.isdigit() or not 1 <= int(raw) <= pages:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= pages:  # not "²"
         raise ReviewError(f"page must be a number in 1..{pages}")
     return int(raw)
 
@@ -277,19 +278,53 @@ def _static(name: str, media_type: str) -> Route:
     return Route(f"/static/{name}", serve)
 
 
+#: The host names the pages answer to unless told others: this machine's own.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+class _HostAllowList:
+    """Answers only requests whose ``Host`` names an allowed host (any port), else 421
+    Misdirected Request, as the MCP server does. A web page the local user visits can
+    point its own name at 127.0.0.1 (DNS rebinding); its requests then carry that name
+    and are refused, so it cannot read or decide the queue through the user's browser."""
+
+    def __init__(self, app: Any, hosts: Iterable[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(h.lower().strip("[]") for h in hosts)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and _host_name(scope) not in self.hosts:
+            response = Response("misdirected request: this host name is not served here\n",
+                                status_code=421, media_type="text/plain")
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _host_name(scope: Any) -> str:
+    raw = next((v for k, v in scope.get("headers", ()) if k == b"host"), b"").decode("latin-1")
+    name = raw.lower()
+    if name.startswith("["):  # [::1]:8766
+        return name[1:name.find("]")] if "]" in name else name
+    return name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+
+
 def create_app(
     backend: ReviewBackend,
     tokens: TokenMap | None,
     *,
     owners: Iterable[str] = (),
     sessions: SessionStore | None = None,
+    allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
 ) -> Starlette:
     """The review app over ``backend``. ``tokens``: who may log in (``None``: the local
     user, for a server bound to loopback only). ``owners``: listed on the overview for a
-    token that grants every owner (others may be opened by name)."""
+    token that grants every owner (others may be opened by name). ``allowed_hosts``: the
+    host names requests may carry (``Host``, any port); others get 421."""
     if tokens is not None and not len(tokens):
         raise ReviewError("the token map is empty: nobody could log in")
     app = Starlette(
+        middleware=[Middleware(_HostAllowList, hosts=tuple(allowed_hosts))],
         routes=[
             Route("/", overview),
             Route("/login", login_page),
