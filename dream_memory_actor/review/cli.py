@@ -53,6 +53,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument(
+        "--allowed-host",
+        dest="allowed_hosts",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the pages answer to besides localhost, 127.0.0.1, ::1 and the "
+             "--host address (repeatable; e.g. the name reviewers type); others get 421",
+    )
+    p.add_argument(
         "--tokens",
         metavar="FILE",
         help="token map, as for the MCP server (default: $DREAM_MEMORY_MCP_TOKENS)",
@@ -99,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             owners=args.owners,
             idle_s=args.session_idle_min * 60,
             ssl=(args.ssl_certfile, args.ssl_keyfile),
+            allowed_hosts=args.allowed_hosts,
         )
     except DreamMemoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -119,8 +129,10 @@ def serve(
     owners: Sequence[str] = (),
     idle_s: float = 1800.0,
     ssl: tuple[str | None, str | None] = (None, None),
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
-    """Serve the review pages on ``host``:``port`` until interrupted."""
+    """Serve the review pages on ``host``:``port`` until interrupted. They answer to the
+    loopback names, ``host`` (unless a wildcard address) and ``allowed_hosts``."""
     import asyncio
 
     from ..errors import ConfigurationError
@@ -135,7 +147,12 @@ def serve(
         raise ConfigurationError("--ssl-certfile and --ssl-keyfile go together")
     if ssl[0] and not os.path.exists(ssl[0]):
         raise ConfigurationError(f"no certificate file {ssl[0]!r}")
-    asyncio.run(_serve(settings, host, port, tokens, system, ray_address, owners, idle_s, ssl))
+    from .app import LOOPBACK_HOSTS
+
+    names = [*LOOPBACK_HOSTS, *([] if host in ("0.0.0.0", "::", "") else [host]),
+             *allowed_hosts]
+    asyncio.run(_serve(settings, host, port, tokens, system, ray_address, owners, idle_s, ssl,
+                       names))
 
 
 async def _serve(
@@ -148,6 +165,7 @@ async def _serve(
     owners: Sequence[str],
     idle_s: float,
     ssl: tuple[str | None, str | None],
+    allowed_hosts: Sequence[str],
 ) -> None:
     import uvicorn
 
@@ -159,7 +177,8 @@ async def _serve(
         SystemReview.connect(system, ray_address) if system else await EngineReview.open(settings)
     )
     try:
-        app = create_app(backend, tokens, owners=owners, sessions=SessionStore(idle_s=idle_s))
+        app = create_app(backend, tokens, owners=owners, sessions=SessionStore(idle_s=idle_s),
+                         allowed_hosts=allowed_hosts)
         scheme = "https" if ssl[0] else "http"
         print(
             f"review pages on {scheme}://{host}:{port}/ (decisions through the {backend.route})",

@@ -16,7 +16,7 @@ from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.errors import ConfigurationError
 from dream_memory_actor.models import MemorySnapshot
 from dream_memory_actor.review import cli as review_cli
-from dream_memory_actor.review.app import AUDIT_PAGE, create_app
+from dream_memory_actor.review.app import AUDIT_PAGE, LOOPBACK_HOSTS, create_app
 from dream_memory_actor.review.backend import EngineReview
 from dream_memory_actor.review.sessions import SessionStore
 from dream_memory_actor.storage.ops import AddPending, SetStatus
@@ -42,7 +42,8 @@ class Site:
         self.items = queue()
         self.clock = Clock()
         token_map = app_options.pop("tokens", tokens())
-        options = {"sessions": SessionStore(idle_s=600, clock=self.clock), **app_options}
+        options = {"sessions": SessionStore(idle_s=600, clock=self.clock),
+                   "allowed_hosts": ("testserver", *LOOPBACK_HOSTS), **app_options}
         self.app = create_app(self.backend, token_map, **options)
 
     def seed(self, client: TestClient) -> None:
@@ -292,6 +293,28 @@ def test_session_cookie_flags(site: Site, scheme: str) -> None:
     assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
 
 
+@pytest.mark.parametrize("tokens_given", [False, True])
+def test_only_allowed_host_names_are_answered(tokens_given: bool) -> None:
+    """DNS rebinding: a page that points its own name at 127.0.0.1 sends that name as
+    Host, and is refused (421) in either mode; this machine's names are served."""
+    site = Site(allowed_hosts=LOOPBACK_HOSTS, **({} if tokens_given else {"tokens": None}))
+    for base in ("http://localhost:8766", "http://127.0.0.1:8766", "http://[::1]:8766",
+                 "http://127.0.0.1"):
+        with site.client(base) as c:
+            assert c.get("/login" if tokens_given else "/").status_code in (200, 303), base
+    for base in ("http://evil.example:8766", "http://127.0.0.1.evil.example",
+                 "http://localhost.:8766"):
+        with site.client(base) as c:
+            for path in ("/", "/login", "/owners/alice", "/static/review.css"):
+                r = c.get(path)
+                assert r.status_code == 421 and "alice" not in r.text, (base, path)
+            r = c.post(f"/owners/alice/pending/{site.items['alice'][0].id}",
+                       data={"action": "reject"})
+            assert r.status_code == 421
+    with site.client("http://127.0.0.1:8766") as c:  # nothing was decided by those posts
+        assert site.state(c)[1] == []
+
+
 def test_without_token_map_the_local_user_decides() -> None:
     local = Site(tokens=None)
     with local.client() as c:
@@ -317,6 +340,8 @@ def test_audit_trail_is_paginated_and_search_shows_the_signals(
     assert first.count("data-audit=") == AUDIT_PAGE and "older →" in first
     assert second.count("data-audit=") == 3 and "← newer" in second
     assert alice.get("/owners/alice?page=0").status_code == 400
+    for odd in ("²", "٣", "+1", " 1", "1e1"):  # digits str.isdigit takes, int() refuses
+        assert alice.get("/owners/alice", params={"page": odd}).status_code == 400
     alice.portal.call(site.backend.engine.store, "alice", "the deploy pipeline runs on helm")
     hits = alice.get("/owners/alice?q=helm+pipeline").text
     assert hits.count("data-hit") == 1 and "the deploy pipeline runs on helm" in hits
