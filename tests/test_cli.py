@@ -192,8 +192,9 @@ def test_mcp_delegates_with_its_arguments(monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     seen: list[list[str]] = []
 
-    def main(argv: list[str]) -> int:
+    def main(argv: list[str], prog: str = "") -> int:
         seen.append(argv)
+        assert prog == "dream-memory mcp"
         return 0
 
     fake = types.ModuleType("dream_memory_actor.mcp")
@@ -234,3 +235,27 @@ def test_system_start_status_stop_and_ray_metrics(ray_runtime: None,
     m.observe_pending("x", 2)
     m.gate_outcomes({"written": 1, "queued": 0})
     m.extraction_usage(10, 2, 0.01)
+
+
+def test_system_may_come_before_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dream_memory_actor.cli import ops
+
+    seen: list[object] = []
+    monkeypatch.setattr(ops, "run", lambda args: seen.append(args) or 0)
+    monkeypatch.delenv("DREAM_MEMORY_SYSTEM", raising=False)
+    assert cli.main(["--system", "prod", "snapshot", "--owner", "alice"]) == 0
+    assert seen[-1].system == "prod"  # type: ignore[attr-defined]
+    # the command's own --system wins
+    assert cli.main(["--system", "prod", "snapshot", "--owner", "alice", "--system", "b"]) == 0
+    assert seen[-1].system == "b"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", ["mcp", "review"])
+def test_help_names_the_program_as_typed_and_is_plain_text(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: dream-memory {command} ")
+    assert "``" not in out and "\n::" not in out  # no reStructuredText markup

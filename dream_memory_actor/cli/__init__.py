@@ -35,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dream-memory", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"dream-memory {version()}")
+    # Also accepted before the command, as most tools take a global option; a command's
+    # own --system, when given, wins.
+    parser.add_argument("--system", dest="global_system", metavar="NAME", default=None,
+                        help="go through the running memory system NAME (as each command's "
+                             "--system)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name, __name__.split(".")[0]).register(sub)
@@ -62,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["mcp"]:  # everything after "mcp" is the MCP server's own options
         return ops.run_mcp(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.global_system is not None and getattr(args, "system", None) is None:
+        args.system = args.global_system
     handled: Any = ops.run(args)
     return 2 if handled is None else int(handled)
 

@@ -213,7 +213,7 @@ def run_mcp(argv: list[str]) -> int:
         print(f"error: the MCP server is not part of this installation ({exc})",
               file=sys.stderr)
         return 1
-    return int(main(argv) or 0)
+    return int(main(argv, prog="dream-memory mcp") or 0)
 
 
 def _doctor(args: argparse.Namespace) -> int:

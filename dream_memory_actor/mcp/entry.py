@@ -26,8 +26,8 @@ from .auth import ENV_VAR, TokenMap, hash_token
 from .server import serve
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dream_memory_actor.mcp",
+def build_parser(prog: str = "python -m dream_memory_actor.mcp") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog,
                                 description="Serve dream-memory over MCP (stdio or HTTP).")
     p.add_argument("--version", action="version", version=f"dream-memory MCP server {version()}")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
@@ -50,9 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m dream_memory_actor.mcp"
+         ) -> int:
+    """The MCP server's command line; ``prog`` is how its help names it."""
     quiet_platform_warnings()
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     if args.hash_token:
         token = sys.stdin.readline().rstrip("\r\n")
         if not token:

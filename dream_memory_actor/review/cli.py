@@ -23,6 +23,21 @@ from typing import Any
 
 DEFAULT_PORT = 8780
 
+#: What ``dream-memory review --help`` says, as plain text.
+HELP = """\
+Serve the review pages of the human-in-the-loop queue.
+
+  dream-memory review                                # http://127.0.0.1:8780, local user
+  dream-memory review --tokens tokens.json --system prod --host 0.0.0.0 \\
+      --allowed-host review.example.org --ssl-certfile cert.pem --ssl-keyfile key.pem
+
+Decisions go through the running memory system --system NAME (or
+DREAM_MEMORY_SYSTEM) when one is named, otherwise through the storage opened in
+this process. --tokens (default $DREAM_MEMORY_MCP_TOKENS) is the MCP server's
+token map: each token sees and decides only its owners. Without one the pages serve
+the local user and may only be bound to a loopback address.
+"""
+
 
 def is_loopback(host: str) -> bool:
     """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
@@ -47,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "review",
         parents=[route_options()],
         help="serve the review pages of the human-in-the-loop queue",
-        description=__doc__,
+        description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
