@@ -60,6 +60,21 @@ def test_supersede_then_history(settings: MemorySettings,
     assert rc == 0 and json.loads(out) == []
 
 
+def test_supersede_and_history_take_id_prefixes(settings: MemorySettings,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    old = _rule(settings, "Review security first")
+    rc, out, err = _run(capsys, "supersede", "--owner", "alice", "--id", old[:8], "--content",
+                        "Review security and tests first", "--json")
+    assert rc == 0, err
+    new = json.loads(out)["id"]
+    rc, out, err = _run(capsys, "history", "--owner", "alice", "--id", new[:8], "--json")
+    assert rc == 0, err
+    assert [v["id"] for v in json.loads(out)["versions"]] == [old, new]
+    # an earlier version's id still works in full (it is no longer current)
+    rc, out, _ = _run(capsys, "history", "--owner", "alice", "--id", old, "--json")
+    assert rc == 0 and len(json.loads(out)["versions"]) == 2
+
+
 @pytest.mark.parametrize("argv", [
     ["supersede", "--owner", "alice", "--id", "no-such-id", "--content", "x"],
     ["supersede", "--owner", "a b", "--id", "x", "--content", "x"],

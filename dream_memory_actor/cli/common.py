@@ -114,3 +114,23 @@ def resolve(prefix: str, ids: Iterable[str] | Mapping[str, str], what: str) -> s
                            "give more of the id")
     return found[0] if found else None
 
+
+#: How many memories an id prefix is looked up among (pages of 1000).
+MAX_SCAN = 100_000
+
+
+async def item_kinds(m: MemoryBackend, owner: str, *, memories: bool = True) -> dict[str, str]:
+    """The ids of ``owner``'s current rules, facts and (with ``memories``) semantic
+    memories, each with its kind: what an id prefix is resolved among."""
+    from ..engine import operations as ops
+
+    snap = await m.snapshot(owner)
+    kinds = {r.id: "rule" for r in snap.rules} | {f.id: "fact" for f in snap.facts}
+    offset = 0
+    while memories and offset < MAX_SCAN:
+        page = await m.call(ops.list_memories, owner, 1000, offset)
+        kinds.update({x.id: "memory" for x in page})
+        if len(page) < 1000:
+            break
+        offset += 1000
+    return kinds

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from .. import validation as check
 from ..engine import operations as ops
+from ..engine.doors import MemoryBackend
 from ..errors import InvalidQuery
-from .common import default_by, emit, memory_options, with_memory
+from .common import default_by, emit, item_kinds, memory_options, resolve, with_memory
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -53,9 +55,20 @@ def parse_time(text: str) -> datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
 
 
+async def current_id(m: MemoryBackend, owner: str, prefix: str, *, memories: bool) -> str:
+    """The current rule or fact id (and, with ``memories``, semantic memory id) of
+    ``owner`` that starts with ``prefix``; ``prefix`` itself when none does (an id of an
+    earlier version, or one the command then reports as not found)."""
+    return resolve(prefix, await item_kinds(m, owner, memories=memories), "item") or prefix
+
+
 def _supersede(args: argparse.Namespace) -> int:
-    item = with_memory(args, lambda m: m.supersede(args.owner, args.item_id, args.content,
-                                                   args.by, args.reason))
+    async def go(m: MemoryBackend) -> Any:
+        owner = check.owner_id(args.owner)
+        item_id = await current_id(m, owner, args.item_id, memories=True)
+        return await m.supersede(owner, item_id, args.content, args.by, args.reason)
+
+    item = with_memory(args, go)
     emit(args, item.model_dump(mode="json"),
          f"{args.item_id} superseded by {item.id}: {item.content}")
     return 0
@@ -76,7 +89,12 @@ def _history(args: argparse.Namespace) -> int:
                   f"{'(deleted)' if c.value is None else c.value}" for c in changes]
         emit(args, [c.model_dump(mode="json") for c in changes], "\n".join(lines))
         return 0
-    chain = with_memory(args, lambda m: m.call(ops.history, args.owner, args.item_id))
+    async def chain_of(m: MemoryBackend) -> Any:
+        owner = check.owner_id(args.owner)
+        item_id = await current_id(m, owner, args.item_id, memories=False)
+        return await m.call(ops.history, owner, item_id)
+
+    chain = with_memory(args, chain_of)
     lines = [f"{chain.kind} {args.item_id}: {len(chain.versions)} version(s), oldest first"]
     for v in chain.versions:
         if v.valid_to is None:

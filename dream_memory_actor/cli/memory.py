@@ -29,14 +29,11 @@ from ..storage.ops import (
     added,
 )
 from ..validation import l1 as check_l1
-from .common import emit, memory_options, resolve, with_memory
+from .common import emit, item_kinds, memory_options, resolve, with_memory
 
 if TYPE_CHECKING:
     from ..models import StoreResult
     from .common import Subparsers
-
-#: How many memories ``delete`` looks through for an id prefix (pages of 1000).
-MAX_SCAN = 100_000
 
 
 def register(sub: Subparsers) -> None:
@@ -179,15 +176,7 @@ def _delete(args: argparse.Namespace) -> int:
 
     async def go(m: MemoryBackend) -> dict[str, Any]:
         owner = check.owner_id(args.owner)
-        snap = await m.snapshot(owner)
-        kinds = {r.id: "rule" for r in snap.rules} | {f.id: "fact" for f in snap.facts}
-        offset = 0
-        while offset < MAX_SCAN:
-            page = await m.call(ops.list_memories, owner, 1000, offset)
-            kinds.update({x.id: "memory" for x in page})
-            if len(page) < 1000:
-                break
-            offset += 1000
+        kinds = await item_kinds(m, owner)
         found = resolve(args.item_id, kinds, "item")
         if found is None:
             raise MemoryNotFound(f"{owner} has no memory, rule or fact whose id starts with "
