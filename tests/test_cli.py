@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.machinery
+import importlib.util
 import json
 import sys
 import types
@@ -141,6 +142,27 @@ def test_doctor_on_the_memory_backend(memory_env: None,
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize(("model", "extra"), [
+    ("local:multilingual-e5-small", "multilingual"), ("local:use-multilingual", "use"),
+    ("local:all-MiniLM-L6-v2", "local"), ("openai/text-embedding-3-small", "litellm")])
+def test_doctor_asks_for_the_extra_the_model_needs(model: str, extra: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from dream_memory_actor.cli import doctor
+
+    settings = MemorySettings(backend="memory", embedding_model=model)
+    assert doctor._needed_extras(settings) & {"local", "multilingual", "use", "litellm"} == {
+        extra}
+    # Every other embedding extra missing: only the model's own one is a problem.
+    real = importlib.util.find_spec
+    others = {m for e in ("local", "multilingual", "use") if e != extra
+              for m in doctor.EXTRAS[e]}
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in others else real(name, *a))
+    checks = {c.name: c.ok for c in doctor._check_packages(settings)}
+    assert all(checks[f"extra {e}"] is None for e in ("local", "multilingual", "use")
+               if e != extra)
+
+
 def test_doctor_reports_pgvector_and_pg_trgm(pg_env: MemorySettings,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     report = _json(capsys, "doctor", "--skip", "ray", "--skip", "packages")

