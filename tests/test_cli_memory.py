@@ -81,6 +81,33 @@ def test_write_read_and_delete_with_id_prefixes(pg_env: MemorySettings,
     assert snap["rules"] == snap["facts"] == [] and snap["status"] == {}
 
 
+def test_the_l2_lifecycle_from_the_command_line(pg_env: MemorySettings, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    o = ["--owner", "dana"]
+    batch = tmp_path / "batch.txt"
+    batch.write_text('we deploy with helm\n\n'
+                     '{"content": "the staging db is in Frankfurt", "metadata": {"agent": "ops"}}\n'
+                     "用户喜欢喝乌龙茶\n", encoding="utf-8")
+    stored: Any = _json(capsys, "store-many", *o, str(batch))
+    assert [r["memory"]["content"] for r in stored] == [
+        "we deploy with helm", "the staging db is in Frankfurt", "用户喜欢喝乌龙茶"]
+    ops_only: Any = _json(capsys, "list", *o, "--filter", '{"agent": "ops"}')
+    assert [m["content"] for m in ops_only] == ["the staging db is in Frankfurt"]
+    hits: Any = _json(capsys, "search", *o, "staging db", "--filter", '{"agent": "nobody"}')
+    assert hits == []
+    mid = ops_only[0]["id"]
+    new: Any = _json(capsys, "update", *o, "--id", mid[:8], "--content",
+                     "the staging db moved to Oslo")
+    assert new["id"] == mid and new["metadata"] == {"agent": "ops"}
+    versions: Any = _json(capsys, "memory-history", *o, "--id", mid[:8])
+    assert [v["content"] for v in versions] == ["the staging db is in Frankfurt",
+                                                "the staging db moved to Oslo"]
+    rc, _, err = _run(capsys, "list", *o, "--filter", "not json")
+    assert rc == 1 and err.startswith("error: --filter is not JSON")
+    rc, _, err = _run(capsys, "update", *o, "--id", "nope", "--content", "x")
+    assert rc == 1 and "nope" in err
+
+
 def test_pending_by_prefix_and_audit(pg_env: MemorySettings,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     _populate(pg_env)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..engine.doors import LocalBackend, MemoryBackend
-from ..errors import InvalidQuery
+from ..errors import InvalidInput, InvalidQuery
 from . import route
 
 T = TypeVar("T")
@@ -134,3 +134,15 @@ async def item_kinds(m: MemoryBackend, owner: str, *, memories: bool = True) -> 
             break
         offset += 1000
     return kinds
+
+
+def json_value(text: str | None, option: str, error: type[InvalidInput] = InvalidQuery
+               ) -> Any:
+    """``text`` (the value of ``option``) parsed as JSON, ``None`` when not given; a typed
+    error naming the option when it is not JSON."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise error(f"{option} is not JSON: {exc}") from None

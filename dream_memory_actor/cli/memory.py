@@ -10,13 +10,14 @@ starts so.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import validation as check
 from ..engine import operations as ops
 from ..engine.doors import MemoryBackend
-from ..errors import InvalidMetadata, MemoryNotFound
+from ..errors import InvalidBatch, InvalidMetadata, MemoryNotFound
 from ..models import MemoryPendingItem
 from ..storage.ops import (
     AddFact,
@@ -29,7 +30,7 @@ from ..storage.ops import (
     added,
 )
 from ..validation import l1 as check_l1
-from .common import emit, item_kinds, memory_options, resolve, with_memory
+from .common import emit, item_kinds, json_value, memory_options, resolve, with_memory
 
 if TYPE_CHECKING:
     from ..models import StoreResult
@@ -52,7 +53,32 @@ def register(sub: Subparsers) -> None:
                        description="List the owner's semantic memories, newest first.")
     p.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     p.add_argument("--offset", type=int, default=0, help="how many to skip (default 0)")
+    p.add_argument("--filter", default=None, metavar="JSON",
+                   help='keep memories whose metadata has these values, e.g. {"agent": "deploy"}')
     p.set_defaults(run=_list)
+
+    p = sub.add_parser("store-many", parents=parents, help="store a batch of semantic memories",
+                       description="Store the memories of FILE (- for stdin), one per line: a "
+                                   "text, or a JSON object {\"content\": ..., \"metadata\": "
+                                   "...}; each as store would, embedded in one call, written "
+                                   "in one transaction.")
+    p.add_argument("file", metavar="FILE", help="the batch, one memory per line (- for stdin)")
+    p.set_defaults(run=_store_many)
+
+    p = sub.add_parser("update", parents=parents, help="change a semantic memory's text",
+                       description="Change the memory's text (and, with --metadata, its "
+                                   "metadata); the previous version stays in its history.")
+    p.add_argument("--id", required=True, dest="item_id", help="the memory id, or its start")
+    p.add_argument("--content", required=True, help="the new text")
+    p.add_argument("--metadata", default=None, metavar="JSON", help="new metadata (JSON object)")
+    p.set_defaults(run=_update)
+
+    p = sub.add_parser("memory-history", parents=parents,
+                       help="the versions of a semantic memory",
+                       description="The versions of a memory's chain of updates and "
+                                   "supersessions, oldest first.")
+    p.add_argument("--id", required=True, dest="item_id", help="the memory id, or its start")
+    p.set_defaults(run=_memory_history)
 
     for name, kind in (("add-rule", "rule"), ("add-fact", "fact")):
         example = ("In code review, look at security first" if kind == "rule"
@@ -91,18 +117,60 @@ def register(sub: Subparsers) -> None:
 
 
 def _store(args: argparse.Namespace) -> int:
-    meta: Any = None
-    if args.metadata is not None:
-        try:
-            meta = json.loads(args.metadata)
-        except ValueError as exc:
-            raise InvalidMetadata(f"--metadata is not JSON: {exc}") from None
+    meta = json_value(args.metadata, "--metadata", InvalidMetadata)
 
     async def go(m: MemoryBackend) -> Any:
         return await m.call(ops.store, check.owner_id(args.owner), args.content, meta)
 
     result = with_memory(args, go)
     emit(args, result.model_dump(mode="json"), store_summary(result))
+    return 0
+
+
+def _store_many(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
+    items = [json_value(line, f"line {n}", InvalidBatch) if line.lstrip().startswith("{")
+             else line for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+    async def go(m: MemoryBackend) -> Any:
+        return await m.call(ops.store_many, check.owner_id(args.owner), items)
+
+    results = with_memory(args, go)
+    emit(args, [r.model_dump(mode="json") for r in results],
+         "\n".join(store_summary(r) for r in results))
+    return 0
+
+
+async def _resolve_memory(m: MemoryBackend, owner: str, prefix: str) -> str:
+    kinds = {i: k for i, k in (await item_kinds(m, owner)).items() if k == "memory"}
+    return resolve(prefix, kinds, "memory") or prefix
+
+
+def _update(args: argparse.Namespace) -> int:
+    meta = json_value(args.metadata, "--metadata", InvalidMetadata)
+
+    async def go(m: MemoryBackend) -> Any:
+        owner = check.owner_id(args.owner)
+        memory_id = await _resolve_memory(m, owner, args.item_id)
+        return await m.call(ops.update, owner, memory_id, args.content, meta)
+
+    new = with_memory(args, go)
+    emit(args, new.model_dump(mode="json"), f"updated {new.id}: {new.content}")
+    return 0
+
+
+def _memory_history(args: argparse.Namespace) -> int:
+    async def go(m: MemoryBackend) -> Any:
+        owner = check.owner_id(args.owner)
+        memory_id = await _resolve_memory(m, owner, args.item_id)
+        return await m.call(ops.memory_history, owner, memory_id)
+
+    versions = with_memory(args, go)
+    lines = [f"{len(versions)} version(s), oldest first"]
+    for v in versions:
+        until = "current" if v.valid_to is None else f"until {v.valid_to:%Y-%m-%d %H:%M}"
+        lines.append(f"  {v.memory_id}  {v.valid_from:%Y-%m-%d %H:%M}, {until}  {v.content}")
+    emit(args, [v.model_dump(mode="json") for v in versions], "\n".join(lines))
     return 0
 
 
@@ -121,7 +189,7 @@ def store_summary(result: StoreResult) -> str:
 def _list(args: argparse.Namespace) -> int:
     async def go(m: MemoryBackend) -> Any:
         return await m.call(ops.list_memories, check.owner_id(args.owner), args.limit,
-                            args.offset)
+                            args.offset, filter=json_value(args.filter, "--filter"))
 
     memories = with_memory(args, go)
     lines = [f"{len(memories)} memory(ies) of {args.owner}"]

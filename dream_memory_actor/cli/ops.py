@@ -18,10 +18,12 @@ from .. import validation as check
 from ..engine import operations as ops
 from ..engine.doors import MemoryBackend
 from ..errors import DreamMemoryError
+from ..validation.l2 import metadata_filter
 from .common import (
     default_by,
     emit,
     json_option,
+    json_value,
     memory_options,
     resolve,
     with_memory,
@@ -59,6 +61,9 @@ def register(sub: Subparsers) -> None:
     search = sub.add_parser("search", parents=parents, help="search an owner's memories")
     search.add_argument("query")
     search.add_argument("--limit", type=int, default=10, help="how many hits (default 10)")
+    search.add_argument("--filter", default=None, metavar="JSON",
+                        help='keep memories whose metadata has these values, e.g. '
+                             '{"agent": "deploy"}')
     search.set_defaults(run=_search)
 
     p = sub.add_parser("doctor", parents=[json_option()],
@@ -152,8 +157,9 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
+    where = metadata_filter(json_value(args.filter, "--filter"))
     hits = with_memory(args, lambda m: m.search(check.owner_ids(args.owner), args.query,
-                                                check.limit(args.limit)))
+                                                check.limit(args.limit), where))
     lines = [f"{len(hits)} hit(s) for {args.query!r}"]
     for h in hits:
         vec = "n/a" if h.vector_score is None else f"{h.vector_score:.3f}"

@@ -9,9 +9,9 @@ import pytest
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.engine.portability import export_owner, import_owner
 from dream_memory_actor.errors import InvalidContent, InvalidImport, InvalidOwnerId, OwnerNotEmpty
 from dream_memory_actor.models import MemoryPendingItem, utcnow
-from dream_memory_actor.engine.portability import export_owner, import_owner
 from dream_memory_actor.storage.ops import AddPending, SetStatus
 from tests.conftest import BACKENDS, DIM, make_stores
 
