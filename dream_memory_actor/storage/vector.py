@@ -266,7 +266,7 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
                 raise InvalidImport(f"memory version {v.id!r} has an id that is not a UUID"
                                     ) from None
             check.content(v.content, self.max_content_bytes)
-            check.metadata(v.metadata, self.limits)
+            check.stored_metadata(v.metadata, self.limits)
 
     def check_restore(self, owner: str,
                       items: Sequence[tuple[VectorMemory, Sequence[float] | None]]
@@ -290,7 +290,7 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
                 raise InvalidImport(f"memory id {mem.id!r} appears twice")
             seen.add(mem.id)
             text = check.content(mem.content, self.max_content_bytes)
-            meta = check.metadata(mem.metadata, self.limits)
+            meta = check.stored_metadata(mem.metadata, self.limits)
             vec = self._check_embedding(emb)
             checked.append((mem.model_copy(update={"content": text, "metadata": meta,
                                                    "has_embedding": vec is not None}), vec))

@@ -14,6 +14,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -143,6 +144,38 @@ def metadata(value: object, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
                               f"{limits.metadata_bytes} bytes")
     result: dict[str, Any] = json.loads(encoded)
     return result
+
+
+def stored_metadata(value: object, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """Check a stored memory's metadata, as an export carries it: what ``metadata``
+    accepts, plus the merge records a merge wrote (``merged_from``: earlier contents,
+    within ``limits.merge_history`` items and ``limits.merge_history_bytes``;
+    ``merged_at``: an ISO 8601 time with its offset; ``merge_count``: a count >= 1)."""
+    if not isinstance(value, Mapping):
+        return metadata(value, limits)
+    own = metadata({k: v for k, v in value.items() if k not in RESERVED_METADATA_KEYS},
+                   limits)
+    records = {k: value[k] for k in RESERVED_METADATA_KEYS if k in value}
+    history = records.get("merged_from", [])
+    if (not isinstance(history, list) or not all(isinstance(h, str) for h in history)
+            or len(history) > limits.merge_history
+            or sum(len(h.encode("utf-8")) for h in history) > limits.merge_history_bytes):
+        raise InvalidMetadata("merged_from must be a list of earlier contents within the "
+                              "merge history limits")
+    at = records.get("merged_at")
+    if at is not None:
+        try:
+            parsed = datetime.fromisoformat(at) if isinstance(at, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None or parsed.tzinfo is None:
+            raise InvalidMetadata(f"merged_at must be an ISO 8601 time with its offset, "
+                                  f"got {at!r}")
+    count = records.get("merge_count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                              or count < 1):
+        raise InvalidMetadata(f"merge_count must be a whole number >= 1, got {count!r}")
+    return {**own, **records}
 
 
 def _depth(value: object) -> None:

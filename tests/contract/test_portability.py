@@ -10,7 +10,13 @@ import pytest
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.engine import MemoryEngine
 from dream_memory_actor.engine.portability import export_owner, import_owner
-from dream_memory_actor.errors import InvalidContent, InvalidImport, InvalidOwnerId, OwnerNotEmpty
+from dream_memory_actor.errors import (
+    InvalidContent,
+    InvalidImport,
+    InvalidMetadata,
+    InvalidOwnerId,
+    OwnerNotEmpty,
+)
 from dream_memory_actor.models import MemoryPendingItem, utcnow
 from dream_memory_actor.storage.ops import AddPending, SetStatus
 from tests.conftest import BACKENDS, DIM, make_stores
@@ -177,3 +183,52 @@ async def test_import_re_embeds_for_another_model(stores) -> None:  # type: igno
     await import_owner(dest, lines)
     dumped = await target.vector.dump(OWNER)
     assert [e for _, e in dumped] == [vec(7)] * 4
+
+
+@pytest.mark.parametrize("target", BACKENDS)
+async def test_merged_memories_move_with_their_merge_records(
+        stores, request: pytest.FixtureRequest, target: str) -> None:  # type: ignore[no-untyped-def]
+    """Dedup merges most real owners' memories: a merge's records (merged_from, merged_at,
+    merge_count) are the memory's data and come along, not refused as reserved keys."""
+    source = engine_on(stores)
+    v = source.vector
+    await v.store(OWNER, "we deploy with helm", embedding=vec(5), metadata={"agent": "ops"})
+    again = await v.store(OWNER, "We deploy with helm.", embedding=vec(5))
+    twice = await v.store(OWNER, "We deploy with helm.", embedding=vec(5))
+    assert again.merged and twice.merged
+    merged = await v.get(OWNER, again.memory.id)
+    assert merged.metadata["merge_count"] == 2 and merged.metadata["agent"] == "ops"
+    lines = await export_owner(source, OWNER)
+    other = await make_stores(target, request)
+    try:
+        dest = engine_on(other)
+        counts = await import_owner(dest, lines)
+        assert counts["memory"] == 1
+        moved = await dest.vector.get(OWNER, merged.id)
+        assert moved.content == merged.content and moved.metadata == merged.metadata
+        assert ([x.content for x in await dest.vector.memory_history(OWNER, merged.id)]
+                == [x.content for x in await v.memory_history(OWNER, merged.id)])
+    finally:
+        await other.structured.close()
+        await other.vector.close()
+
+
+@pytest.mark.parametrize("forged", [
+    {"merge_count": 0}, {"merge_count": "2"}, {"merge_count": True},
+    {"merged_at": "yesterday"}, {"merged_at": "2026-01-01T00:00:00"},
+    {"merged_from": "not a list"}, {"merged_from": [1, 2]}, {"merged_from": ["x" * 70_000]}])
+async def test_forged_merge_records_are_refused(forged: dict[str, object]) -> None:
+    source = await MemoryEngine.open(MemorySettings(backend="memory"))
+    dest = await MemoryEngine.open(MemorySettings(backend="memory"))
+    try:
+        await source.store(OWNER, "we deploy with helm")
+        assert (await source.store(OWNER, "we deploy with helm")).merged
+        doc = [json.loads(line) for line in await export_owner(source, OWNER)]
+        mem = next(r for r in doc if r["type"] == "memory")
+        mem["item"]["metadata"] = {**mem["item"]["metadata"], **forged}
+        with pytest.raises(InvalidMetadata):
+            await import_owner(dest, [json.dumps(r) for r in doc])
+        assert await dest.vector.count(OWNER) == 0
+    finally:
+        await source.close()
+        await dest.close()
