@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .. import validation as check
 from ..errors import InvalidImport, OwnerNotEmpty
@@ -174,6 +174,24 @@ def _header(rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
+def _naive_time(value: Any, path: str = "") -> str | None:
+    """The path of the first time in ``value`` (a model, its models and lists) without a
+    UTC offset, or ``None``."""
+    if isinstance(value, datetime):
+        return path if value.tzinfo is None else None
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            found = _naive_time(getattr(value, name), f"{path}.{name}" if path else name)
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _naive_time(v, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
 def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
     kind = rec["type"]
     if rec.get("owner") != owner:
@@ -187,6 +205,8 @@ def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
             raise InvalidImport(f"line {n}: invalid expires_at") from None
         if not isinstance(rec.get("key"), str) or not isinstance(rec.get("value"), str):
             raise InvalidImport(f"line {n}: a status record needs a key and a value")
+        if at is not None and at.tzinfo is None:
+            raise InvalidImport(f"line {n}: expires_at has no UTC offset")
         return {"type": kind, "key": rec["key"], "value": rec["value"], "expires_at": at}
     model = _ITEMS.get(kind)
     if model is None:
@@ -195,6 +215,10 @@ def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
         item = model.model_validate(rec.get("item"))
     except ValidationError as exc:
         raise InvalidImport(f"line {n}: invalid {kind}: {exc.errors()[0]['msg']}") from None
+    naive = _naive_time(item)
+    if naive is not None:
+        raise InvalidImport(f"line {n}: {kind} {naive} has no UTC offset: every time of a "
+                            "document says which zone it is in")
     out = {"type": kind, "item": item}
     if kind in ("memory", "memory_version") and item.owner != owner:
         raise InvalidImport(f"line {n}: a {kind} of owner {item.owner!r}")

@@ -232,3 +232,28 @@ async def test_forged_merge_records_are_refused(forged: dict[str, object]) -> No
     finally:
         await source.close()
         await dest.close()
+
+
+@pytest.mark.parametrize("where", ["memory", "rule", "status"])
+async def test_times_without_an_offset_are_refused(where: str) -> None:
+    """A time without its zone would be read as local or compared with aware ones
+    (a TypeError later, in every snapshot(as_of=...)): refused, nothing written."""
+    source = await MemoryEngine.open(MemorySettings(backend="memory"))
+    dest = await MemoryEngine.open(MemorySettings(backend="memory"))
+    try:
+        await source.store(OWNER, "we deploy with helm")
+        await source.structured.add_rule(OWNER, "Reply in Chinese")
+        await source.apply(OWNER, [SetStatus("sprint", "42", ttl_s=3600)])
+        doc = [json.loads(line) for line in await export_owner(source, OWNER)]
+        rec = next(r for r in doc if r["type"] == where)
+        if where == "status":
+            rec["expires_at"] = rec["expires_at"][:19]
+        else:
+            rec["item"]["created_at"] = rec["item"]["created_at"][:19]
+        with pytest.raises(InvalidImport, match="UTC offset"):
+            await import_owner(dest, [json.dumps(r) for r in doc])
+        assert (await dest.snapshot(OWNER)).version == 0
+        assert await dest.vector.count(OWNER) == 0
+    finally:
+        await source.close()
+        await dest.close()
