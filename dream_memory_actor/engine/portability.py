@@ -158,7 +158,33 @@ def parse(lines: Iterable[str | bytes]) -> _Document:
     if end.get("counts") != dict(sorted(counts.items())):
         raise InvalidImport(f"the end record counts {end.get('counts')!r}, the document "
                             f"holds {counts!r}: it is incomplete")
+    _unique_ids(records)
     return _Document(header, records)
+
+
+#: Record kinds whose ids share one space: a rule, a fact and a rule's or fact's closed
+#: version are all items of L1; each other kind is a space of its own.
+_ID_SPACES = {"rule": "item", "fact": "item", "version": "item", "pending": "pending",
+              "memory": "memory", "memory_version": "memory version"}
+
+
+def _unique_ids(records: list[dict[str, Any]]) -> None:
+    """Every id once in its space, and every closed version closed: a document that
+    would be imported as less than it says is refused, not silently shortened."""
+    seen: dict[tuple[str, str], str] = {}
+    for rec in records:
+        space = _ID_SPACES.get(rec["type"])
+        if space is None:
+            continue
+        item = rec["item"]
+        if rec["type"] == "version" and item.valid_to is None:
+            raise InvalidImport(f"version {item.id!r} of a {item.kind} is not closed "
+                                "(valid_to): the current one is its rule or fact record")
+        key = (space, item.id)
+        if key in seen:
+            raise InvalidImport(f"{space} id {item.id!r} appears twice in the document "
+                              f"(as {seen[key]} and {rec['type']})")
+        seen[key] = rec["type"]
 
 
 def _header(rec: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -254,6 +255,40 @@ async def test_times_without_an_offset_are_refused(where: str) -> None:
             await import_owner(dest, [json.dumps(r) for r in doc])
         assert (await dest.snapshot(OWNER)).version == 0
         assert await dest.vector.count(OWNER) == 0
+    finally:
+        await source.close()
+        await dest.close()
+
+
+@pytest.mark.parametrize("case", ["two rules", "a rule and a fact", "two pending",
+                                  "an open version"])
+async def test_a_document_is_not_imported_as_less_than_it_says(case: str) -> None:
+    source = await MemoryEngine.open(MemorySettings(backend="memory"))
+    dest = await MemoryEngine.open(MemorySettings(backend="memory"))
+    try:
+        s = source.structured
+        rule = await s.add_rule(OWNER, "Reply in Chinese")
+        await s.add_fact(OWNER, "The user is a Java developer")
+        await s.apply(OWNER, [AddPending(MemoryPendingItem(kind="fact", content="Likes tea",
+                                                           confidence=0.6))])
+        await s.supersede(OWNER, rule.id, "Reply in English", by="alice")
+        doc = [json.loads(line) for line in await export_owner(source, OWNER)]
+        first = {t: next(r for r in doc if r["type"] == t)
+                 for t in ("rule", "fact", "pending", "version")}
+        if case == "two rules":
+            doc.insert(2, {**first["rule"], "item": {**first["rule"]["item"],
+                                                     "content": "Reply in French"}})
+        elif case == "a rule and a fact":
+            first["fact"]["item"]["id"] = first["rule"]["item"]["id"]
+        elif case == "two pending":
+            doc.insert(2, json.loads(json.dumps(first["pending"])))
+        else:
+            first["version"]["item"]["valid_to"] = None
+        end = doc[-1]
+        end["counts"] = dict(Counter(r["type"] for r in doc[1:-1]))
+        with pytest.raises(InvalidImport):
+            await import_owner(dest, [json.dumps(r) for r in doc])
+        assert (await dest.snapshot(OWNER)).version == 0
     finally:
         await source.close()
         await dest.close()
