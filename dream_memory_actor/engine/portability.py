@@ -300,6 +300,8 @@ async def _embeddings(engine: Stores, doc: _Document) -> list[list[float] | None
     made them, made again when it uses another, none without an embedder."""
     mems = doc.items("memory")
     given = [r.get("embedding") for r in doc.records if r["type"] == "memory"]
+    if engine.vector.dim is None:  # a keyword-only store: the vectors are not kept
+        return [None] * len(mems)
     if doc.header.get("embedding_model") == _model(engine):
         dim = engine.vector.dim
         for mem, emb in zip(mems, given, strict=True):

@@ -292,3 +292,18 @@ async def test_a_document_is_not_imported_as_less_than_it_says(case: str) -> Non
     finally:
         await source.close()
         await dest.close()
+
+
+async def test_a_keyword_only_store_imports_a_document_with_vectors(stores) -> None:  # type: ignore[no-untyped-def]
+    source = engine_on(stores)
+    await source.vector.store(OWNER, "went live on Kubernetes with helm", embedding=vec(1))
+    lines = await export_owner(source, OWNER)
+    assert json.loads(lines[1]).get("embedding") is not None
+    dest = await MemoryEngine.open(MemorySettings(backend="memory"))  # no embedder, no dim
+    try:
+        assert (await import_owner(dest, lines))["memory"] == 1
+        hits = await dest.search(OWNER, "kubernetes helm")
+        assert [h.memory.content for h in hits] == ["went live on Kubernetes with helm"]
+        assert hits[0].vector_score is None
+    finally:
+        await dest.close()
