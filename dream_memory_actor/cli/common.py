@@ -13,6 +13,7 @@ import asyncio
 import getpass
 import json
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -146,3 +147,22 @@ def json_value(text: str | None, option: str, error: type[InvalidInput] = Invali
         return json.loads(text)
     except ValueError as exc:
         raise error(f"{option} is not JSON: {exc}") from None
+
+
+async def current_id(m: MemoryBackend, owner: str, prefix: str,
+                     kinds: tuple[str, ...] = ("rule", "fact", "memory")) -> str:
+    """The id of ``owner``'s current item of ``kinds`` that starts with ``prefix``;
+    ``prefix`` itself when it is a whole id (nothing read) or when none does (an id of
+    an earlier version, or one the command then reports as not found)."""
+    if _whole_id(prefix):
+        return prefix
+    found = {i: k for i, k in (await item_kinds(m, owner, memories="memory" in kinds)).items()
+             if k in kinds}
+    return resolve(prefix, found, "memory" if kinds == ("memory",) else "item") or prefix
+
+
+def _whole_id(value: str) -> bool:
+    try:
+        return str(uuid.UUID(value)) == value
+    except ValueError:
+        return False

@@ -20,7 +20,7 @@ from .. import validation as check
 from ..engine import operations as ops
 from ..engine.doors import MemoryBackend
 from ..errors import InvalidQuery
-from .common import default_by, emit, item_kinds, memory_options, resolve, with_memory
+from .common import current_id, default_by, emit, memory_options, with_memory
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -55,17 +55,10 @@ def parse_time(text: str) -> datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
 
 
-async def current_id(m: MemoryBackend, owner: str, prefix: str, *, memories: bool) -> str:
-    """The current rule or fact id (and, with ``memories``, semantic memory id) of
-    ``owner`` that starts with ``prefix``; ``prefix`` itself when none does (an id of an
-    earlier version, or one the command then reports as not found)."""
-    return resolve(prefix, await item_kinds(m, owner, memories=memories), "item") or prefix
-
-
 def _supersede(args: argparse.Namespace) -> int:
     async def go(m: MemoryBackend) -> Any:
         owner = check.owner_id(args.owner)
-        item_id = await current_id(m, owner, args.item_id, memories=True)
+        item_id = await current_id(m, owner, args.item_id)
         return await m.supersede(owner, item_id, args.content, args.by, args.reason)
 
     item = with_memory(args, go)
@@ -91,7 +84,7 @@ def _history(args: argparse.Namespace) -> int:
         return 0
     async def chain_of(m: MemoryBackend) -> Any:
         owner = check.owner_id(args.owner)
-        item_id = await current_id(m, owner, args.item_id, memories=False)
+        item_id = await current_id(m, owner, args.item_id, ("rule", "fact"))
         return await m.call(ops.history, owner, item_id)
 
     chain = with_memory(args, chain_of)

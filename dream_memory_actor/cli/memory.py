@@ -30,7 +30,7 @@ from ..storage.ops import (
     added,
 )
 from ..validation import l1 as check_l1
-from .common import emit, item_kinds, json_value, memory_options, resolve, with_memory
+from .common import current_id, emit, item_kinds, json_value, memory_options, resolve, with_memory
 
 if TYPE_CHECKING:
     from ..models import StoreResult
@@ -141,17 +141,12 @@ def _store_many(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _resolve_memory(m: MemoryBackend, owner: str, prefix: str) -> str:
-    kinds = {i: k for i, k in (await item_kinds(m, owner)).items() if k == "memory"}
-    return resolve(prefix, kinds, "memory") or prefix
-
-
 def _update(args: argparse.Namespace) -> int:
     meta = json_value(args.metadata, "--metadata", InvalidMetadata)
 
     async def go(m: MemoryBackend) -> Any:
         owner = check.owner_id(args.owner)
-        memory_id = await _resolve_memory(m, owner, args.item_id)
+        memory_id = await current_id(m, owner, args.item_id, ("memory",))
         return await m.call(ops.update, owner, memory_id, args.content, meta)
 
     new = with_memory(args, go)
@@ -162,7 +157,7 @@ def _update(args: argparse.Namespace) -> int:
 def _memory_history(args: argparse.Namespace) -> int:
     async def go(m: MemoryBackend) -> Any:
         owner = check.owner_id(args.owner)
-        memory_id = await _resolve_memory(m, owner, args.item_id)
+        memory_id = await current_id(m, owner, args.item_id, ("memory",))
         return await m.call(ops.memory_history, owner, memory_id)
 
     versions = with_memory(args, go)

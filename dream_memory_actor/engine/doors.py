@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from ..config import MemorySettings
-from ..errors import InvalidImport
 from ..metrics import get_metrics
 from ..models import (
     MemoryFact,
@@ -47,8 +46,8 @@ class MemoryBackend(abc.ABC):
     @abc.abstractmethod
     async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
                       kwargs: Mapping[str, Any]) -> Any:
-        """Run the described operation ``op`` for ``owner`` (the arguments as its
-        signature takes them)."""
+        """Run the described operation ``op`` for ``owner``, its arguments as its
+        signature takes them, already checked (``call`` checks them)."""
 
     @abc.abstractmethod
     async def snapshot(self, owner: str) -> MemorySnapshot: ...
@@ -120,11 +119,7 @@ class LocalBackend(MemoryBackend):
             return await self.service.finish(owner, named["conversation"])
         if op is ops.flush_extractions:
             return 0  # nothing runs in the background here: every extraction is awaited
-        if op is ops.import_document:
-            from .portability import parse
-
-            if parse(named["lines"]).owner != owner:
-                raise InvalidImport(f"the document is not of owner {owner!r}")
+        if op is ops.import_document:  # the document's owner was checked by its rule
             return await self.engine.import_document(named["lines"])
         run = getattr(self.engine, op.name, None) or getattr(self.service, op.name)
         return await run(owner, **named)

@@ -309,6 +309,9 @@ def operation(serves: Serves, *, metric: str | None = None, name: str | None = N
 BATCH_ITEM_S = 0.25
 
 # -- L2: semantic memories ----------------------------------------------------------------
+#
+# A description's body never runs: only its signature and docstring are read (an
+# ``Operation`` is not callable). The engine method of the same name does the work.
 
 
 @operation("writer", metric="store")

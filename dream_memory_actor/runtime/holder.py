@@ -166,7 +166,7 @@ class OwnerHolder(abc.ABC):
         self._one_storage("import")
         async with self._use(owner) as mem:
             counts: dict[str, int] = await mem.exclusive(
-                lambda: self._l2.import_document(lines), replaces=True)
+                lambda: self._l2.import_document(owner, lines), replaces=True)
             return counts
 
     def _one_storage(self, what: str) -> None:
