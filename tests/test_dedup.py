@@ -55,6 +55,10 @@ BAND = Band(candidate=0.7, paraphrase=0.75)
     ("Mia is seven years old.", "Mia is 7 years old.", "duplicate"),
     ("Backups run every night at 2 am.", "Every night at 2 am the backups run.", "duplicate"),
     ("订单服务周四晚上上线。", "订单服务礼拜四晚上上线。", "duplicate"),
+    # 非常 ("very") and 没问题 ("fine") hold a negation character and negate nothing:
+    # no reversal, so no update of one by the other
+    ("用户非常喜欢吃辣。", "用户喜欢吃辣。", "distinct"),
+    ("测试没问题再发布。", "测试通过再发布。", "distinct"),
 ])
 def test_pairs_are_judged_by_what_differs(a: str, b: str, want: str) -> None:
     assert judge_pair(a, b, 0.95, BAND).outcome == want

@@ -65,6 +65,10 @@ CJK_FUNCTION = frozenset("的了着过吗呢吧啊呀嘛哦么是在都也就还
 NEGATIONS = frozenset({"not", "no", "never", "n't", "nor", "none", "nobody", "nothing",
                        "neither", "without", "anymore"})
 CJK_NEGATIONS = frozenset("不没别非未无勿莫")
+#: Chinese words that hold a negation character and negate nothing: 非常 is "very",
+#: 未来 "the future", 没问题 "fine". Each is one token, so its 非, 未 or 没 is no "not".
+CJK_UNNEGATED = ("没问题", "没关系", "非常", "未来", "不错", "不断", "不久", "不过", "不仅",
+                 "不管", "无论", "不少", "不然", "莫名")
 #: Prefixes that turn a word into its opposite: likes / dislikes, happy / unhappy.
 ANTONYM_PREFIXES = ("dis", "un", "in", "im", "non")
 
@@ -180,10 +184,16 @@ def _latin_token(raw: str, quoted: bool) -> Token:
 
 
 def _cjk_tokens(run: str, quoted: bool) -> list[Token]:
-    """One token per character; a run of numerals is one number (一百二十 is 120)."""
+    """One token per character; a run of numerals is one number (一百二十 is 120), and a
+    word of :data:`CJK_UNNEGATED` one word."""
     out: list[Token] = []
     i = 0
     while i < len(run):
+        word = next((w for w in CJK_UNNEGATED if run.startswith(w, i)), None)
+        if word is not None:
+            out.append(Token(word, word, cjk=True, quoted=quoted))
+            i += len(word)
+            continue
         m = _CJK_NUMERAL.match(run, i)
         if m is not None and not (m.group() in "万" or _word_numeral(run, i, m.end())):
             out.append(Token(m.group(), _cjk_number(m.group()), cjk=True, quoted=quoted))
