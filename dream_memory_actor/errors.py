@@ -156,6 +156,11 @@ class ConfigurationError(DreamMemoryError):
     """The settings cannot work (raised while loading or opening them)."""
 
 
+class EmbeddingModelMismatch(ConfigurationError):
+    """The store's memories were embedded with another model than the one configured:
+    their vectors and the new ones would be compared as if they were one scale."""
+
+
 class UnsupportedBackend(ConfigurationError):
     """The backend name is not one of the supported backends."""
 

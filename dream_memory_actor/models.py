@@ -328,3 +328,19 @@ class Tombstone(_Frozen):
     by: str
     at: datetime = Field(default_factory=utcnow)
     counts: dict[str, int] = Field(default_factory=dict)
+
+
+class EmbeddingModel(_Frozen):
+    """The model a store's memory vectors were made with, recorded with the data on the
+    first write of a vector: its name (``embedding_model``), dimension and calibration
+    (``Calibration.to_json``). Every process that opens the store embeds with it, so
+    no two models' cosines are ever compared as one scale."""
+
+    model: str
+    dim: int = Field(ge=1)
+    calibration: dict[str, Any] | None = None
+    recorded_at: datetime = Field(default_factory=utcnow)
+
+    def agrees(self, model: str, dim: int | None = None) -> bool:
+        """Whether a process configured with ``model`` (and ``dim``) embeds like this."""
+        return model == self.model and dim in (None, self.dim)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.storage.base import StructuredStore, VectorStore
 from tests.support.servers import embedded_postgres
 
@@ -76,11 +77,9 @@ class Stores:
     vector: VectorStore
 
 
-async def make_stores(backend: str, request: pytest.FixtureRequest, dim: int | None = DIM
-                      ) -> Stores:
-    """Stores of ``backend`` on fresh storage (a new schema, database or key prefix)."""
+def backend_settings(backend: str, request: pytest.FixtureRequest) -> MemorySettings:
+    """Settings of ``backend`` on fresh storage (a new schema, database or key prefix)."""
     from dream_memory_actor.config import MemorySettings
-    from dream_memory_actor.storage import open_stores
 
     if backend == "memory":
         settings = MemorySettings(backend="memory")
@@ -104,7 +103,15 @@ async def make_stores(backend: str, request: pytest.FixtureRequest, dim: int | N
         request.addfinalizer(lambda: drop_cluster_prefix(url, prefix))
     else:
         raise AssertionError(f"no fixture for backend {backend}")
-    structured, vector = await open_stores(settings, dim)
+    return settings
+
+
+async def make_stores(backend: str, request: pytest.FixtureRequest, dim: int | None = DIM
+                      ) -> Stores:
+    """Stores of ``backend`` on fresh storage (a new schema, database or key prefix)."""
+    from dream_memory_actor.storage import open_stores
+
+    structured, vector = await open_stores(backend_settings(backend, request), dim)
     await structured.setup()
     await vector.setup()
     return Stores(backend, structured, vector)

@@ -281,3 +281,46 @@ def test_help_names_the_program_as_typed_and_is_plain_text(
     out = capsys.readouterr().out
     assert out.startswith(f"usage: dream-memory {command} ")
     assert "``" not in out and "\n::" not in out  # no reStructuredText markup
+
+
+@pytest.mark.postgres
+def test_cli_embeds_with_the_model_recorded_with_the_data(
+        pg_env: MemorySettings, pg_dsn: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A store written with a model is searched with it by a CLI given none; a CLI
+    configured with another model is refused, naming both, and writes nothing."""
+    from dream_memory_actor import MemoryEngine
+    from tests.support.openai_server import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(embedding_dim=8) as api:
+        api_env = {"embedding_api_base": api.base_url, "embedding_api_key": "sk-test"}
+        base = {"backend": "postgres", "postgres_dsn": pg_dsn,
+                "postgres_schema": pg_env.postgres_schema}
+
+        async def write() -> None:
+            engine = await MemoryEngine.open(MemorySettings(
+                **base, embedding_model="openai/model-a", **api_env))
+            try:
+                await engine.store("alice", "went live on Kubernetes with helm")
+            finally:
+                await engine.close()
+
+        asyncio.run(write())
+        _env(monkeypatch, **base, **api_env)  # no model named
+        hits = _json(capsys, "search", "--owner", "alice", "went live on Kubernetes with helm")
+        assert isinstance(hits, list) and hits[0]["vector_score"] > 0.99
+        _env(monkeypatch, **base, **api_env, embedding_model="openai/model-b")
+        rc, _, err = _run(capsys, "store", "--owner", "alice", "deployed with helm")
+        assert rc != 0 and "openai/model-a" in err and "openai/model-b" in err
+        assert "Traceback" not in err
+        rc, out, _ = _run(capsys, "doctor", "--skip", "ray", "--skip", "packages", "--skip",
+                          "llm", "--json")
+        embedder = next(c for c in json.loads(out)["checks"] if c["name"] == "embedder")
+        assert rc == 1 and embedder["ok"] is False and "openai/model-a" in embedder["detail"]
+        _env(monkeypatch, **base, **api_env)
+        assert len(_json(capsys, "list", "--owner", "alice")) == 1
+        report = _json(capsys, "doctor", "--skip", "ray", "--skip", "packages", "--skip", "llm")
+        assert isinstance(report, dict)
+        embedder = next(c for c in report["checks"] if c["name"] == "embedder")
+        assert embedder["ok"] is True and "openai/model-a (the store's recorded model" in (
+            embedder["detail"])

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..config import MemorySettings
+from ..errors import ConfigurationError
 
 #: Extra -> the modules it installs (checked by ``doctor`` without importing them).
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -206,6 +207,17 @@ async def _check_redis(settings: MemorySettings, name: str = "redis") -> Check:
 
 
 async def _check_embedder(settings: MemorySettings) -> Check:
+    from ..engine.memory_engine import with_model
+    from ..storage import recorded_model
+
+    try:
+        recorded = await recorded_model(settings)
+    except Exception:
+        recorded = None
+    try:
+        settings = with_model(settings, recorded)
+    except ConfigurationError as exc:
+        return Check("embedder", False, str(exc))
     model = settings.embedding_model
     if not model:
         return Check("embedder", None, "no embedding_model: keyword + time search only "
@@ -221,8 +233,9 @@ async def _check_embedder(settings: MemorySettings) -> Check:
         vec = await embedder.embed_one("doctor")
     except Exception as exc:
         return Check("embedder", False, f"{model} not loadable: {type(exc).__name__}: {exc}")
-    return Check("embedder", True, f"{model} loaded and embedded a text (dimension {len(vec)}) "
-                                   f"in {time.perf_counter() - t0:.1f}s")
+    whose = "the store's recorded model, " if recorded is not None else ""
+    return Check("embedder", True, f"{model} ({whose}loaded) embedded a text (dimension "
+                                   f"{len(vec)}) in {time.perf_counter() - t0:.1f}s")
 
 
 def _check_llm(settings: MemorySettings) -> Check:

@@ -26,6 +26,7 @@ from ..metrics import get_metrics
 from ..models import (
     AuditAction,
     AuditEntry,
+    EmbeddingModel,
     MemoryFact,
     MemoryRule,
     MemorySnapshot,
@@ -37,10 +38,11 @@ from ..models import (
 )
 from ..rerank import Reranker, make_reranker, rerank_hits
 from ..scoring import Weights
-from ..storage import open_stores
+from ..storage import open_stores, recorded_model
 from ..storage.base import StructuredStore, VectorStore
 from ..storage.dedup import Ask, Band, Cuts
 from ..storage.ops import L1Op
+from ..storage.vector import model_mismatch
 from ..validation import limit as check_limit
 from ..validation import owner_id as check_owner
 from .erasure import forget_owner
@@ -63,6 +65,38 @@ def write_cuts(settings: MemorySettings, calibration: Calibration | None,
         return Band(_raw(calibration, cand, lang), _raw(calibration, para, lang))
 
     return Cuts(band("en"), band("zh"), settings.dedup_nearest, ask)
+
+
+def with_model(settings: MemorySettings, recorded: EmbeddingModel | None) -> MemorySettings:
+    """The settings to embed with in a store whose data records ``recorded``: its model
+    when the settings name none; the settings as they are when they name the same one,
+    or when nothing is recorded; ``EmbeddingModelMismatch`` when they name another."""
+    if recorded is None:
+        return settings
+    if settings.embedding_model is None:
+        return settings.model_copy(update={"embedding_model": recorded.model,
+                                           "embedding_dim": recorded.dim})
+    if not recorded.agrees(settings.embedding_model, settings.embedding_dim):
+        raise model_mismatch(recorded, settings.embedding_model)
+    return settings
+
+
+async def open_embedding(settings: MemorySettings) -> tuple[MemorySettings, CachedEmbedder | None]:
+    """The settings with the store's recorded model (:func:`with_model`) and its embedder,
+    so every door that opens one store embeds with the model its data was made with."""
+    settings = with_model(settings, await recorded_model(settings))
+    return settings, await open_embedder(settings)
+
+
+def embedding_model(settings: MemorySettings, embedder: CachedEmbedder | None
+                    ) -> EmbeddingModel | None:
+    """What a store written by this engine records (``None``: no embedder, or one the
+    settings do not name, whose vectors are the caller's own)."""
+    if embedder is None or settings.embedding_model is None:
+        return None
+    calibration = embedder.calibration
+    return EmbeddingModel(model=settings.embedding_model, dim=embedder.dim,
+                          calibration=None if calibration is None else calibration.to_json())
 
 
 def judge_model(settings: MemorySettings) -> Ask | None:
@@ -89,6 +123,7 @@ class MemoryEngine:
         self.structured = structured
         self.vector = vector
         self.embedder = embedder
+        vector.embedding_model = embedding_model(settings, embedder)
         calibration = embedder.calibration if embedder is not None else None
         #: The hybrid weights, with the embedder's query calibration for the vector signal.
         self.weights: Weights = settings.weights
@@ -109,8 +144,7 @@ class MemoryEngine:
     async def open(cls, settings: MemorySettings | None = None, *, setup: bool = True
                    ) -> MemoryEngine:
         """Open the configured stores and embedder; ``setup`` applies migrations."""
-        settings = settings or MemorySettings()
-        embedder = await open_embedder(settings)
+        settings, embedder = await open_embedding(settings or MemorySettings())
         structured, vector = await open_stores(settings, embedder.dim if embedder else None)
         if setup:
             await structured.setup()

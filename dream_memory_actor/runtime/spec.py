@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import MemorySettings
-from ..embedding import CachedEmbedder, Embedder, load_calibration, open_embedder
+from ..embedding import CachedEmbedder, Embedder, load_calibration
 from ..engine import MemoryEngine
+from ..engine.memory_engine import open_embedding
 from ..errors import ConfigurationError
 from ..limits import DEFAULT_LIMITS, Limits
 from ..models import new_id
@@ -118,7 +119,7 @@ async def open_index_engine(spec: SystemSpec, *, setup: bool) -> MemoryEngine:
         embedder = CachedEmbedder(spec.embedder_factory(), settings.embedding_cache_size,
                                   calibration=calibration)
     else:
-        embedder = await open_embedder(settings)
+        settings, embedder = await open_embedding(settings)
     structured, vector = await open_stores(settings, embedder.dim if embedder else None)
     if setup:
         await structured.setup()

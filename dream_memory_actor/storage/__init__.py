@@ -13,8 +13,9 @@ from .base import StructuredStore, VectorStore
 
 if TYPE_CHECKING:
     from ..config import MemorySettings
+    from ..models import EmbeddingModel
 
-__all__ = ["StructuredStore", "VectorStore", "open_stores"]
+__all__ = ["StructuredStore", "VectorStore", "open_stores", "recorded_model"]
 
 
 async def open_stores(
@@ -26,6 +27,17 @@ async def open_stores(
     for store in stores:
         store.limits = settings.limits
     return stores
+
+
+async def recorded_model(settings: MemorySettings) -> EmbeddingModel | None:
+    """The embedding model recorded with the configured store's data (``None``: none, or
+    a store not set up yet), read before the embedder is chosen."""
+    structured, vector = await _open(settings, None)
+    try:
+        return await vector.recorded_model()
+    finally:
+        await vector.close()
+        await structured.close()
 
 
 async def _open(settings: MemorySettings, embedding_dim: int | None

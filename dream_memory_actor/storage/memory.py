@@ -20,6 +20,7 @@ from ..history import HistoryLog, ItemVersion, StatusChange, trim_status
 from ..models import (
     AuditEntry,
     ChatMessage,
+    EmbeddingModel,
     MemorySnapshot,
     MemoryVersion,
     StoreResult,
@@ -151,6 +152,15 @@ class InMemoryVectorStore(VectorStore):
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._ops: dict[tuple[str, str], Any] = {}
         self._versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
+        self._model: EmbeddingModel | None = None
+
+    async def _recorded(self) -> EmbeddingModel | None:
+        return self._model
+
+    async def _record(self, model: EmbeddingModel) -> EmbeddingModel:
+        if self._model is None:
+            self._model = model
+        return self._model
 
     async def _store(self, owner: str, content: str, embedding: list[float] | None,
                      metadata: dict[str, Any], *, cuts: Cuts,

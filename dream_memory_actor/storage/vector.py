@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from .. import validation as check
-from ..errors import InvalidQuery, MemoryNotFound
-from ..models import MemoryVersion, SearchHit, StoreResult, VectorMemory, utcnow
+from ..errors import EmbeddingModelMismatch, InvalidQuery, MemoryNotFound
+from ..models import EmbeddingModel, MemoryVersion, SearchHit, StoreResult, VectorMemory, utcnow
 from ..scoring import (
     DEFAULT_WEIGHTS,
     Candidate,
@@ -44,6 +44,11 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
 
     #: Dimension of stored embeddings; ``None`` means keyword-only (no embedder).
     dim: int | None = None
+    #: The model this process embeds memories with (set by the engine that opened the
+    #: store); the first write of a vector records it with the data
+    #: (:meth:`recorded_model`). ``None``: vectors are given, and nothing is recorded.
+    embedding_model: EmbeddingModel | None = None
+    _model_recorded: bool = False
 
     # -- primitives a backend implements ------------------------------------------
 
@@ -73,6 +78,16 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         once, with its cosine. ``stats`` are those the weights came from. With
         ``where``, only memories whose metadata ``versions.matches`` it, chosen before
         the ``k`` cuts."""
+
+    @abstractmethod
+    async def _recorded(self) -> EmbeddingModel | None:
+        """The model recorded with this store's data, or ``None`` (none recorded, or a
+        store not set up yet)."""
+
+    @abstractmethod
+    async def _record(self, model: EmbeddingModel) -> EmbeddingModel:
+        """Record ``model`` unless one is recorded already (atomically: of two processes
+        recording at once, one wins); return the one recorded."""
 
     @abstractmethod
     async def _delete(self, owner: str, memory_id: str) -> bool:
@@ -112,6 +127,22 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
 
     # -- the public, validated API ------------------------------------------------
 
+    async def recorded_model(self) -> EmbeddingModel | None:
+        """The model this store's memory vectors were made with (``None``: none recorded;
+        the store is keyword-only until a process that embeds writes to it)."""
+        return await self._recorded()
+
+    async def _record_model(self, vectors: bool) -> None:
+        """Before a write of vectors: record this process's model with the data, or refuse
+        the write when another model was recorded first (``EmbeddingModelMismatch``)."""
+        mine = self.embedding_model
+        if not vectors or mine is None or self._model_recorded:
+            return
+        recorded = await self._record(mine)
+        if not recorded.agrees(mine.model, mine.dim):
+            raise model_mismatch(recorded, mine.model)
+        self._model_recorded = True
+
     async def store(
         self,
         owner: str,
@@ -141,6 +172,7 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         if embedding is None and embed is not None:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
+        await self._record_model(vec is not None)
         return await self._store(owner, text, vec, meta, cuts=check_cuts(threshold),
                                  now=now or utcnow(), op_id=op_id)
 
@@ -230,6 +262,7 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         if await self.count(owner):
             raise OwnerNotEmpty(f"owner {owner!r} has memories already; forget it first")
         if checked:
+            await self._record_model(any(v is not None for _, v in checked))
             await self._restore(owner, checked)
         return len(checked)
 
@@ -340,3 +373,14 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
             raise InvalidQuery("this store has no embedding dimension (keyword-only); "
                                "configure embedding_model to store embeddings")
         return check.embedding(embedding, self.dim)
+
+
+def model_mismatch(recorded: EmbeddingModel, configured: str) -> EmbeddingModelMismatch:
+    """The refusal to mix ``configured``'s vectors with those of the ``recorded`` model."""
+    return EmbeddingModelMismatch(
+        f"this store's memories are embedded with {recorded.model!r} ({recorded.dim} "
+        f"dimensions, recorded {recorded.recorded_at:%Y-%m-%d}), and this process is "
+        f"configured with {configured!r}; their cosines are not one scale. Leave "
+        f"embedding_model unset (DREAM_MEMORY_EMBEDDING_MODEL) to use the store's model, "
+        f"or move the owners to a store of {configured!r}: `dream-memory export`, then "
+        f"`dream-memory import` there, which re-embeds them")

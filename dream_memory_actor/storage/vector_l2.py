@@ -123,6 +123,10 @@ class VersionedL2(ABC):
         """One memory, or ``MemoryNotFound``."""
 
     @abstractmethod
+    async def _record_model(self, vectors: bool) -> None:
+        """Record the process's embedding model before a write of vectors (``VectorStore``)."""
+
+    @abstractmethod
     def _check_embedding(self, embedding: Sequence[float] | None) -> builtins.list[float] | None:
         """See ``VectorStore._check_embedding``."""
 
@@ -162,6 +166,7 @@ class VersionedL2(ABC):
             else [self._check_embedding(e) for e in embeddings]
         )
         checked = [(t, v, m) for (t, m), v in zip(batch, vecs, strict=True)]
+        await self._record_model(any(v is not None for v in vecs))
         return await self._store_many(
             owner, checked, cuts=cuts, now=now or utcnow(), op_id=op_id
         )
@@ -190,6 +195,7 @@ class VersionedL2(ABC):
         if embedding is None and embed is not None:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
+        await self._record_model(vec is not None)
         try:
             return await self._update(
                 owner, memory_id, text, vec, meta, now=now or utcnow(), op_id=op_id
@@ -227,6 +233,7 @@ class VersionedL2(ABC):
         if embedding is None and embed is not None:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
+        await self._record_model(vec is not None)
         try:
             return await self._supersede(
                 owner,

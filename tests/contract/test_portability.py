@@ -174,6 +174,7 @@ async def test_import_re_embeds_for_another_model(stores) -> None:  # type: igno
     class Embedder:
         hits = misses = 0
         calibration = None
+        dim = DIM
 
         async def embed(self, texts):  # type: ignore[no-untyped-def]
             return [vec(7) for _ in texts]
@@ -184,6 +185,8 @@ async def test_import_re_embeds_for_another_model(stores) -> None:  # type: igno
     await import_owner(dest, lines)
     dumped = await target.vector.dump(OWNER)
     assert [e for _, e in dumped] == [vec(7)] * 4
+    recorded = await target.vector.recorded_model()  # the vectors' model came with them
+    assert recorded is not None and (recorded.model, recorded.dim) == ("mine", DIM)
 
 
 @pytest.mark.parametrize("target", BACKENDS)

@@ -226,6 +226,16 @@ ALTER TABLE {s}.memory_versions DROP CONSTRAINT memory_versions_change_check;
 ALTER TABLE {s}.memory_versions ADD CONSTRAINT memory_versions_change_check
     CHECK (change IN ('update', 'supersede', 'merge'));
 """),
+    (10, "the embedding model recorded with the data", """
+-- One row: the model every memory vector of this schema was made with.
+CREATE TABLE {s}.embedding_model (
+    only_row    boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    model       text NOT NULL,
+    dim         integer NOT NULL,
+    calibration jsonb,
+    recorded_at timestamptz NOT NULL
+);
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

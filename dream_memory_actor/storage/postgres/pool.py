@@ -125,6 +125,22 @@ class PostgresBackend:
         async with self.connection() as conn, conn.transaction():
             yield conn
 
+    @asynccontextmanager
+    async def plain_connection(self) -> AsyncIterator[Any]:
+        """A connection of its own, without the pool's vector codec: for what is read
+        before ``setup`` may have created the extension (the recorded embedding model)."""
+        try:
+            conn = await asyncpg.connect(self.dsn)
+        except Exception as exc:
+            raise translate(exc) from exc
+        try:
+            yield conn
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
+                asyncio.TimeoutError) as exc:
+            raise translate(exc) from exc
+        finally:
+            await conn.close()
+
     async def setup(self) -> None:
         """Apply migrations once per backend object (both stores share it)."""
         if self._setup_done:

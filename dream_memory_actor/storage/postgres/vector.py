@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...errors import MemoryNotFound
-from ...models import MemoryVersion, StoreResult, VectorMemory
+from ...errors import MemoryNotFound, SchemaError
+from ...models import EmbeddingModel, MemoryVersion, StoreResult, VectorMemory
 from ...text import content_hash, fold
 from ..dedup import Cuts, Neighbour, decide, outcome_of
 from ..vector_l2 import BatchItem
@@ -81,6 +81,34 @@ class PostgresVectorStore(PostgresSearch):
         self.dim = backend.dim
         self._codepoint_order = None  # see PostgresSearch
         self._last_counts = None
+
+    # -- the embedding model ------------------------------------------------------------
+
+    async def _recorded(self) -> EmbeddingModel | None:
+        try:
+            async with self.backend.plain_connection() as conn:
+                row = await conn.fetchrow(
+                    f"SELECT model, dim, calibration, recorded_at FROM {self._s}.embedding_model")
+        except SchemaError:  # not set up yet: nothing is recorded
+            return None
+        if row is None:
+            return None
+        cal = row["calibration"]
+        return EmbeddingModel(model=row["model"], dim=row["dim"],
+                              calibration=None if cal is None else json.loads(cal),
+                              recorded_at=row["recorded_at"])
+
+    async def _record(self, model: EmbeddingModel) -> EmbeddingModel:
+        async with self.backend.connection() as conn:
+            await conn.execute(
+                f"""INSERT INTO {self._s}.embedding_model (model, dim, calibration, recorded_at)
+                VALUES ($1, $2, $3::jsonb, $4) ON CONFLICT (only_row) DO NOTHING""",
+                model.model, model.dim,
+                None if model.calibration is None else json.dumps(model.calibration),
+                model.recorded_at)
+        recorded = await self._recorded()
+        assert recorded is not None  # the row was there or was just inserted
+        return recorded
 
     # -- writes -----------------------------------------------------------------------
 

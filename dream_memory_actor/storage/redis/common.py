@@ -196,6 +196,10 @@ class Keys:
     def l2_doc(self, owner: str, memory_id: str) -> str:
         return self.l2_doc_prefix(owner) + memory_id
 
+    def embedding_model(self) -> str:
+        """The model the prefix's memory vectors were made with (JSON)."""
+        return f"{self.prefix}:embedding-model"
+
     def index(self, dim: int | None) -> str:
         return f"{self.prefix}:idx:v1:{dim or 0}"
 

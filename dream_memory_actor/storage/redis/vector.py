@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...errors import BackendError, MemoryNotFound
-from ...models import MemoryVersion, StoreResult, VectorMemory
+from ...models import EmbeddingModel, MemoryVersion, StoreResult, VectorMemory
 from ...scoring import cosine
 from ...text import content_hash, fold
 from ..base import VectorStore
@@ -162,6 +162,20 @@ class RedisVectorStore(RedisSearch, VectorStore):
                 await fts.create_index(self._r, self._keys, self.dim)
             self._module = module
         return self._module
+
+    # -- the embedding model ----------------------------------------------------------
+
+    async def _recorded(self) -> EmbeddingModel | None:
+        with translate("embedding model"):
+            raw = await self._r.get(self._keys.embedding_model())
+        return None if raw is None else EmbeddingModel.model_validate_json(raw)
+
+    async def _record(self, model: EmbeddingModel) -> EmbeddingModel:
+        with translate("embedding model"):
+            await self._r.set(self._keys.embedding_model(), model.model_dump_json(), nx=True)
+        recorded = await self._recorded()
+        assert recorded is not None  # the key was there or was just set
+        return recorded
 
     # -- rows ------------------------------------------------------------------------
 

@@ -1,0 +1,159 @@
+"""The embedding model is recorded with the data, on every backend: the first write of
+a vector records it, a process embedding with another model is refused before it
+writes, and an engine opened without a model embeds with the recorded one."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from pydantic import SecretStr
+
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.engine.memory_engine import with_model
+from dream_memory_actor.errors import EmbeddingModelMismatch
+from dream_memory_actor.models import EmbeddingModel, VectorMemory
+from dream_memory_actor.storage import open_stores
+from tests.conftest import BACKENDS, DIM, Stores, backend_settings
+from tests.support.openai_server import ScriptedOpenAIServer
+
+OWNER = "alice"
+MODEL_A = "openai/text-embedding-a"
+MODEL_B = "openai/text-embedding-b"
+
+
+def vec(i: int) -> list[float]:
+    return [1.0 if j == i else 0.0 for j in range(DIM)]
+
+
+#: The settings the ``stores`` of a test were opened with.
+SETTINGS = pytest.StashKey[MemorySettings]()
+
+
+@pytest.fixture(params=BACKENDS)
+async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
+    """Stores on fresh storage, as ``tests.conftest.stores``, their settings kept."""
+    settings = backend_settings(request.param, request)
+    request.node.stash[SETTINGS] = settings
+    structured, vector = await open_stores(settings, DIM)
+    await structured.setup()
+    await vector.setup()
+    try:
+        yield Stores(request.param, structured, vector)
+    finally:
+        await structured.close()
+        await vector.close()
+
+
+async def test_first_vector_write_records_the_model(stores: Stores) -> None:
+    v = stores.vector
+    assert await v.recorded_model() is None
+    await v.store(OWNER, "keyword only, no vector")  # no vector: nothing recorded
+    assert await v.recorded_model() is None
+    v.embedding_model = EmbeddingModel(model=MODEL_A, dim=DIM, calibration={"memory": [[0, 0]]})
+    await v.store(OWNER, "the staging cluster runs Kubernetes 1.29", embedding=vec(0))
+    got = await v.recorded_model()
+    assert got is not None and (got.model, got.dim) == (MODEL_A, DIM)
+    assert got.calibration == {"memory": [[0, 0]]}
+
+
+async def test_another_model_is_refused_before_it_writes(
+        stores: Stores, request: pytest.FixtureRequest) -> None:
+    if stores.backend == "memory":
+        pytest.skip("an in-memory store is not shared between processes")
+    first = stores.vector
+    first.embedding_model = EmbeddingModel(model=MODEL_A, dim=DIM)
+    await first.store(OWNER, "recorded by the first process", embedding=vec(0))
+    # a second process on the same storage, embedding with another model
+    structured, second = await open_stores(request.node.stash[SETTINGS], DIM)
+    try:
+        second.embedding_model = EmbeddingModel(model=MODEL_B, dim=DIM)
+        before = await second.count(OWNER)
+        writes = [
+            second.store(OWNER, "a vector of model b", embedding=vec(1)),
+            second.store_many(OWNER, ["b one", "b two"], embeddings=[vec(2), vec(3)]),
+        ]
+        for write in writes:
+            with pytest.raises(EmbeddingModelMismatch, match=f"{MODEL_A}.*{MODEL_B}"):
+                await write
+        assert await second.count(OWNER) == before == 1
+        # without a vector, the other process still writes (keyword-only memories)
+        await second.store(OWNER, "a memory with no vector")
+        assert await second.count(OWNER) == 2
+    finally:
+        await structured.close()
+        await second.close()
+
+
+async def test_restore_records_the_model(stores: Stores) -> None:
+    stores.vector.embedding_model = EmbeddingModel(model=MODEL_A, dim=DIM)
+    mem = VectorMemory(owner=OWNER, content="moved with its vector")
+    await stores.vector.restore(OWNER, [(mem, vec(4))])
+    got = await stores.vector.recorded_model()
+    assert got is not None and got.model == MODEL_A
+
+
+# -- which model a process embeds with ------------------------------------------------
+
+RECORDED = EmbeddingModel(model=MODEL_A, dim=DIM)
+
+
+def test_settings_without_a_model_take_the_recorded_one() -> None:
+    got = with_model(MemorySettings(backend="memory"), RECORDED)
+    assert (got.embedding_model, got.embedding_dim) == (MODEL_A, DIM)
+
+
+def test_settings_naming_the_recorded_model_or_none_recorded_stay() -> None:
+    same = MemorySettings(backend="memory", embedding_model=MODEL_A)
+    assert with_model(same, RECORDED) is same
+    other = MemorySettings(backend="memory", embedding_model=MODEL_B)
+    assert with_model(other, None) is other
+
+
+def test_settings_naming_another_model_are_refused_with_the_way_out() -> None:
+    with pytest.raises(EmbeddingModelMismatch) as err:
+        with_model(MemorySettings(backend="memory", embedding_model=MODEL_B), RECORDED)
+    text = str(err.value)
+    assert MODEL_A in text and MODEL_B in text and f"{DIM} dimensions" in text
+    assert "dream-memory export" in text and "dream-memory import" in text
+    with pytest.raises(EmbeddingModelMismatch):  # the same name with another dimension
+        with_model(MemorySettings(backend="memory", embedding_model=MODEL_A,
+                                  embedding_dim=DIM * 2), RECORDED)
+
+
+# -- engines opened on one store agree -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(embedding_dim=DIM) as s:
+        yield s
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b not in ("memory", "redis-cluster")])
+async def test_engines_on_one_store_embed_with_its_model(
+        backend: str, api: ScriptedOpenAIServer, request: pytest.FixtureRequest) -> None:
+    base = backend_settings(backend, request)
+
+    def with_embedder(model: str | None) -> MemorySettings:
+        return base.model_copy(update={
+            "embedding_model": model, "embedding_api_base": api.base_url,
+            "embedding_api_key": SecretStr("sk-test"), "embedding_dim": None})
+
+    writer = await MemoryEngine.open(with_embedder(MODEL_A))
+    try:
+        await writer.store(OWNER, "went live on Kubernetes with helm")
+    finally:
+        await writer.close()
+    # a door opened with no model (the CLI, MCP, the review page by default)
+    reader = await MemoryEngine.open(with_embedder(None))
+    try:
+        assert reader.settings.embedding_model == MODEL_A
+        assert reader.embedder is not None and reader.vector.dim == DIM
+        hits = await reader.search(OWNER, "went live on Kubernetes with helm")
+        assert hits and hits[0].vector_score > 0.99
+    finally:
+        await reader.close()
+    with pytest.raises(EmbeddingModelMismatch, match=MODEL_A):
+        await MemoryEngine.open(with_embedder(MODEL_B))
