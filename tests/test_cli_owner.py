@@ -46,6 +46,19 @@ def test_export_forget_import(monkeypatch: pytest.MonkeyPatch, pg_dsn: str, tmp_
     hits = _json(capsys, "search", "--owner", "alice", "Kubernetes helm")
     assert isinstance(hits, list) and hits[0]["memory"]["content"].startswith("went live")
 
+    # a copy under another owner, beside the original
+    copied = _json(capsys, "import", "--input", str(out_file), "--as", "alice-copy")
+    assert isinstance(copied, dict) and copied["owner"] == "alice-copy"
+    assert copied["counts"] == counts["counts"]
+    copy = _json(capsys, "snapshot", "--owner", "alice-copy")
+    assert isinstance(copy, dict)
+    for key in ("rules", "facts", "status", "pending"):
+        assert copy[key] == after[key], key
+    hits = _json(capsys, "search", "--owner", "alice-copy", "Kubernetes helm")
+    assert isinstance(hits, list) and hits[0]["memory"]["owner"] == "alice-copy"
+    rc, _, err = _run(capsys, "import", "--input", str(out_file), "--as", "bad owner!")
+    assert rc != 0 and err.startswith("error: ") and "owner" in err, err
+
     # a document that is not one: refused, nothing written
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type": "header", "format": "dream-memory-export", "version": 7}\n')

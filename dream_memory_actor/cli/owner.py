@@ -40,6 +40,9 @@ def register(sub: Subparsers) -> None:
     imp = sub.add_parser("import", parents=[json_option(), route.route_options()],
                          help="read an export file into its owner, which must be empty")
     imp.add_argument("--input", required=True, help="the file to read ('-': stdin)")
+    imp.add_argument("--as", dest="as_owner", metavar="OWNER", default=None,
+                     help="import as this owner instead of the document's own (a copy: "
+                          "its memories get new ids, so it can live beside the original)")
     imp.set_defaults(run=_import)
 
 
@@ -68,10 +71,12 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from ..engine.portability import parse
+    from ..engine.portability import parse, renamed
 
     raw = sys.stdin.read() if args.input == "-" else Path(args.input).read_text("utf-8")
     lines = raw.splitlines()
+    if args.as_owner is not None:
+        lines = renamed(lines, args.as_owner)
     owner = parse(lines).owner
     counts = with_memory(args, lambda memory: memory.call(ops.import_document, owner, lines))
     text = ", ".join(f"{n} {kind}" for kind, n in counts.items())

@@ -41,6 +41,7 @@ from ..models import (
     MemoryRule,
     MemoryVersion,
     VectorMemory,
+    new_id,
     utcnow,
 )
 from ..storage.memory import InMemoryStructuredStore
@@ -166,6 +167,50 @@ def parse(lines: Iterable[str | bytes]) -> _Document:
 #: version are all items of L1; each other kind is a space of its own.
 _ID_SPACES = {"rule": "item", "fact": "item", "version": "item", "pending": "pending",
               "memory": "memory", "memory_version": "memory version"}
+
+
+def renamed(lines: Iterable[str | bytes], owner: str) -> list[str]:
+    """The document of ``lines`` as the document of ``owner`` (``import --as``): every
+    record's owner is ``owner``, and its memories and their versions have new ids, so
+    the copy can live in the store beside the owner it was exported from (memory and
+    audit ids are unique in a store; rule, fact and pending ids are an owner's own and
+    stay).
+    The copy is then read and checked by :func:`import_owner` like any document;
+    ``InvalidImport`` here only for a line that is not a JSON record."""
+    check.owner_id(owner)
+    ids: dict[str, str] = {}
+
+    def new(old: Any) -> Any:
+        if not isinstance(old, str):
+            return old
+        return ids.setdefault(old, new_id())
+
+    out: list[str] = []
+    for n, raw in enumerate(lines, 1):
+        text = raw.decode("utf-8", "strict") if isinstance(raw, bytes) else raw
+        if not text.strip():
+            continue
+        try:
+            rec = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidImport(f"line {n} is not JSON: {exc}") from None
+        if not isinstance(rec, dict):
+            raise InvalidImport(f"line {n} is not a record (an object with a type)")
+        if "owner" in rec:
+            rec["owner"] = owner
+        item = rec.get("item")
+        if isinstance(item, dict):
+            if "owner" in item:
+                item["owner"] = owner
+            if rec.get("type") in ("memory", "audit"):
+                item["id"] = new(item.get("id"))
+            elif rec.get("type") == "memory_version":
+                item["id"] = new(item.get("id"))
+                item["memory_id"] = new(item.get("memory_id"))
+                if item.get("superseded_by") is not None:
+                    item["superseded_by"] = new(item["superseded_by"])
+        out.append(json.dumps(rec, ensure_ascii=False))
+    return out
 
 
 def _unique_ids(records: list[dict[str, Any]]) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.engine import MemoryEngine
-from dream_memory_actor.engine.portability import export_owner, import_owner
+from dream_memory_actor.engine.portability import export_owner, import_owner, renamed
 from dream_memory_actor.errors import (
     InvalidContent,
     InvalidImport,
@@ -310,3 +310,40 @@ async def test_a_keyword_only_store_imports_a_document_with_vectors(stores) -> N
         assert hits[0].vector_score is None
     finally:
         await dest.close()
+
+
+async def test_import_as_another_owner_beside_the_original(stores) -> None:  # type: ignore[no-untyped-def]
+    """``import --as``: the copy lands in the same store as its original (memory ids are
+    unique in a store, so its memories get new ones) with everything the original has."""
+    source = engine_on(stores)
+    await fill(source)
+    lines = await export_owner(source, OWNER)
+    copy = "porter-copy"
+    counts = await import_owner(source, renamed(lines, copy))
+    assert counts["memory"] == 4 and counts["rule"] == 3
+    a, b = await source.structured.load(OWNER), await source.structured.load(copy)
+    assert comparable(a) == comparable(b)
+    def decisions(entries):  # type: ignore[no-untyped-def]
+        return [e.model_dump(exclude={"id"}) for e in entries]
+
+    copied = await source.structured.audit(copy)
+    assert decisions(copied) == decisions(await source.structured.audit(OWNER)) != []
+    mine = await source.vector.list(OWNER)
+    theirs = await source.vector.list(copy)
+    assert [m.content for m in mine] == [m.content for m in theirs]
+    assert not {m.id for m in mine} & {m.id for m in theirs}
+    assert {m.owner for m in theirs} == {copy}
+    wed = next(m for m in theirs if "Wednesday" in m.content)
+    assert [x.content for x in await source.vector.memory_history(copy, wed.id)] == [
+        "the sprint ends on Friday", "the sprint ends on Thursday",
+        "the sprint ends on Wednesday"]
+    hits = await source.vector.search(copy, "Kubernetes helm deploy", embedding=vec(1))
+    assert hits and all(h.memory.owner == copy for h in hits)
+    # the original is untouched, and the copy is refused as a copy twice
+    assert await source.vector.list(OWNER) == mine
+    with pytest.raises(OwnerNotEmpty):
+        await import_owner(source, renamed(lines, copy))
+    with pytest.raises(InvalidOwnerId):
+        renamed(lines, "")
+    with pytest.raises(InvalidImport, match="line 2 is not JSON"):
+        renamed([lines[0], "{not json"], copy)
