@@ -48,6 +48,10 @@ def test_ray_cluster_yaml_passes_rays_preparation_and_schema() -> None:
     assert "pip install" in setup and "~/dream-memory-dist/dream_memory_actor-*.whl" in setup
     assert "dream-memory-actor[" not in setup and "dream_memory_actor[" not in setup
     assert prepared["worker_setup_commands"] == prepared["head_setup_commands"]
+    # into a virtual environment (PEP 668 refuses --user installs on current Debian and
+    # Ubuntu), with the default embedding model's extra
+    assert "--user" not in setup and "python3 -m venv ~/dream-memory-venv" in setup
+    assert "multilingual" in re.search(r"\[([a-z,]+)\]\"", setup).group(1)  # type: ignore[union-attr]
     head = " ".join(prepared["head_start_ray_commands"])
     assert "ray start --head" in head
     assert "dream_memory_actor.cli system start" in head  # starts the memory system
