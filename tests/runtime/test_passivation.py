@@ -64,7 +64,10 @@ def test_idle_owners_are_passivated_and_come_back(placement: str, ray_runtime: N
         h = s.owner("sleepy")
         h.set_status("state", "awake")
         deadline = time.monotonic() + 15
-        while s.stats()["live_owners"] and time.monotonic() < deadline:
+        # an owner leaves the live count when its drain starts, and its actor is killed
+        # once the drain ends: wait for both
+        while (s.stats()["live_owners"] or (placement == "dedicated" and owner_actors(s))
+               ) and time.monotonic() < deadline:
             time.sleep(0.2)
         stats = s.stats()
         assert stats["live_owners"] == 0 and stats["passivated"] >= 1
