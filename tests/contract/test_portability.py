@@ -347,3 +347,24 @@ async def test_import_as_another_owner_beside_the_original(stores) -> None:  # t
         renamed(lines, "")
     with pytest.raises(InvalidImport, match="line 2 is not JSON"):
         renamed([lines[0], "{not json"], copy)
+
+
+async def test_audit_entries_of_an_id_another_owner_holds_are_imported(stores) -> None:  # type: ignore[no-untyped-def]
+    """An audit id is its owner's own, as rule, fact and pending ids are: an imported
+    entry whose id another owner of the store holds is written, not dropped while the
+    import counts it."""
+    source = engine_on(stores)
+    await fill(source)
+    lines = await export_owner(source, OWNER)
+    audit_ids = {json.loads(line)["item"]["id"] for line in lines
+                 if json.loads(line)["type"] == "audit"}
+    copy = []
+    for line in renamed(lines, "porter-twin"):
+        rec = json.loads(line)
+        if rec["type"] == "audit":  # the original's id, as a hand-made document may have
+            rec["item"]["id"] = next(iter(audit_ids))
+        copy.append(json.dumps(rec))
+    counts = await import_owner(source, copy)
+    assert counts["audit"] == 1
+    assert [e.id for e in await source.structured.audit("porter-twin")] == list(audit_ids)
+    assert [e.id for e in await source.structured.audit(OWNER)] == list(audit_ids)

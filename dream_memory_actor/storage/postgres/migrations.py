@@ -236,6 +236,12 @@ CREATE TABLE {s}.embedding_model (
     recorded_at timestamptz NOT NULL
 );
 """),
+    (11, "audit ids scoped by owner", """
+-- As rule, fact and pending ids (5): an audit entry's id is its owner's own, so an
+-- imported entry is never dropped because another owner holds the same id.
+ALTER TABLE {s}.audit DROP CONSTRAINT audit_id_key,
+    ADD CONSTRAINT audit_owner_id_key UNIQUE (owner_id, id);
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL
