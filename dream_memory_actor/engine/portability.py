@@ -172,8 +172,8 @@ _ID_SPACES = {"rule": "item", "fact": "item", "version": "item", "pending": "pen
 def renamed(lines: Iterable[str | bytes], owner: str) -> list[str]:
     """The document of ``lines`` as the document of ``owner`` (``import --as``): every
     record's owner is ``owner``, and its memories and their versions have new ids, so
-    the copy can live in the store beside the owner it was exported from (memory and
-    audit ids are unique in a store; rule, fact and pending ids are an owner's own and
+    the copy can live in the store beside the owner it was exported from (memory ids
+    are unique in a store; rule, fact, pending and audit ids are an owner's own and
     stay).
     The copy is then read and checked by :func:`import_owner` like any document;
     ``InvalidImport`` here only for a line that is not a JSON record."""
@@ -202,7 +202,7 @@ def renamed(lines: Iterable[str | bytes], owner: str) -> list[str]:
         if isinstance(item, dict):
             if "owner" in item:
                 item["owner"] = owner
-            if rec.get("type") in ("memory", "audit"):
+            if rec.get("type") == "memory":
                 item["id"] = new(item.get("id"))
             elif rec.get("type") == "memory_version":
                 item["id"] = new(item.get("id"))
