@@ -212,7 +212,7 @@ async def _check_embedder(settings: MemorySettings) -> Check:
 
     try:
         recorded = await recorded_model(settings)
-    except Exception:
+    except Exception:  # an unreachable store: the backend check reports it
         recorded = None
     try:
         settings = with_model(settings, recorded)

@@ -125,25 +125,32 @@ class _Document:
         return [r["item"] for r in self.records if r["type"] == kind]
 
 
-def parse(lines: Iterable[str | bytes]) -> _Document:
-    """Read and check a document: format, version, every record's owner and shape."""
-    header: dict[str, Any] | None = None
-    records: list[dict[str, Any]] = []
-    end: dict[str, Any] | None = None
+def _json_records(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The records of a document's lines with their line numbers, blank lines skipped;
+    ``InvalidImport`` for a line too long, not JSON, or not an object with a type."""
     for n, raw in enumerate(lines, 1):
         if len(raw) > MAX_LINE_BYTES:
             raise InvalidImport(f"line {n} is longer than {MAX_LINE_BYTES} bytes")
         text = raw.decode("utf-8", "strict") if isinstance(raw, bytes) else raw
         if not text.strip():
             continue
-        if end is not None:
-            raise InvalidImport(f"line {n}: a record after the end record")
         try:
             rec = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InvalidImport(f"line {n} is not JSON: {exc}") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
             raise InvalidImport(f"line {n} is not a record (an object with a type)")
+        yield n, rec
+
+
+def parse(lines: Iterable[str | bytes]) -> _Document:
+    """Read and check a document: format, version, every record's owner and shape."""
+    header: dict[str, Any] | None = None
+    records: list[dict[str, Any]] = []
+    end: dict[str, Any] | None = None
+    for n, rec in _json_records(lines):
+        if end is not None:
+            raise InvalidImport(f"line {n}: a record after the end record")
         if header is None:
             header = _header(rec)
             continue
@@ -176,7 +183,7 @@ def renamed(lines: Iterable[str | bytes], owner: str) -> list[str]:
     are unique in a store; rule, fact, pending and audit ids are an owner's own and
     stay).
     The copy is then read and checked by :func:`import_owner` like any document;
-    ``InvalidImport`` here only for a line that is not a JSON record."""
+    ``InvalidImport`` here only for a line that is not a JSON record (``_json_records``)."""
     check.owner_id(owner)
     ids: dict[str, str] = {}
 
@@ -186,16 +193,7 @@ def renamed(lines: Iterable[str | bytes], owner: str) -> list[str]:
         return ids.setdefault(old, new_id())
 
     out: list[str] = []
-    for n, raw in enumerate(lines, 1):
-        text = raw.decode("utf-8", "strict") if isinstance(raw, bytes) else raw
-        if not text.strip():
-            continue
-        try:
-            rec = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InvalidImport(f"line {n} is not JSON: {exc}") from None
-        if not isinstance(rec, dict):
-            raise InvalidImport(f"line {n} is not a record (an object with a type)")
+    for _, rec in _json_records(lines):
         if "owner" in rec:
             rec["owner"] = owner
         item = rec.get("item")

@@ -157,10 +157,9 @@ class InMemoryVectorStore(VectorStore):
     async def _recorded(self) -> EmbeddingModel | None:
         return self._model
 
-    async def _record(self, model: EmbeddingModel) -> EmbeddingModel:
+    async def _record(self, model: EmbeddingModel) -> None:
         if self._model is None:
             self._model = model
-        return self._model
 
     async def _store(self, owner: str, content: str, embedding: list[float] | None,
                      metadata: dict[str, Any], *, cuts: Cuts,

@@ -85,9 +85,9 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         store not set up yet)."""
 
     @abstractmethod
-    async def _record(self, model: EmbeddingModel) -> EmbeddingModel:
+    async def _record(self, model: EmbeddingModel) -> None:
         """Record ``model`` unless one is recorded already (atomically: of two processes
-        recording at once, one wins); return the one recorded."""
+        recording at once, one wins)."""
 
     @abstractmethod
     async def _delete(self, owner: str, memory_id: str) -> bool:
@@ -138,7 +138,9 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         mine = self.embedding_model
         if not vectors or mine is None or self._model_recorded:
             return
-        recorded = await self._record(mine)
+        await self._record(mine)
+        recorded = await self._recorded()
+        assert recorded is not None  # recorded just now, or by another process before
         if not recorded.agrees(mine.model, mine.dim):
             raise model_mismatch(recorded, mine.model)
         self._model_recorded = True

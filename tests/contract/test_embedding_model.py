@@ -4,7 +4,7 @@ writes, and an engine opened without a model embeds with the recorded one."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 from pydantic import SecretStr
@@ -27,23 +27,8 @@ def vec(i: int) -> list[float]:
     return [1.0 if j == i else 0.0 for j in range(DIM)]
 
 
-#: The settings the ``stores`` of a test were opened with.
-SETTINGS = pytest.StashKey[MemorySettings]()
-
-
-@pytest.fixture(params=BACKENDS)
-async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
-    """Stores on fresh storage, as ``tests.conftest.stores``, their settings kept."""
-    settings = backend_settings(request.param, request)
-    request.node.stash[SETTINGS] = settings
-    structured, vector = await open_stores(settings, DIM)
-    await structured.setup()
-    await vector.setup()
-    try:
-        yield Stores(request.param, structured, vector)
-    finally:
-        await structured.close()
-        await vector.close()
+#: Backends whose storage a second process opens too (not the in-memory one).
+SHARED = [b for b in BACKENDS if b != "memory"]
 
 
 async def test_first_vector_write_records_the_model(stores: Stores) -> None:
@@ -58,15 +43,17 @@ async def test_first_vector_write_records_the_model(stores: Stores) -> None:
     assert got.calibration == {"memory": [[0, 0]]}
 
 
+@pytest.mark.parametrize("backend", SHARED)
 async def test_another_model_is_refused_before_it_writes(
-        stores: Stores, request: pytest.FixtureRequest) -> None:
-    if stores.backend == "memory":
-        pytest.skip("an in-memory store is not shared between processes")
-    first = stores.vector
+        backend: str, request: pytest.FixtureRequest) -> None:
+    settings = backend_settings(backend, request)
+    first_s, first = await open_stores(settings, DIM)
+    await first_s.setup()
+    await first.setup()
     first.embedding_model = EmbeddingModel(model=MODEL_A, dim=DIM)
     await first.store(OWNER, "recorded by the first process", embedding=vec(0))
     # a second process on the same storage, embedding with another model
-    structured, second = await open_stores(request.node.stash[SETTINGS], DIM)
+    structured, second = await open_stores(settings, DIM)
     try:
         second.embedding_model = EmbeddingModel(model=MODEL_B, dim=DIM)
         before = await second.count(OWNER)
@@ -82,8 +69,8 @@ async def test_another_model_is_refused_before_it_writes(
         await second.store(OWNER, "a memory with no vector")
         assert await second.count(OWNER) == 2
     finally:
-        await structured.close()
-        await second.close()
+        for store in (structured, second, first_s, first):
+            await store.close()
 
 
 async def test_restore_records_the_model(stores: Stores) -> None:

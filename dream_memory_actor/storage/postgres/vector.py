@@ -98,7 +98,7 @@ class PostgresVectorStore(PostgresSearch):
                               calibration=None if cal is None else json.loads(cal),
                               recorded_at=row["recorded_at"])
 
-    async def _record(self, model: EmbeddingModel) -> EmbeddingModel:
+    async def _record(self, model: EmbeddingModel) -> None:
         async with self.backend.connection() as conn:
             await conn.execute(
                 f"""INSERT INTO {self._s}.embedding_model (model, dim, calibration, recorded_at)
@@ -106,9 +106,6 @@ class PostgresVectorStore(PostgresSearch):
                 model.model, model.dim,
                 None if model.calibration is None else json.dumps(model.calibration),
                 model.recorded_at)
-        recorded = await self._recorded()
-        assert recorded is not None  # the row was there or was just inserted
-        return recorded
 
     # -- writes -----------------------------------------------------------------------
 

@@ -170,12 +170,9 @@ class RedisVectorStore(RedisSearch, VectorStore):
             raw = await self._r.get(self._keys.embedding_model())
         return None if raw is None else EmbeddingModel.model_validate_json(raw)
 
-    async def _record(self, model: EmbeddingModel) -> EmbeddingModel:
+    async def _record(self, model: EmbeddingModel) -> None:
         with translate("embedding model"):
             await self._r.set(self._keys.embedding_model(), model.model_dump_json(), nx=True)
-        recorded = await self._recorded()
-        assert recorded is not None  # the key was there or was just set
-        return recorded
 
     # -- rows ------------------------------------------------------------------------
 
