@@ -31,6 +31,7 @@ BENCHMARKS = {
     "capacity": "capacity",
     "embedding-speed": "embedding_speed",
     "dedup": "dedup",
+    "langgraph-conformance": "langgraph_conformance",
 }
 
 

@@ -145,3 +145,9 @@ def test_updated_item(stored: tuple[str, ...], new: str, replaced: str | None) -
 ])
 def test_look_alike_events_are_not_merged(stored: str, new: str, outcome: str) -> None:
     assert judge_pair(stored, new, 0.97, Band(0.70, 0.75)).outcome == outcome
+
+
+def test_cuts_off_judge_nothing_not_even_the_same_text() -> None:
+    same = Neighbour("m1", "The user deploys on Fridays", 1.0)
+    assert judge("The user deploys on Fridays", [same], Cuts.uniform(0.9)) is not None
+    assert judge("The user deploys on Fridays", [same], Cuts.off()) is None

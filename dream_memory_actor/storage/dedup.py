@@ -167,6 +167,14 @@ class Cuts:
         band = Band(threshold, threshold)
         return cls(band, band)
 
+    @classmethod
+    def off(cls) -> Cuts:
+        """No judgement: no memory is judged, not even one of the same text, so every
+        write is stored beside the others (records that are not memories to merge,
+        such as a LangGraph store's items)."""
+        band = Band(1.0, 1.0)
+        return cls(band, band, nearest=0)
+
     def band(self, text: str) -> Band:
         return self.cjk if any(is_cjk(c) for c in text) else self.latin
 
@@ -265,7 +273,9 @@ def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgemen
     first): a duplicate of the most similar duplicate, else an update of the most
     similar it updates, else distinct or unsure (of the most similar judged); ``None``
     when none is near enough to judge (below the candidate cut, and not the same text).
-    Only the first ``cuts.nearest`` neighbours are judged."""
+    Only the first ``cuts.nearest`` neighbours are judged (none: ``Cuts.off``)."""
+    if cuts.nearest == 0:
+        return None
     band = cuts.band(content)
     same = content_hash(content)
     judged = [

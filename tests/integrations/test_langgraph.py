@@ -10,22 +10,57 @@ import pytest
 
 pytest.importorskip("langgraph", reason="the langgraph extra is not installed")
 
+from langchain_core.embeddings import Embeddings
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore, InvalidNamespaceError
 from langgraph.store.memory import InMemoryStore
 
 from dream_memory_actor.config import MemorySettings
-from dream_memory_actor.errors import InvalidOwnerId
+from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.errors import EmbeddingModelMismatch, InvalidOwnerId
 from dream_memory_actor.integrations.langgraph import DreamMemoryStore
+from tests.conftest import BACKENDS, backend_settings
+
+#: The backends whose storage other doors share.
+SHARED = [b for b in BACKENDS if b != "memory"]
+
+
+def shared_settings(backend: str, request: pytest.FixtureRequest) -> MemorySettings:
+    """``backend_settings``, with the store's keyspace dropped after the test as well."""
+    settings = backend_settings(backend, request)
+    if backend.startswith("redis"):
+        from tests.support.redis_cluster import drop_cluster_prefix
+        from tests.support.redis_servers import drop_prefix
+
+        drop = drop_cluster_prefix if backend == "redis-cluster" else drop_prefix
+        keyspace = f"{settings.redis_prefix}_langgraph"
+        url = settings.redis_url.get_secret_value() if settings.redis_url else ""
+        request.addfinalizer(lambda: drop(url, keyspace))
+    return settings
 
 
 @pytest.fixture
 def store() -> Iterator[DreamMemoryStore]:
-    s = DreamMemoryStore(MemorySettings(backend="memory"), owners=["alice", "bob"])
+    s = DreamMemoryStore(MemorySettings(backend="memory"))
     try:
         yield s
     finally:
         s.close()
+
+
+class Letters(Embeddings):
+    """A LangGraph embedding of its own: letter counts, normalised (26 dimensions)."""
+
+    def _one(self, text: str) -> list[float]:
+        counts = [float(text.lower().count(chr(97 + i))) for i in range(26)]
+        norm = sum(c * c for c in counts) ** 0.5 or 1.0
+        return [c / norm for c in counts]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._one(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._one(text)
 
 
 def _same_calls(s: BaseStore) -> list[Any]:
@@ -85,6 +120,148 @@ def test_query_uses_the_hybrid_search(store: DreamMemoryStore) -> None:
     assert hits[0].score is not None and hits[0].score > 0
     assert all(h.namespace[0] == "alice" for h in hits)
     assert not store.search(("alice", "memories"), query="Kubernetes", filter={"x": 1})
+
+
+def test_a_second_put_of_the_same_value_keeps_the_item(store: DreamMemoryStore) -> None:
+    store.put(("alice",), "k", {"content": "same"})
+    store.put(("alice",), "k", {"content": "same"})
+    got = store.get(("alice",), "k")
+    assert got is not None and got.value == {"content": "same"}
+    assert len(store.search(("alice",))) == 1
+
+
+def test_one_key_and_value_in_nested_namespaces_are_three_items(store: DreamMemoryStore
+                                                                 ) -> None:
+    spaces = [("foo",), ("foo", "child"), ("foo", "child", "deep")]
+    for ns in spaces:
+        store.put(ns, "k", {"content": "one value"})
+    assert all(store.get(ns, "k") is not None for ns in spaces)
+    assert sorted(i.namespace for i in store.search(("foo",))) == sorted(spaces)
+    assert store.list_namespaces(prefix=("foo",)) == sorted(spaces)
+
+
+def test_index_false_stores_the_item_unembedded() -> None:
+    with DreamMemoryStore(MemorySettings(backend="memory"),
+                          index={"dims": 26, "embed": Letters()}) as s:
+        s.put(("docs",), "a", {"text": "banana bread"})
+        s.put(("docs",), "b", {"text": "banana bread"}, index=False)
+        hits = s.search(("docs",), query="banana")
+        assert [h.key for h in hits] == ["a", "b"]
+        assert hits[0].score is not None and hits[1].score is None
+
+
+def test_a_query_ranks_without_a_model_and_filters_nothing(store: DreamMemoryStore) -> None:
+    store.put(("alice", "cars"), "red", {"text": "a red car"})
+    store.put(("alice", "cars"), "blue", {"text": "a blue bicycle"})
+    hits = store.search(("alice",), query="vehicle")  # no word in common: all, unscored
+    assert sorted(h.key for h in hits) == ["blue", "red"]
+    assert all(h.score is None for h in hits)
+    hits = store.search(("alice",), query="red")
+    assert [h.key for h in hits] == ["red", "blue"]
+    assert hits[0].score is not None and hits[0].score > 0 and hits[1].score is None
+
+
+def test_langgraph_embeddings_score_by_the_cosine_of_the_best_field() -> None:
+    letters = Letters()
+    index = {"dims": 26, "embed": letters, "fields": ["title", "body"]}
+    with DreamMemoryStore(MemorySettings(backend="memory"), index=index) as s:
+        assert s.index_config is not None and s.index_config["dims"] == 26
+        s.put(("docs",), "a", {"title": "zzz", "body": "apple"})
+        s.put(("docs",), "b", {"title": "pear", "body": "qqq"})
+        hits = s.search(("docs",), query="apple")
+        assert [h.key for h in hits] == ["a", "b"]
+        best = sum(x * y for x, y in zip(letters.embed_query("apple"),
+                                         letters.embed_query("apple"), strict=True))
+        assert hits[0].score == pytest.approx(best, abs=1e-6)
+        assert hits[1].score == pytest.approx(sum(x * y for x, y in zip(
+            letters.embed_query("apple"), letters.embed_query("pear"), strict=True)), abs=1e-6)
+
+
+async def test_concurrent_first_calls_open_one_memory(monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    import asyncio
+
+    opened: list[object] = []
+    real = MemoryEngine.open.__func__  # type: ignore[attr-defined]
+
+    async def counting(cls: type[MemoryEngine], *a: Any, **k: Any) -> MemoryEngine:
+        await asyncio.sleep(0.05)
+        engine = await real(cls, *a, **k)
+        opened.append(engine)
+        return engine
+
+    monkeypatch.setattr(MemoryEngine, "open", classmethod(counting))
+    with DreamMemoryStore(MemorySettings(backend="memory")) as s:
+        await asyncio.gather(*(s.aput(("alice",), f"k{i}", {"n": i}) for i in range(10)))
+        assert len(await s.asearch(("alice",), limit=20)) == 10
+    assert len(opened) == 1
+
+
+@pytest.mark.parametrize("backend", SHARED)
+def test_items_are_apart_from_the_other_doors(backend: str, request: pytest.FixtureRequest
+                                              ) -> None:
+    import asyncio
+
+    settings = shared_settings(backend, request)
+    text = '{"content": "We deploy with helm"}'  # the text of the item below
+
+    async def other_door() -> list[str]:
+        engine = await MemoryEngine.open(settings)
+        try:
+            await engine.store("alice", text)
+            return [m.id for m in await engine.list("alice")]
+        finally:
+            await engine.close()
+
+    first = asyncio.run(other_door())
+    with DreamMemoryStore(settings) as s:
+        s.put(("alice",), "k", {"content": "We deploy with helm"})
+        s.delete(("alice",), "k")
+        assert s.get(("alice",), "k") is None
+    # the other door's memory was neither merged into nor erased by the store: storing
+    # its text again merges into that same memory
+    assert asyncio.run(other_door()) == first
+
+
+def test_records_that_are_not_items_are_passed_over(request: pytest.FixtureRequest) -> None:
+    import asyncio
+
+    settings = shared_settings("postgres", request)
+    with DreamMemoryStore(settings) as s:
+        s.put(("alice",), "k", {"content": "a real item"})
+
+        async def forge() -> None:  # records in the store's keyspace that are not items
+            engine = await MemoryEngine.open(s.settings)
+            try:
+                for meta in ({"lg": "junk", "lg:part": 0, "lg:id": "x"},
+                             {"lg": {"key": 1}, "lg:part": 0},
+                             {"lg:part": 0, "lg:0": "alice"}, {"langgraph": {"key": "k"}}):
+                    await engine.vector.store("items", "a real item, forged", metadata=meta,
+                                              threshold=1.0)
+            finally:
+                await engine.close()
+
+        asyncio.run(forge())
+        assert [i.key for i in s.search(("alice",))] == ["k"]
+        assert [i.key for i in s.search(("alice",), query="real item")] == ["k"]
+        assert s.list_namespaces() == [("alice",)]
+        got = s.get(("alice",), "k")
+        assert got is not None and got.value == {"content": "a real item"}
+
+
+@pytest.mark.parametrize("backend", SHARED)
+def test_the_keyspace_records_langgraphs_embeddings(backend: str,
+                                                    request: pytest.FixtureRequest) -> None:
+    settings = shared_settings(backend, request)
+    with DreamMemoryStore(settings, index={"dims": 26, "embed": Letters()}) as s:
+        s.put(("docs",), "a", {"text": "apple"})
+    with pytest.raises(EmbeddingModelMismatch), DreamMemoryStore(
+            settings, index={"dims": 26, "embed": lambda texts: [[1.0] * 26 for _ in texts]}
+    ) as other:
+        other.get(("docs",), "a")
+    with DreamMemoryStore(settings, index={"dims": 26, "embed": Letters()}) as again:
+        got = again.get(("docs",), "a")
+        assert got is not None and got.value == {"text": "apple"}
 
 
 def test_owner_label_and_refusals() -> None:
