@@ -304,10 +304,20 @@ def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
 
 async def import_owner(engine: Stores, lines: Iterable[str | bytes]) -> dict[str, int]:
     """Import a document into its owner, which must be empty; how many of each kind
-    were written. Nothing is written when the document or the owner is refused."""
+    were written. Nothing is written when the document or the owner is refused; the
+    writes are one unit of the owner (``StructuredStore.owner_unit``: on PostgreSQL one
+    transaction, so an import refused or killed at any record leaves the owner as it
+    was, and two imports of one owner take turns: the second finds it not empty)."""
     doc = parse(lines)
     owner = doc.owner
     embeddings = await _embeddings(engine, doc)
+    async with engine.structured.owner_unit(owner):
+        return await _import(engine, doc, embeddings)
+
+
+async def _import(engine: Stores, doc: _Document, embeddings: list[list[float] | None]
+                  ) -> dict[str, int]:
+    owner = doc.owner
     snap = await engine.structured.load(owner)
     if snap.version or await engine.vector.count(owner):
         raise OwnerNotEmpty(f"owner {owner!r} holds data already; forget it first")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import ClassVar
 
@@ -60,6 +61,13 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
     supports_ttl: ClassVar[bool] = True
     #: ``watch`` reports the L1 writes of every process on this storage (see ``changes``).
     supports_change_feed: ClassVar[bool] = False
+
+    def owner_unit(self, owner: str) -> AbstractAsyncContextManager[object]:
+        """A unit of work on ``owner`` across its layers (an import): where the backend
+        has one (PostgreSQL: one transaction holding the owner's L1 and L2 locks), what
+        the stores write inside it is committed together or not at all, and no other
+        write of the owner runs meanwhile; elsewhere the writes apply one by one."""
+        return nullcontext()
 
     async def watch(self, callback: ChangeCallback) -> Unwatch:
         """Call ``callback`` on this event loop with each L1 write committed on this

@@ -12,6 +12,7 @@ from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.engine import MemoryEngine
 from dream_memory_actor.engine.portability import export_owner, import_owner, renamed
 from dream_memory_actor.errors import (
+    BackendError,
     InvalidContent,
     InvalidImport,
     InvalidMetadata,
@@ -360,3 +361,75 @@ async def test_audit_entries_of_an_id_another_owner_holds_are_imported(stores) -
     assert counts["audit"] == 1
     assert [e.id for e in await source.structured.audit("porter-twin")] == list(audit_ids)
     assert [e.id for e in await source.structured.audit(OWNER)] == list(audit_ids)
+
+
+def _as_owner_keeping_ids(lines: list[str], owner: str) -> list[str]:
+    """The document as another owner's, every id kept (so its memory ids clash with the
+    original's in one store, where memory ids are unique)."""
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        if "owner" in rec:
+            rec["owner"] = owner
+        if isinstance(rec.get("item"), dict) and "owner" in rec["item"]:
+            rec["item"]["owner"] = owner
+        out.append(json.dumps(rec, ensure_ascii=False))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+async def test_an_import_refused_at_its_memories_writes_nothing(
+        backend: str, request: pytest.FixtureRequest) -> None:
+    """The memories are written last: when the store refuses them (here: ids another
+    owner holds), the rules, facts, status, pending items and audit written before them
+    are not kept either, and a retry finds the owner empty."""
+    stores = await make_stores(backend, request)
+    try:
+        source = engine_on(stores)
+        await fill(source)
+        lines = await export_owner(source, OWNER)
+        clash = _as_owner_keeping_ids(lines, "twin")
+        with pytest.raises(BackendError):  # the memory ids are taken
+            await import_owner(source, clash)
+        snap = await stores.structured.load("twin")
+        assert (snap.version, snap.rules, snap.facts, dict(snap.status), snap.pending) == (
+            0, (), (), {}, ())
+        assert await stores.structured.audit("twin") == []
+        assert await stores.vector.count("twin") == 0
+        counts = await import_owner(source, renamed(lines, "twin"))  # the retry
+        assert counts["memory"] == 4
+    finally:
+        await stores.structured.close()
+        await stores.vector.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+async def test_two_imports_of_one_owner_take_turns(backend: str,
+                                                  request: pytest.FixtureRequest) -> None:
+    """Two concurrent imports of one document: one writes it, the other finds the owner
+    not empty; the status history is the document's, not doubled."""
+    import asyncio
+
+    stores = await make_stores(backend, request)
+    try:
+        source = engine_on(stores)
+        await fill(source)
+        lines = renamed(await export_owner(source, OWNER), "twin")
+        load = stores.structured.load
+
+        async def slow_load(owner: str, **kw: object) -> object:  # both read it empty first
+            snap = await load(owner, **kw)
+            await asyncio.sleep(0.2)
+            return snap
+
+        stores.structured.load = slow_load  # type: ignore[method-assign]
+        done = await asyncio.gather(import_owner(source, lines), import_owner(source, lines),
+                                    return_exceptions=True)
+        assert sum(isinstance(d, dict) for d in done) == 1
+        assert sum(isinstance(d, OwnerNotEmpty) for d in done) == 1
+        assert (await stores.structured.status_history("twin", "project")
+                == await stores.structured.status_history(OWNER, "project"))
+        assert await stores.vector.count("twin") == 4
+    finally:
+        await stores.structured.close()
+        await stores.vector.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from ...errors import BackendError, BackendUnavailable, SchemaError, SystemClosed
@@ -68,6 +69,8 @@ class PostgresBackend:
         self.max_size = max_size
         self.ef_search = ef_search
         self.max_content_bytes = max_content_bytes
+        #: The connection of the :meth:`unit` the current task is in, if any.
+        self._unit: ContextVar[Any] = ContextVar(f"dream_memory_unit_{id(self)}", default=None)
         self._pool: Any = None
         self._pool_lock = asyncio.Lock()
         self._closed = False
@@ -111,7 +114,16 @@ class PostgresBackend:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
-        """A pooled connection; driver errors leave as the project's errors."""
+        """A pooled connection; driver errors leave as the project's errors. Inside a
+        :meth:`unit` of this task, the unit's connection."""
+        held = self._unit.get()
+        if held is not None:
+            try:
+                yield held
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
+                    asyncio.TimeoutError) as exc:
+                raise translate(exc) from exc
+            return
         pool = await self.pool()
         try:
             async with pool.acquire() as conn:
@@ -122,13 +134,32 @@ class PostgresBackend:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
+        """A transaction; inside a :meth:`unit`, a savepoint of the unit's."""
         async with self.connection() as conn, conn.transaction():
             yield conn
 
     @asynccontextmanager
+    async def unit(self) -> AsyncIterator[Any]:
+        """One transaction that every statement of this task joins until it ends (each
+        ``transaction`` inside it a savepoint): what is written inside is committed
+        together, or not at all when the block raises or the process dies. A unit is
+        one task's: nothing inside it may run statements concurrently."""
+        async with self.transaction() as conn:
+            token = self._unit.set(conn)
+            try:
+                yield conn
+            finally:
+                self._unit.reset(token)
+
+    @asynccontextmanager
     async def plain_connection(self) -> AsyncIterator[Any]:
         """A connection of its own, without the pool's vector codec: for what is read
-        before ``setup`` may have created the extension (the recorded embedding model)."""
+        before ``setup`` may have created the extension (the recorded embedding model).
+        Inside a :meth:`unit`, the unit's (set up, and it sees the unit's writes)."""
+        if self._unit.get() is not None:
+            async with self.connection() as conn:
+                yield conn
+            return
         try:
             conn = await asyncpg.connect(self.dsn)
         except Exception as exc:

@@ -8,7 +8,8 @@ without locking other owners.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -306,6 +307,16 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                            by=r["actor"], at=r["at"], written=r["written"],
                            item=MemoryPendingItem.model_validate_json(r["item"]))
                 for r in rows]
+
+    @asynccontextmanager
+    async def owner_unit(self, owner: str) -> AsyncIterator[object]:
+        """One transaction that the owner's writes of this task join, holding its L1 and
+        L2 locks in the order ``_forget`` takes them (see ``PostgresBackend.unit``)."""
+        async with self.backend.unit() as conn:
+            for layer in ("l1", "l2"):
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                                   _lock_key(self._s, layer, owner))
+            yield conn
 
     async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
                       ) -> Tombstone:
