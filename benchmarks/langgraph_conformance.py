@@ -95,7 +95,29 @@ def _settings():
         extra["postgres_schema"] = "lg_" + uuid.uuid4().hex[:12]
     if BACKEND == "redis":
         extra["redis_prefix"] = "lg" + uuid.uuid4().hex[:12]
+        extra["redis_url"] = os.environ["LG_REDIS_URL"]
     return MemorySettings(backend=BACKEND, embedding_model=None, **extra)
+
+
+def _drop(store):
+    """The keys of a Redis store's keyspace (the run leaves nothing behind)."""
+    if BACKEND != "redis" or STORE != "dream":
+        return
+    import redis
+
+    client = redis.Redis.from_url(os.environ["LG_REDIS_URL"])
+    try:
+        try:
+            for name in client.execute_command("FT._LIST"):
+                if name.decode().startswith(store.settings.redis_prefix + ":"):
+                    client.execute_command("FT.DROPINDEX", name)
+        except redis.exceptions.ResponseError:
+            pass
+        keys = list(client.scan_iter(match=store.settings.redis_prefix + ":*", count=1000))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i:i + 500])
+    finally:
+        client.close()
 
 
 def _index(index):
@@ -237,6 +259,7 @@ def _close_stores():
         close = getattr(store, "close", None)
         if close is not None:
             close()
+        _drop(store)
 
 
 def pytest_runtest_logreport(report):
@@ -256,6 +279,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a checkout of the langgraph repository, or its git directory")
     p.add_argument("--backend", default="memory", choices=("memory", "postgres", "redis"),
                    help="the backend DreamMemoryStore runs on (default: memory)")
+    p.add_argument("--redis-url", default=None,
+                   help="with --backend redis: the server (each store a prefix of its own, "
+                        "dropped after its test)")
     p.add_argument("--stores", default="inmemory,dream",
                    help="which stores to run, of inmemory,dream")
     p.add_argument("--suites", default=",".join(SUITES), help="which suites to run")
@@ -295,7 +321,8 @@ def _suite_dir(work: Path, root: Path, suite: str) -> Path:
 
 def _run_suite(base: Path, store: str, args: argparse.Namespace) -> dict[str, str]:
     out = base / f"{store}.jsonl"
-    env = {**os.environ, "LG_STORE": store, "LG_BACKEND": args.backend, "LG_OUT": str(out)}
+    env = {**os.environ, "LG_STORE": store, "LG_BACKEND": args.backend, "LG_OUT": str(out),
+           "LG_REDIS_URL": args.redis_url or ""}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
            str(base / "pytest.ini"), "--rootdir", str(base), str(base / "tests")]
     if args.keyword:
@@ -318,6 +345,8 @@ def _name(nodeid: str) -> str:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.backend == "redis" and not args.redis_url:
+        raise SystemExit("--backend redis needs --redis-url")
     root = Path(args.langgraph)
     stores = [s for s in args.stores.split(",") if s]
     result: dict[str, Any] = {"benchmark": "langgraph-conformance", "backend": args.backend,
@@ -338,7 +367,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 passed = sum(v == "passed" for v in outcomes.values())
                 result["suites"].setdefault(suite, {})[store] = {
                     "passed": passed, "of": len(outcomes),
-                    "seconds": round(time.perf_counter() - started, 1)}
+                    "seconds": round(time.perf_counter() - started, 1),
+                    "not_passed": sorted(k for k, v in outcomes.items() if v != "passed")}
                 totals[store]["passed"] += passed
                 totals[store]["of"] += len(outcomes)
             if {"inmemory", "dream"} <= set(runs):
