@@ -37,7 +37,7 @@ from dream_memory_actor.storage import open_stores
 from dream_memory_actor.storage.base import StructuredStore, VectorStore
 
 from .embed_cache import DiskCachedEmbedder
-from .locomo import Conversation, Turn
+from .locomo import Conversation, Turn, turn_texts
 from .progress import Progress
 from .stats import percentiles_ms
 
@@ -114,8 +114,9 @@ async def _open(settings: MemorySettings, dim: int) -> tuple[StructuredStore, Ve
 
 
 async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
-                        embedder: DiskCachedEmbedder) -> Corpus:
-    """Every turn through ``MemoryEngine.store`` with ``now=`` its session time."""
+                        embedder: DiskCachedEmbedder, context: str = "none") -> Corpus:
+    """Every turn through ``MemoryEngine.store`` with ``now=`` its session time; with a
+    ``context`` mode (``locomo.turn_texts``) its text, or the text embedded for it."""
     structured, vector = await _open(settings, embedder.dim)
     engine = MemoryEngine(settings, structured, vector, CachedEmbedder(embedder, 50_000))
     corpus = Corpus(vector, structured, settings, settings.dedup_threshold, "engine")
@@ -123,8 +124,9 @@ async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
     bar = Progress("ingest (engine)", sum(len(c.turns) for c in convs))
 
     async def one(conv: Conversation) -> None:
-        for t in conv.turns:
-            r = await engine.store(conv.owner, t.content, now=t.at,
+        for t, (text, embedded) in zip(conv.turns, turn_texts(conv, context), strict=True):
+            vec = None if embedded == text else (await embedder.embed([embedded]))[0]
+            r = await engine.store(conv.owner, text, now=t.at, embedding=vec,
                                    metadata={"dia_id": t.dia_id, "session": t.session})
             corpus.record(t, r)
             bar.advance()

@@ -102,6 +102,34 @@ class Turn:
         return f"{self.speaker}: {self.text}{tail}"
 
 
+#: How a turn is stored (``retrieval --context``): ``none``, the turn alone; ``text``,
+#: its context written into its text (both signals see it, and a hit returns it);
+#: ``embedded``, its context embedded with it while the memory's text, the keyword
+#: signal's and the hit's, stays the turn.
+CONTEXTS = ("none", "text", "embedded")
+
+
+def turn_context(conv: Conversation, i: int) -> str:
+    """What the conversation says around turn ``i`` that the turn itself does not: its
+    session's date and the session's previous turn (none for a session's first)."""
+    turn = conv.turns[i]
+    prev = conv.turns[i - 1] if i and conv.turns[i - 1].session == turn.session else None
+    date = f"{turn.at.day} {turn.at:%B %Y}"
+    return date if prev is None else f"{date}\n{prev.content}"
+
+
+def turn_texts(conv: Conversation, context: str) -> list[tuple[str, str]]:
+    """Each turn's stored text and the text embedded for it, by ``context`` mode."""
+    out = []
+    for i, t in enumerate(conv.turns):
+        if context == "none":
+            out.append((t.content, t.content))
+            continue
+        full = f"{turn_context(conv, i)}\n{t.content}"
+        out.append((full, full) if context == "text" else (t.content, full))
+    return out
+
+
 @dataclass(frozen=True)
 class Question:
     conversation: str

@@ -38,7 +38,16 @@ from dream_memory_actor.scoring import Weights
 from .bm25 import BM25
 from .corpus import Corpus, bench_settings, ingest_actors, ingest_engine
 from .embed_cache import DEFAULT_CACHE_DIR, DEFAULT_MODEL, DiskCachedEmbedder
-from .locomo import DEPTH, Dataset, load_locomo, paired_difference, question_metrics, summarize
+from .locomo import (
+    CONTEXTS,
+    DEPTH,
+    Dataset,
+    load_locomo,
+    paired_difference,
+    question_metrics,
+    summarize,
+    turn_texts,
+)
 from .paired import per_question_files
 from .stats import command, machine, percentiles_ms
 from .tuning import (
@@ -83,6 +92,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="local model (a local: name without the prefix)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="embedding cache")
     p.add_argument("--conversations", type=int, default=None, help="only the first N")
+    p.add_argument("--context", choices=CONTEXTS, default="none",
+                   help="LoCoMo: each turn stored alone (none), with its session's date and "
+                        "previous turn written into its text (text), or embedded with them "
+                        "while its text stays the turn (embedded)")
     p.add_argument("--dedup-threshold", type=float, default=0.85)
     p.add_argument("--no-dedup-off", action="store_true",
                    help="skip the second corpus with dedup off (threshold 1.0)")
@@ -159,10 +172,11 @@ async def evaluate(corpus: Corpus, data: Dataset, qvec: Mapping[str, list[float]
     return ev
 
 
-def bm25_rows(data: Dataset) -> Rows:
+def bm25_rows(data: Dataset, context: str = "none") -> Rows:
+    """BM25 over each turn's embedded text: with a context, given the same context."""
     rows: Rows = []
     for conv in data.conversations:
-        index = BM25([t.content for t in conv.turns])
+        index = BM25([e for _, e in turn_texts(conv, context)])
         for q in conv.questions:
             top = index.top(q.question, DEPTH)
             rows.append((q.category, question_metrics([{conv.turns[i].dia_id} for i in top],
@@ -254,8 +268,10 @@ async def _build(args: argparse.Namespace, data: Dataset, embedder: DiskCachedEm
     settings = bench_settings(args.backend, args.dsn, threshold, args.model,
                               placement=args.placement)
     if args.ingest == "actors":
+        if args.context != "none":
+            raise SystemExit("--context needs --ingest engine")
         return await ingest_actors(data.conversations, settings, embedder)
-    return await ingest_engine(data.conversations, settings, embedder)
+    return await ingest_engine(data.conversations, settings, embedder, args.context)
 
 
 async def _time_query_embedding(embedder: DiskCachedEmbedder, texts: Sequence[str]
@@ -284,7 +300,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         data.conversations = data.conversations[:args.conversations]
     # absolute: the VectorIndex actor (--ingest actors) opens the same cache
     embedder = DiskCachedEmbedder(args.model, Path(args.cache_dir).resolve())
-    texts = [t.content for c in data.conversations for t in c.turns]
+    texts = [e for c in data.conversations for _, e in turn_texts(c, args.context)]
     questions = [q.question for q in data.questions]
     t0 = time.perf_counter()
     qv = await embedder.embed_query(questions)
@@ -295,10 +311,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "retrieval", "dataset": "locomo", "path": args.path,
         "command": command(), "machine": machine(),
         "backend": args.backend, "ingest": args.ingest, "data": data.describe(),
+        "context": args.context,
         "reference": "LoCoMo paper, DRAGON retriever, turns as units, 50-conversation "
                      "version (a different corpus): recall@5/10/25 = 58.8/67.5/79.9",
     }
-    bm25 = bm25_rows(data)
+    bm25 = bm25_rows(data, args.context)
     corpora: dict[str, Any] = {}
     thresholds = [args.dedup_threshold]
     tuned: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from benchmarks.locomo import (
     parse_session_time,
     question_metrics,
     summarize,
+    turn_texts,
 )
 from benchmarks.tuning import (
     best_index,
@@ -114,6 +115,18 @@ def test_conversation_turns_questions_and_counts() -> None:
                               "evidence_unknown_id_dropped": 1})
     # nothing from the LLM-made summaries is read
     assert all("leak" not in t.content for t in conv.turns)
+
+
+def test_a_turn_s_context_is_its_date_and_the_session_s_previous_turn() -> None:
+    conv = parse_conversation(conversation(), Counter())
+    texts = turn_texts(conv, "embedded")
+    assert texts[0] == ("Ann: I adopted a dog.", "8 May 2023\nAnn: I adopted a dog.")
+    assert texts[1] == ("Bob: Look! [shares a photo of a cat]",
+                        "8 May 2023\nAnn: I adopted a dog.\nBob: Look! [shares a photo of a cat]")
+    # a session's first turn has no previous turn: the other session's is not its context
+    assert texts[2] == ("Ann: The dog is Rex.", "12 June 2023\nAnn: The dog is Rex.")
+    assert turn_texts(conv, "text")[2] == (texts[2][1], texts[2][1])
+    assert turn_texts(conv, "none")[2] == (texts[2][0], texts[2][0])
 
 
 def test_dataset_file_and_missing_file(tmp_path: Path) -> None:
