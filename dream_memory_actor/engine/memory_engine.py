@@ -254,6 +254,15 @@ class MemoryEngine:
             return None
         return await self.embedder.embed(texts)
 
+    async def prepare(self, owner: str, texts: Sequence[str]) -> bool:
+        """Embed the texts of a coming write of ``owner`` into the embedder's cache, so
+        the write, under the owner's lock, does not wait for the model; whether this
+        engine embeds at all (``False``: keyword-only, nothing to prepare)."""
+        if self.embedder is None:
+            return False
+        await self.embedder.embed(list(texts))
+        return True
+
     async def embed_query(self, text: str) -> list[float] | None:
         """The embedding of search query ``text`` (the query role), or ``None``."""
         if self.embedder is None:

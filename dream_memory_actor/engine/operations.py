@@ -207,7 +207,7 @@ class Operation(Generic[P, R]):
     """One operation's description (see the module's docstring)."""
 
     def __init__(self, spec: Callable[P, R], serves: Serves, metric: str | None,
-                 name: str | None, per_item_s: float) -> None:
+                 name: str | None, per_item_s: float, embeds: str | None = None) -> None:
         self.name = name or spec.__name__
         self.doc = inspect.getdoc(spec) or ""
         self.serves = serves
@@ -219,6 +219,8 @@ class Operation(Generic[P, R]):
         self.checks: tuple[Check | None, ...] = tuple(
             _rule(p.annotation) for p in self.signature.parameters.values())
         self.writes = "op_id" in self.params
+        #: The argument whose text (or batch items' texts) the write embeds.
+        self.embeds = embeds
 
     def __repr__(self) -> str:
         return f"Operation({self.name!r}, serves={self.serves!r})"
@@ -241,6 +243,13 @@ class Operation(Generic[P, R]):
     def named(self, values: Sequence[Any]) -> dict[str, Any]:
         """What a call carried (``check``'s values, in order) as keyword arguments."""
         return dict(zip(self.params, values, strict=True))
+
+    def texts(self, values: Sequence[Any]) -> list[str]:
+        """The checked texts a call of this write embeds (none for most operations)."""
+        if self.embeds is None:
+            return []
+        value = self.named(values)[self.embeds]
+        return [value] if isinstance(value, str) else [item["content"] for item in value]
 
     def extra_timeout_s(self, values: Sequence[Any]) -> float:
         return self.per_item_s * len(values[0]) if self.per_item_s else 0.0
@@ -296,11 +305,12 @@ def _plain(annotation: Any) -> Any:
 
 
 def operation(serves: Serves, *, metric: str | None = None, name: str | None = None,
-              per_item_s: float = 0.0) -> Callable[[Callable[P, R]], Operation[P, R]]:
+              per_item_s: float = 0.0, embeds: str | None = None
+              ) -> Callable[[Callable[P, R]], Operation[P, R]]:
     """Describe an operation by its signature (see the module's docstring)."""
 
     def describe(spec: Callable[P, R]) -> Operation[P, R]:
-        return Operation(spec, serves, metric, name, per_item_s)
+        return Operation(spec, serves, metric, name, per_item_s, embeds)
 
     return describe
 
@@ -314,20 +324,20 @@ BATCH_ITEM_S = 0.25
 # ``Operation`` is not callable). The engine method of the same name does the work.
 
 
-@operation("writer", metric="store")
+@operation("writer", metric="store", embeds="content")
 def store(content: Content, metadata: Metadata = None, *, op_id: OpId = None) -> StoreResult:
     """Store a semantic memory, merged into a near-duplicate if there is one."""
     raise NotImplementedError
 
 
-@operation("writer", metric="store_many", per_item_s=BATCH_ITEM_S)
+@operation("writer", metric="store_many", per_item_s=BATCH_ITEM_S, embeds="items")
 def store_many(items: Batch, *, op_id: OpId = None) -> list[StoreResult]:
     """Store a batch (texts or ``{"content": ..., "metadata": ...}``) as ``store`` each
     would, near-duplicates merged, embedded in one call; one result per item."""
     raise NotImplementedError
 
 
-@operation("writer", metric="update")
+@operation("writer", metric="update", embeds="content")
 def update(memory_id: MemoryId, content: Content, metadata: NewMetadata = None, *,
            op_id: OpId = None) -> VectorMemory:
     """Change a memory's content (and metadata, when given); the previous version
@@ -335,7 +345,7 @@ def update(memory_id: MemoryId, content: Content, metadata: NewMetadata = None, 
     raise NotImplementedError
 
 
-@operation("writer", metric="apply")
+@operation("writer", metric="apply", embeds="content")
 def supersede_memory(memory_id: MemoryId, content: Content, metadata: NewMetadata = None, *,
                      by: MaybeDecider = None, reason: Reason = None, op_id: OpId = None
                      ) -> VectorMemory:

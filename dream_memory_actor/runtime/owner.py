@@ -60,6 +60,8 @@ class L2Path(Protocol):
 
     async def forget_memories(self, owner: str) -> int: ...
 
+    async def prepare(self, owner: str, texts: list[str]) -> bool: ...
+
 
 class OwnerMemory:
     """The live snapshot of one owner and the lock that serializes its writes."""
@@ -234,7 +236,13 @@ class OwnerMemory:
     async def l2(self, op: Operation[Any, Any], values: Sequence[Any]) -> Any:
         """An L2 write (``op``, served by the ``"writer"``) with the values its call
         carried. Under the owner's lock, so a store's dedup check and its write, a
-        batch's, an update and a supersession never interleave with another write."""
+        batch's, an update and a supersession never interleave with another write.
+        Its texts are embedded before the lock is taken (``L2Path.prepare``), so the
+        owner's writes, L1 ones included, do not wait for each other's embeddings; the
+        write finds them in the embedder's cache (a miss only embeds under the lock)."""
+        texts = op.texts(values)
+        if texts:
+            await self._l2.prepare(self.owner, texts)
         async with self._lock:
             return await getattr(self._l2, op.name)(self.owner, **op.named(values))
 

@@ -67,6 +67,9 @@ class IndexActor:
     async def forget_memories(self, owner: str) -> int:
         return await (await self._open()).forget_memories(owner)
 
+    async def prepare(self, owner: str, texts: list[str]) -> bool:
+        return await (await self._open()).prepare(owner, texts)
+
     async def export(self, owner: str) -> list[str]:
         return await (await self._open()).export(owner)
 
@@ -99,6 +102,8 @@ class IndexL2:
         self._replicas = replicas
         self._timeout_s = timeout_s  # the owner's lock is held meanwhile: never wait forever
         self._indexes: list[Any] = []
+        #: False once the index answered that it has no embedder (keyword-only).
+        self._embeds = True
 
     def _for(self, owner: str) -> Any:
         if not self._indexes:
@@ -110,6 +115,14 @@ class IndexL2:
         gone: int = await _remote(self._for(owner).forget_memories.remote(owner), "forget",
                                   self._timeout_s)
         return gone
+
+    async def prepare(self, owner: str, texts: list[str]) -> bool:
+        """Have the owner's replica embed a coming write's texts into its cache (see
+        ``MemoryEngine.prepare``); skipped once it said it embeds nothing."""
+        if self._embeds:
+            self._embeds = bool(await _remote(self._for(owner).prepare.remote(owner, texts),
+                                              "prepare", self._timeout_s))
+        return self._embeds
 
     async def export(self, owner: str) -> list[str]:
         lines: list[str] = await _remote(self._for(owner).export.remote(owner), "export",

@@ -176,3 +176,45 @@ async def test_table_sweeps_idle_owners(engine: MemoryEngine) -> None:
     await _touch(table, "b")
     now[0] = 6.0
     assert table.sweep() == 1 and "a" not in table.live and "b" in table.live
+
+
+class HeldEmbedder:
+    """An embedder that embeds only when let go (a model busy for as long as it likes)."""
+
+    model = "held-test"
+    dim = 4
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        self.entered.set()
+        await self.release.wait()
+        return [[1.0, float(len(t)), 0.5, 0.25] for t in texts]
+
+
+async def test_an_owner_s_writes_do_not_wait_for_an_embedding() -> None:
+    """A store embeds before it takes the owner's lock: an L1 write sent while the model
+    works is applied (it would wait for ever behind the lock before), and the store
+    then embeds its text once and writes it."""
+    from dream_memory_actor.embedding.base import CachedEmbedder
+    from dream_memory_actor.storage import open_stores
+
+    settings = MemorySettings(backend="memory")
+    held = HeldEmbedder()
+    structured, vector = await open_stores(settings, held.dim)
+    engine = MemoryEngine(settings, structured, vector, CachedEmbedder(held))
+    try:
+        mem = OwnerMemory("alice", engine, engine)
+        store = asyncio.ensure_future(mem.l2(operations.store, ("went live", None, "op-1")))
+        await asyncio.wait_for(held.entered.wait(), 5)
+        snap = await asyncio.wait_for(mem.apply([AddFact("prefers tea")], None), 5)
+        assert [f.content for f in snap.facts] == ["prefers tea"] and not store.done()
+        held.release.set()
+        result = await store
+        assert result.memory.has_embedding and held.calls == 1
+    finally:
+        await engine.close()
