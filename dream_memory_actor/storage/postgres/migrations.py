@@ -242,6 +242,11 @@ CREATE TABLE {s}.embedding_model (
 ALTER TABLE {s}.audit DROP CONSTRAINT audit_id_key,
     ADD CONSTRAINT audit_owner_id_key UNIQUE (owner_id, id);
 """),
+    (12, "an index of memory metadata", """
+-- Metadata filters (search and list --filter, the LangGraph store's lookup of an item by
+-- key) are containment tests, which this index answers without reading the owner's rows.
+CREATE INDEX memories_metadata ON {s}.memories USING gin (metadata jsonb_path_ops);
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL
