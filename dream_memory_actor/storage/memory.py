@@ -55,6 +55,12 @@ class InMemoryStructuredStore(StructuredStore):
         self._erased: dict[str, Tombstone] = {}  # tombstones by op key (or own id)
         self._closed: defaultdict[str, list[ItemVersion]] = defaultdict(list)
         self._status_log: defaultdict[str, list[StatusChange]] = defaultdict(list)
+        self._units: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    def owner_unit(self, owner: str) -> asyncio.Lock:
+        """Units of one owner take turns (two imports: the second finds it not empty).
+        Other writes are not held, and nothing is undone: see ``StructuredStore``."""
+        return self._units[owner]
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         snap = self._snapshots.get(owner) or MemorySnapshot(owner=owner)

@@ -403,7 +403,7 @@ async def test_an_import_refused_at_its_memories_writes_nothing(
         await stores.vector.close()
 
 
-@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize("backend", ["memory", "postgres"])
 async def test_two_imports_of_one_owner_take_turns(backend: str,
                                                   request: pytest.FixtureRequest) -> None:
     """Two concurrent imports of one document: one writes it, the other finds the owner
@@ -422,7 +422,15 @@ async def test_two_imports_of_one_owner_take_turns(backend: str,
             await asyncio.sleep(0.2)
             return snap
 
+        count = stores.vector.count
+
+        async def slow_count(owner: str) -> int:
+            n = await count(owner)
+            await asyncio.sleep(0.2)
+            return n
+
         stores.structured.load = slow_load  # type: ignore[method-assign]
+        stores.vector.count = slow_count  # type: ignore[method-assign]
         done = await asyncio.gather(import_owner(source, lines), import_owner(source, lines),
                                     return_exceptions=True)
         assert sum(isinstance(d, dict) for d in done) == 1
