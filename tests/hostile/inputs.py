@@ -144,6 +144,17 @@ def status_key() -> st.SearchStrategy[Any]:
         st.sampled_from(["_x", "a.b-c", "x" * 64, "x" * 65, "9a", "a b"]), text_or_odd()))
 
 
+def settled(snap: Any) -> Any:
+    """``snap`` as it stands a minute on: a status or pending item with a short TTL (``ttl``
+    gives some of a second) can lapse between the reads before and after a call, so
+    the doors' state comparisons leave those out of both."""
+    from datetime import timedelta
+
+    from dream_memory_actor.models import utcnow
+
+    return snap.live(utcnow() + timedelta(minutes=1))
+
+
 def ttl() -> st.SearchStrategy[Any]:
     return mostly(st.none(), st.one_of(
         st.floats(-1, 1e12), st.sampled_from([float("nan"), float("inf"), 0, 1, 3600]),

@@ -32,7 +32,7 @@ def door() -> Iterator[tuple[gen.LoopThread, MemoryEngine]]:
 
 
 async def state(engine: MemoryEngine, owner: str) -> tuple[Any, ...]:
-    snap = await engine.snapshot(owner)
+    snap = gen.settled(await engine.snapshot(owner))
     mems = await engine.list(owner, limit=1000)
     return (snap.version, snap.rules, snap.facts, dict(snap.status), snap.pending,
             [(m.id, m.content, m.metadata) for m in mems], await engine.vector.count(owner))

@@ -69,7 +69,7 @@ def door() -> Iterator[Door]:
 
 async def state(backend: LocalBackend, owner: str) -> tuple[Any, ...]:
     engine = backend.engine
-    snap = await engine.snapshot(owner)
+    snap = gen.settled(await engine.snapshot(owner))
     mems = await engine.list(owner, limit=1000)
     return (snap.version, snap.rules, snap.facts, dict(snap.status), snap.pending,
             [(m.id, m.content, m.metadata) for m in mems])

@@ -37,7 +37,7 @@ def system(ray_runtime: None) -> Iterator[MemorySystem]:
 
 
 def state(h: OwnerHandle) -> tuple[Any, ...]:
-    snap = h.snapshot()
+    snap = gen.settled(h.snapshot())
     mems = h.list(limit=1000)
     return (snap.version, snap.rules, snap.facts, dict(snap.status), snap.pending,
             [(m.id, m.content, m.metadata) for m in mems])

@@ -48,7 +48,7 @@ def item_id() -> st.SearchStrategy[Any]:
 async def state(engine: MemoryEngine) -> tuple[Any, ...]:
     out = []
     for owner in ("alice", "bob"):
-        snap = await engine.snapshot(owner)
+        snap = gen.settled(await engine.snapshot(owner))
         out += [snap.version, snap.rules, snap.facts,
                 await engine.structured._item_history(owner)]
     return tuple(out)
