@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config import MemorySettings
 from ..embedding import CachedEmbedder, open_embedder
+from ..embedding.base import Embedder
 from ..embedding.calibration import Calibration
 from ..errors import ItemNotFound, ItemSuperseded, MemoryNotFound, SystemClosed
 from ..history import ItemHistory, StatusChange
@@ -141,15 +142,28 @@ class MemoryEngine:
         self.metrics = get_metrics()
 
     @classmethod
-    async def open(cls, settings: MemorySettings | None = None, *, setup: bool = True
-                   ) -> MemoryEngine:
-        """Open the configured stores and embedder; ``setup`` applies migrations."""
-        settings, embedder = await open_embedding(settings or MemorySettings())
-        structured, vector = await open_stores(settings, embedder.dim if embedder else None)
+    async def open(cls, settings: MemorySettings | None = None, *, setup: bool = True,
+                   embedder: Embedder | None = None) -> MemoryEngine:
+        """Open the configured stores and embedder; ``setup`` applies migrations.
+        ``embedder``: embed with this one instead of the settings' model; its ``model``
+        and ``dim`` are what the store records, and must agree with what it recorded."""
+        settings = settings or MemorySettings()
+        if embedder is None:
+            settings, cached = await open_embedding(settings)
+        else:
+            recorded = await recorded_model(settings)
+            if recorded is not None and not recorded.agrees(embedder.model, embedder.dim):
+                raise model_mismatch(recorded, embedder.model)
+            cached = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(
+                embedder)
+        structured, vector = await open_stores(settings, cached.dim if cached else None)
         if setup:
             await structured.setup()
             await vector.setup()
-        return cls(settings, structured, vector, embedder)
+        engine = cls(settings, structured, vector, cached)
+        if embedder is not None:
+            vector.embedding_model = EmbeddingModel(model=embedder.model, dim=embedder.dim)
+        return engine
 
     async def close(self) -> None:
         """Close the stores. Safe to call twice."""

@@ -95,7 +95,7 @@ except ImportError as exc:  # pragma: no cover - exercised via the extras messag
 
 from .. import validation as check
 from ..config import MemorySettings
-from ..models import EmbeddingModel, SearchHit, VectorMemory, utcnow
+from ..models import SearchHit, VectorMemory, utcnow
 from ..scoring import Weights
 from ..storage.dedup import Cuts
 
@@ -198,23 +198,9 @@ class DreamMemoryStore(BaseStore):
             return self._engine
 
     async def _open_engine(self) -> Any:
-        from ..embedding.base import CachedEmbedder
         from ..engine import MemoryEngine
-        from ..storage import open_stores, recorded_model
-        from ..storage.vector import model_mismatch
 
-        if self._embedder is None:
-            return await MemoryEngine.open(self.settings)
-        recorded = await recorded_model(self.settings)
-        mine = self._embedder
-        if recorded is not None and not recorded.agrees(mine.model, mine.dim):
-            raise model_mismatch(recorded, mine.model)
-        structured, vector = await open_stores(self.settings, mine.dim)
-        await structured.setup()
-        await vector.setup()
-        engine = MemoryEngine(self.settings, structured, vector, CachedEmbedder(mine))
-        vector.embedding_model = EmbeddingModel(model=mine.model, dim=mine.dim)
-        return engine
+        return await MemoryEngine.open(self.settings, embedder=self._embedder)
 
     def close(self) -> None:
         """Close the memory and stop the store's thread. Safe to call twice."""
