@@ -73,7 +73,7 @@ async def test_bad_owner_writes_nothing(owner: object, text: str) -> None:
         await s.add_rule(owner, text)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):
         await v.store(owner, text)  # type: ignore[arg-type]
-    assert s._snapshots == {} and not any(v._rows.values())
+    assert s._snapshots == {} and not any(v._rows_of.values())
 
 
 @settings(max_examples=60, deadline=None)

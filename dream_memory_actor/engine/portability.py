@@ -340,8 +340,7 @@ async def _import(engine: Stores, doc: _Document, embeddings: list[list[float] |
             await target.apply(owner, [op], now=at)
     if audit:  # the decisions as they were taken (``apply`` refuses to write audit entries)
         await st._apply(owner, [AddAudit(e) for e in audit], now, None)
-    written = await engine.vector.restore(owner, memories)
-    await engine.vector.restore_versions(owner, doc.items("memory_version"))
+    written = await engine.vector.restore(owner, memories, doc.items("memory_version"))
     counts = Counter(r["type"] for r in doc.records)
     counts["status"] = sum(isinstance(op, SetStatus) for _, op in writes)
     counts["memory"] = written

@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import MemoryNotFound
 from ..history import HistoryLog, ItemVersion, StatusChange, trim_status
 from ..models import (
     AuditEntry,
@@ -23,7 +22,6 @@ from ..models import (
     EmbeddingModel,
     MemorySnapshot,
     MemoryVersion,
-    StoreResult,
     Tombstone,
     VectorMemory,
     utcnow,
@@ -31,11 +29,10 @@ from ..models import (
 from ..scoring import Candidate, TermStats, cosine, keyword_order
 from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
-from .dedup import Cuts, Neighbour, decide, df_delta, outcome_of
 from .ops import AddAudit, L1Op, apply_ops
 from .terms import TermCounts, prefix_df, summed
-from .vector_l2 import BatchItem
-from .versions import closed, matches, successor, updated
+from .versions import matches
+from .writes import Planner, Row
 
 
 class InMemoryStructuredStore(StructuredStore):
@@ -137,7 +134,7 @@ class InMemoryStructuredStore(StructuredStore):
         return sorted(self._erased.values(), key=lambda t: t.at, reverse=True)[:limit]
 
 
-class _Row(NamedTuple):
+class _Stored(NamedTuple):
     memory: VectorMemory
     vec: np.ndarray | None
     folded: str
@@ -147,130 +144,74 @@ class InMemoryVectorStore(VectorStore):
     """L2 in a dictionary per owner, with exact (brute-force) cosine search.
 
     Each owner's term counts (memories per term, ``terms.TermCounts``) are kept beside
-    its rows, moved by every write (``dedup.df_delta``).
+    its rows, moved by every write (``writes.Writes.term_delta``).
     """
 
     def __init__(self, dim: int | None = None, *, max_content_bytes: int = 32 * 1024) -> None:
         self.dim = dim
         self.max_content_bytes = max_content_bytes
-        self._rows: defaultdict[str, dict[str, _Row]] = defaultdict(dict)
+        self._rows_of: defaultdict[str, dict[str, _Stored]] = defaultdict(dict)
         self._df: defaultdict[str, TermCounts] = defaultdict(TermCounts)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._ops: dict[tuple[str, str], Any] = {}
-        self._versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
-        self._model: EmbeddingModel | None = None
+        self._ops: dict[tuple[str, str], str] = {}
+        self._closed_versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
+        self._recorded_model: EmbeddingModel | None = None
 
-    async def _recorded(self) -> EmbeddingModel | None:
-        return self._model
+    async def _model(self, record: EmbeddingModel | None) -> EmbeddingModel | None:
+        if self._recorded_model is None:
+            self._recorded_model = record
+        return self._recorded_model
 
-    async def _record(self, model: EmbeddingModel) -> None:
-        if self._model is None:
-            self._model = model
-
-    async def _store(self, owner: str, content: str, embedding: list[float] | None,
-                     metadata: dict[str, Any], *, cuts: Cuts,
-                     now: datetime, op_id: str | None) -> StoreResult:
+    async def _write(self, owner: str, what: str, op_id: str | None, plan: Planner) -> str:
         async with self._locks[owner]:
             if op_id is not None and (owner, op_id) in self._ops:
-                done: StoreResult = self._ops[(owner, op_id)]
-                return done
-            result = await self._store_locked(owner, content, embedding, metadata, cuts, now)
+                return self._ops[(owner, op_id)]
+            result, w = await plan()  # raises before anything is written
+            rows = self._rows_of[owner]
+            self._closed_versions[owner].extend(w.versions)
+            for m in w.drops:
+                del rows[m.id]
+            for p in w.puts:
+                vec = (rows[p.memory.id].vec if p.keeps
+                       else None if p.given is None else np.asarray(p.given))
+                rows[p.memory.id] = _Stored(p.memory, vec, fold(p.memory.content))
+            self._df[owner].apply(w.term_delta())
             if op_id is not None:
                 self._ops[(owner, op_id)] = result
             return result
 
-    async def _store_locked(self, owner: str, content: str, embedding: list[float] | None,
-                            metadata: dict[str, Any], cuts: Cuts, now: datetime
-                            ) -> StoreResult:
-        rows = self._rows[owner]
-        found: list[Neighbour] = []
-        if embedding is not None:
-            sims = [(cosine(embedding, row.vec), mid) for mid, row in rows.items()
-                    if row.vec is not None]
+    async def _rows(self, owner: str, *, ids: Sequence[str] | None = None,
+                    text_hash: str | None = None,
+                    near: tuple[list[float], int] | None = None,
+                    where: Mapping[str, Any] | None = None, limit: int | None = None,
+                    offset: int = 0, vectors: bool = False) -> list[Row]:
+        stored = self._rows_of.get(owner, {})
+
+        def row(s: _Stored, sim: float | None = None) -> Row:
+            vec = None if not vectors or s.vec is None else [float(x) for x in s.vec]
+            return Row(s.memory, vec, sim)
+
+        if ids is not None:
+            return [row(stored[i]) for i in ids if i in stored]
+        if text_hash is not None:
+            return [row(s) for s in stored.values() if content_hash(s.memory.content) == text_hash]
+        if near is not None:
+            vector, k = near
+            sims = [(cosine(vector, s.vec), s) for s in stored.values() if s.vec is not None]
             sims.sort(key=lambda x: -x[0])
-            found = [Neighbour(mid, rows[mid].memory.content, sim)
-                     for sim, mid in sims[:cuts.nearest]]
-        h = content_hash(content)
-        same = next((m for m, row in rows.items() if content_hash(row.memory.content) == h),
-                    None)
-        if same is not None and all(n.id != same for n in found):
-            found.append(Neighbour(same, rows[same].memory.content, None))
-        j = await decide(content, found, cuts)
-        near = None if j is None or j.memory_id is None else rows[j.memory_id]
-        w = outcome_of(j, None if near is None else near.memory, owner, content, metadata,
-                       embedding is not None, now, self.limits)
-        new = w.memory
-        if w.version is not None:
-            self._versions[owner].append(w.version)
-        if w.removes is not None:
-            del rows[w.removes]
-        if w.inserts:
-            vec = None if embedding is None else np.asarray(embedding)
-            rows[new.id] = _Row(new, vec, fold(new.content))
-            self._df[owner].apply(df_delta(None if near is None or w.removes is None
-                                           else near.memory.content, new.content))
-        else:
-            assert near is not None
-            rows[new.id] = _Row(new, near.vec, fold(new.content))
-            self._df[owner].apply(df_delta(near.memory.content, new.content))
-        return w.result
+            return [row(s, sim) for sim, s in sims[:k]]
+        mems = sorted((s for s in stored.values() if matches(s.memory.metadata, where)),
+                      key=lambda s: (-s.memory.updated_at.timestamp(), s.memory.id))
+        end = None if limit is None else offset + limit
+        return [row(s) for s in mems[offset:end]]
 
-    async def _store_many(self, owner: str, items: Sequence[BatchItem], *, cuts: Cuts,
-                          now: datetime, op_id: str | None) -> list[StoreResult]:
-        async with self._locks[owner]:
-            if op_id is not None and (owner, op_id) in self._ops:
-                return list(self._ops[(owner, op_id)])
-            results = [await self._store_locked(owner, text, vec, meta, cuts, now)
-                       for text, vec, meta in items]
-            if op_id is not None:
-                self._ops[(owner, op_id)] = results
-            return results
-
-    async def _update(self, owner: str, memory_id: str, content: str,
-                      embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                      now: datetime, op_id: str | None) -> VectorMemory:
-        async with self._locks[owner]:
-            if op_id is not None and (owner, op_id) in self._ops:
-                done: VectorMemory = self._ops[(owner, op_id)]
-                return done
-            old = await self._get(owner, memory_id)
-            new = updated(old, content, metadata, embedding is not None, now)
-            self._versions[owner].append(closed(old, now, "update"))
-            vec = None if embedding is None else np.asarray(embedding)
-            self._rows[owner][memory_id] = _Row(new, vec, fold(new.content))
-            self._df[owner].apply(df_delta(old.content, new.content))
-            if op_id is not None:
-                self._ops[(owner, op_id)] = new
-            return new
-
-    async def _supersede(self, owner: str, memory_id: str, content: str,
-                         embedding: list[float] | None, metadata: dict[str, Any] | None, *,
-                         by: str | None, reason: str | None, now: datetime,
-                         op_id: str | None) -> VectorMemory:
-        async with self._locks[owner]:
-            if op_id is not None and (owner, op_id) in self._ops:
-                done: VectorMemory = self._ops[(owner, op_id)]
-                return done
-            old = await self._get(owner, memory_id)
-            new = successor(old, content, metadata, embedding is not None, now)
-            self._versions[owner].append(
-                closed(old, now, "supersede", superseded_by=new.id, by=by, reason=reason))
-            rows = self._rows[owner]
-            del rows[memory_id]
-            vec = None if embedding is None else np.asarray(embedding)
-            rows[new.id] = _Row(new, vec, fold(new.content))
-            self._df[owner].apply(df_delta(old.content, new.content))
-            if op_id is not None:
-                self._ops[(owner, op_id)] = new
-            return new
-
-    async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
-        return [v for v in self._versions.get(owner, [])
-                if memory_id in (v.memory_id, v.superseded_by)]
+    async def _versions(self, owner: str, memory_id: str | None = None) -> list[MemoryVersion]:
+        return [v for v in self._closed_versions.get(owner, [])
+                if memory_id is None or memory_id in (v.memory_id, v.superseded_by)]
 
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
-        docs = sum(len(self._rows.get(o, {})) for o in owners)
-        per_owner = [prefix_df(self._df[o], len(self._rows.get(o, {})), terms)
+        docs = sum(len(self._rows_of.get(o, {})) for o in owners)
+        per_owner = [prefix_df(self._df[o], len(self._rows_of.get(o, {})), terms)
                      for o in owners if o in self._df]
         return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
 
@@ -279,10 +220,10 @@ class InMemoryVectorStore(VectorStore):
                           keyword_k: int, weights: Sequence[float],
                           stats: TermStats, where: Mapping[str, Any] | None = None
                           ) -> list[Candidate]:
-        rows = [r for o in owners for r in self._rows.get(o, {}).values()
+        rows = [r for o in owners for r in self._rows_of.get(o, {}).values()
                 if matches(r.memory.metadata, where)]
 
-        def candidate(row: _Row) -> Candidate:
+        def candidate(row: _Stored) -> Candidate:
             m = row.memory
             sim = (cosine(embedding, row.vec)
                    if embedding is not None and row.vec is not None else None)
@@ -301,57 +242,11 @@ class InMemoryVectorStore(VectorStore):
                 out[r.memory.id] = candidate(r)
         return list(out.values())
 
-    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
-        row = self._rows.get(owner, {}).get(memory_id)
-        if row is None:
-            raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
-        return row.memory
-
-    async def _delete(self, owner: str, memory_id: str) -> bool:
-        async with self._locks[owner]:
-            row = self._rows.get(owner, {}).pop(memory_id, None)
-            if row is None:
-                return False
-            self._df[owner].apply(df_delta(row.memory.content, None))
-            return True
-
-    async def _list(self, owner: str, limit: int, offset: int,
-                    where: Mapping[str, Any] | None = None) -> list[VectorMemory]:
-        mems = sorted((r.memory for r in self._rows.get(owner, {}).values()
-                       if matches(r.memory.metadata, where)),
-                      key=lambda m: (-m.updated_at.timestamp(), m.id))
-        return mems[offset:offset + limit]
-
-    async def count(self, owner: str) -> int:
-        return len(self._rows.get(owner, {}))
-
-    async def _dump(self, owner: str) -> list[tuple[VectorMemory, list[float] | None]]:
-        return [(r.memory, None if r.vec is None else [float(x) for x in r.vec])
-                for r in self._rows.get(owner, {}).values()]
-
-    async def _restore(self, owner: str,
-                       items: Sequence[tuple[VectorMemory, list[float] | None]]) -> None:
-        async with self._locks[owner]:
-            rows = self._rows[owner]
-            for mem, vec in items:
-                rows[mem.id] = _Row(mem, None if vec is None else np.asarray(vec),
-                                    fold(mem.content))
-                self._df[owner].apply(df_delta(None, mem.content))
-
-    async def _all_versions(self, owner: str) -> list[MemoryVersion]:
-        return list(self._versions.get(owner, []))
-
-    async def _restore_versions(self, owner: str, versions: Sequence[MemoryVersion]) -> None:
-        async with self._locks[owner]:
-            self._versions[owner].extend(versions)
-
     async def _forget(self, owner: str) -> int:
         async with self._locks[owner]:
-            gone = len(self._rows.pop(owner, {}))
+            gone = len(self._rows_of.pop(owner, {}))
             self._df.pop(owner, None)
-            self._versions.pop(owner, None)
+            self._closed_versions.pop(owner, None)
             for key in [k for k in self._ops if k[0] == owner]:
                 del self._ops[key]
             return gone
-
-

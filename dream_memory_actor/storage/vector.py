@@ -1,23 +1,44 @@
-"""The vector (L2) storage interface: semantic memories, dedup-merge, hybrid search.
+"""The vector (L2) storage interface: semantic memories, judged on store, hybrid search.
 
-A backend implements a handful of primitives; validation, the search flow (query
-terms, their rarity weights, candidates, exact ranking) and the dedup semantics
-live here, once, so every backend ranks the same data the same way. Public methods
-validate their arguments before any I/O and raise ``InvalidInput`` subclasses;
-nothing is written when they do.
+A backend implements six primitives: ``_write`` (a plan's writes, atomic under the
+owner's writer and idempotent under an operation id), ``_rows`` and ``_versions``
+(the owner's live memories and their closed versions), ``_term_stats`` and
+``_candidates`` (what a search ranks) and ``_model`` (the embedding model recorded
+with the data). Everything else is composed here, once: validation, the judged
+store and its batches (``writes.Plan``), updates, supersessions, deletes, imports,
+histories, filters and the search flow (query terms, their rarity weights,
+candidates, exact ranking), so every backend stores and ranks the same data the
+same way. Public methods validate their arguments before any I/O and raise
+``InvalidInput`` subclasses; nothing is written when they do.
 """
 
 from __future__ import annotations
 
 import builtins
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from .. import validation as check
-from ..errors import EmbeddingModelMismatch, InvalidQuery, MemoryNotFound
-from ..models import EmbeddingModel, MemoryVersion, SearchHit, StoreResult, VectorMemory, utcnow
+from ..errors import (
+    EmbeddingModelMismatch,
+    InvalidBatch,
+    InvalidImport,
+    InvalidQuery,
+    MemoryNotFound,
+    MemorySuperseded,
+    OwnerNotEmpty,
+)
+from ..models import (
+    EmbeddingModel,
+    MemoryVersion,
+    SearchHit,
+    StoreResult,
+    VectorMemory,
+    utcnow,
+)
 from ..scoring import (
     DEFAULT_WEIGHTS,
     Candidate,
@@ -30,17 +51,27 @@ from ..scoring import (
 )
 from ..text import query_terms
 from ..validation import l2 as check_l2
+from . import versions
 from .dedup import Cuts
 from .lifecycle import _Lifecycle
-from .vector_l2 import VersionedL2, check_cuts
+from .writes import Plan, Planner, Row, Vector
 
 #: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
 Embed = Callable[[str], Awaitable["list[float] | None"]]
+#: Computes the embeddings of checked texts, in order (``MemoryEngine.embed_many``).
+EmbedMany = Callable[[list[str]], Awaitable["list[list[float]] | None"]]
 
 
-class VectorStore(VersionedL2, _Lifecycle, ABC):
-    """L2: semantic memories with dedup-merge on store and hybrid search; batches,
-    updates and supersessions with their history (``vector_l2``)."""
+def check_cuts(threshold: float | Cuts) -> Cuts:
+    """The cuts of a store: as given, or one checked raw cosine for all of them."""
+    if isinstance(threshold, Cuts):
+        return threshold
+    return Cuts.uniform(check.unit_interval(threshold, "threshold"))
+
+
+class VectorStore(_Lifecycle, ABC):
+    """L2: semantic memories judged on store, hybrid search; batches, updates and
+    supersessions with their history."""
 
     #: Dimension of stored embeddings; ``None`` means keyword-only (no embedder).
     dim: int | None = None
@@ -52,7 +83,40 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
 
     # -- primitives a backend implements ------------------------------------------
 
-    # (``_store`` and ``_get`` are declared in ``vector_l2.VersionedL2``, which uses them.)
+    @abstractmethod
+    async def _write(self, owner: str, what: str, op_id: str | None, plan: Planner) -> str:
+        """Under the owner's writer (its lock, advisory lock or watched transaction):
+        the result recorded for ``op_id`` if that write was applied; otherwise run
+        ``plan``, whose reads through :meth:`_rows` see the owner as this write finds
+        it, and apply the writes it returns (``writes.Writes``: versions, drops, puts,
+        with the owner's counts) together with the ``op_id`` record of its result, all
+        or nothing. ``what`` names the write in errors."""
+
+    @abstractmethod
+    async def _rows(
+        self,
+        owner: str,
+        *,
+        ids: Sequence[str] | None = None,
+        text_hash: str | None = None,
+        near: tuple[builtins.list[float], int] | None = None,
+        where: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        vectors: bool = False,
+    ) -> builtins.list[Row]:
+        """Live memories of ``owner``: those of ``ids``; or those whose content has
+        ``text_hash`` (``text.content_hash``); or the ``k`` of ``near = (vector, k)``
+        most similar to ``vector``, best first, with their cosine; or every one whose
+        metadata ``versions.matches`` ``where``, newest first (``updated_at``, then
+        id), ``offset`` and ``limit`` applied. ``vectors``: with their embeddings."""
+
+    @abstractmethod
+    async def _versions(self, owner: str, memory_id: str | None = None
+                        ) -> builtins.list[MemoryVersion]:
+        """The closed versions of ``memory_id`` and the closed version whose
+        ``superseded_by`` is ``memory_id``, in any order; every closed version of the
+        owner's memories without ``memory_id``."""
 
     @abstractmethod
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
@@ -80,57 +144,22 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         the ``k`` cuts."""
 
     @abstractmethod
-    async def _recorded(self) -> EmbeddingModel | None:
-        """The model recorded with this store's data, or ``None`` (none recorded, or a
-        store not set up yet)."""
-
-    @abstractmethod
-    async def _record(self, model: EmbeddingModel) -> None:
-        """Record ``model`` unless one is recorded already (atomically: of two processes
-        recording at once, one wins)."""
-
-    @abstractmethod
-    async def _delete(self, owner: str, memory_id: str) -> bool:
-        """Delete; ``False`` if there was no such memory."""
-
-    @abstractmethod
-    async def _list(self, owner: str, limit: int, offset: int,
-                    where: Mapping[str, Any] | None = None) -> list[VectorMemory]:
-        """Memories of ``owner``, newest first (those that ``versions.matches`` ``where``)."""
-
-    @abstractmethod
-    async def count(self, owner: str) -> int:
-        """How many memories ``owner`` has."""
-
-    @abstractmethod
-    async def _dump(self, owner: str) -> builtins.list[tuple[VectorMemory, list[float] | None]]:
-        """Every memory of ``owner`` with its embedding (``None`` if it has none)."""
-
-    @abstractmethod
-    async def _restore(self, owner: str,
-                       items: Sequence[tuple[VectorMemory, list[float] | None]]) -> None:
-        """Insert ``items`` as they are (ids, times, metadata; no dedup) for an owner
-        that has no memories, atomically where the backend has transactions."""
-
-    @abstractmethod
-    async def _all_versions(self, owner: str) -> builtins.list[MemoryVersion]:
-        """Every closed version of the owner's memories (updates and supersessions)."""
-
-    @abstractmethod
-    async def _restore_versions(self, owner: str, versions: Sequence[MemoryVersion]) -> None:
-        """Write exported closed versions as they were, for an owner being imported."""
+    async def _model(self, record: EmbeddingModel | None) -> EmbeddingModel | None:
+        """The model recorded with this store's data (``None``: none, or a store not set
+        up yet), after recording ``record`` unless one is recorded already (atomically:
+        of two processes recording at once, one wins)."""
 
     @abstractmethod
     async def _forget(self, owner: str) -> int:
-        """Delete the owner's memories, their embeddings, texts, term counts and
-        operation ids; return how many memories went. Safe to repeat."""
+        """Delete the owner's memories, their embeddings, texts, term counts, versions
+        and operation ids; return how many memories went. Safe to repeat."""
 
-    # -- the public, validated API ------------------------------------------------
+    # -- the embedding model ------------------------------------------------------
 
     async def recorded_model(self) -> EmbeddingModel | None:
         """The model this store's memory vectors were made with (``None``: none recorded;
         the store is keyword-only until a process that embeds writes to it)."""
-        return await self._recorded()
+        return await self._model(None)
 
     async def _record_model(self, vectors: bool) -> None:
         """Before a write of vectors: record this process's model with the data, or refuse
@@ -138,12 +167,22 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         mine = self.embedding_model
         if not vectors or mine is None or self._model_recorded:
             return
-        await self._record(mine)
-        recorded = await self._recorded()
+        recorded = await self._model(mine)
         assert recorded is not None  # recorded just now, or by another process before
         if not recorded.agrees(mine.model, mine.dim):
             raise model_mismatch(recorded, mine.model)
         self._model_recorded = True
+
+    def _check_embedding(self, embedding: Sequence[float] | None
+                         ) -> builtins.list[float] | None:
+        if embedding is None:
+            return None
+        if self.dim is None:
+            raise InvalidQuery("this store has no embedding dimension (keyword-only); "
+                               "configure embedding_model to store embeddings")
+        return check.embedding(embedding, self.dim)
+
+    # -- writes ---------------------------------------------------------------------
 
     async def store(
         self,
@@ -174,9 +213,325 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         if embedding is None and embed is not None:
             embedding = await embed(text)
         vec = self._check_embedding(embedding)
+        cuts = check_cuts(threshold)
         await self._record_model(vec is not None)
-        return await self._store(owner, text, vec, meta, cuts=check_cuts(threshold),
-                                 now=now or utcnow(), op_id=op_id)
+        at = now or utcnow()
+
+        async def plan() -> tuple[str, Any]:
+            p = Plan(owner, self._rows)
+            result = await p.store(text, vec, meta, cuts, at, self.limits)
+            return result.model_dump_json(), p.writes
+
+        return StoreResult.model_validate_json(await self._write(owner, "store", op_id, plan))
+
+    async def store_many(
+        self,
+        owner: str,
+        items: Sequence[str | Mapping[str, Any]],
+        *,
+        embeddings: Sequence[Sequence[float]] | None = None,
+        threshold: float | Cuts = 0.85,
+        now: datetime | None = None,
+        op_id: str | None = None,
+        embed_many: EmbedMany | None = None,
+    ) -> builtins.list[StoreResult]:
+        """Store a batch: texts or ``{"content": ..., "metadata": ...}`` mappings, in order.
+
+        The same as a ``store`` of each item in turn (a near-duplicate of a memory,
+        or of an earlier item, is merged), written at once: one result per item. A
+        refused item refuses the batch; nothing is written. Without ``embeddings``,
+        ``embed_many`` (if given) embeds the checked texts in one call.
+        """
+        import json
+
+        check.owner_id(owner)
+        if op_id is not None:
+            check.op_id(op_id)
+        batch = check_l2.batch(items, self.max_content_bytes, self.limits)
+        cuts = check_cuts(threshold)
+        texts = [t for t, _ in batch]
+        if embeddings is None and embed_many is not None:
+            embeddings = await embed_many(texts)
+        if embeddings is not None and len(embeddings) != len(batch):
+            raise InvalidBatch(f"{len(embeddings)} embeddings for {len(batch)} items")
+        vecs: builtins.list[Vector] = (
+            [None] * len(batch) if embeddings is None
+            else [self._check_embedding(e) for e in embeddings])
+        await self._record_model(any(v is not None for v in vecs))
+        at = now or utcnow()
+
+        async def plan() -> tuple[str, Any]:
+            p = Plan(owner, self._rows)
+            results = [await p.store(text, vec, meta, cuts, at, self.limits)
+                       for (text, meta), vec in zip(batch, vecs, strict=True)]
+            return json.dumps([r.model_dump(mode="json") for r in results]), p.writes
+
+        got = await self._write(owner, "store_many", op_id, plan)
+        return [StoreResult.model_validate(r) for r in json.loads(got)]
+
+    async def update(
+        self,
+        owner: str,
+        memory_id: str,
+        content: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        embedding: Sequence[float] | None = None,
+        now: datetime | None = None,
+        op_id: str | None = None,
+        embed: Embed | None = None,
+    ) -> VectorMemory:
+        """Change a memory's content (re-embedded) and, when given, its metadata; the
+        previous version stays in its history. ``MemoryNotFound`` for an id the owner
+        has no live memory of (``MemorySuperseded`` once superseded)."""
+        text, meta, vec, at = await self._changed(owner, memory_id, content, metadata,
+                                                  embedding, now, op_id, embed)
+
+        async def plan() -> tuple[str, Any]:
+            p = Plan(owner, self._rows)
+            old = await self._live(p, memory_id)
+            new = versions.updated(old, text, meta, vec is not None, at)
+            p.close(versions.closed(old, at, "update"))
+            p.put(new, vec, before=old)
+            return new.model_dump_json(), p.writes
+
+        return VectorMemory.model_validate_json(
+            await self._versioned(owner, memory_id, "update", op_id, plan))
+
+    async def supersede_memory(
+        self,
+        owner: str,
+        memory_id: str,
+        content: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        embedding: Sequence[float] | None = None,
+        now: datetime | None = None,
+        op_id: str | None = None,
+        embed: Embed | None = None,
+    ) -> VectorMemory:
+        """Replace a memory by a new one (``content``; ``metadata``, or else the old
+        memory's), closing the old one in the same step: searches and lists show the
+        new one only, ``memory_history`` both. The new memory is returned.
+        ``MemorySuperseded`` if the old one was superseded already."""
+        who = None if by is None else check.decider(by)
+        why = check_l2.reason(reason)
+        text, meta, vec, at = await self._changed(owner, memory_id, content, metadata,
+                                                  embedding, now, op_id, embed)
+
+        async def plan() -> tuple[str, Any]:
+            p = Plan(owner, self._rows)
+            old = await self._live(p, memory_id)
+            new = versions.successor(old, text, meta, vec is not None, at)
+            p.close(versions.closed(old, at, "supersede", superseded_by=new.id, by=who,
+                                    reason=why))
+            p.drop(old)
+            p.put(new, vec)
+            return new.model_dump_json(), p.writes
+
+        return VectorMemory.model_validate_json(
+            await self._versioned(owner, memory_id, "supersede", op_id, plan))
+
+    async def _changed(self, owner: str, memory_id: str, content: str,
+                       metadata: Mapping[str, Any] | None, embedding: Sequence[float] | None,
+                       now: datetime | None, op_id: str | None, embed: Embed | None
+                       ) -> tuple[str, dict[str, Any] | None, Vector, datetime]:
+        """The checked arguments of an update or a supersession, embedded."""
+        check.owner_id(owner)
+        check.ids([memory_id], "memory id")
+        if op_id is not None:
+            check.op_id(op_id)
+        text = check.content(content, self.max_content_bytes)
+        meta = None if metadata is None else check.metadata(metadata, self.limits)
+        if embedding is None and embed is not None:
+            embedding = await embed(text)
+        vec = self._check_embedding(embedding)
+        await self._record_model(vec is not None)
+        return text, meta, vec, now or utcnow()
+
+    async def _versioned(self, owner: str, memory_id: str, what: str, op_id: str | None,
+                         plan: Planner) -> str:
+        try:
+            return await self._write(owner, what, op_id, plan)
+        except MemoryNotFound as exc:
+            await self._not_live(owner, memory_id, exc)
+            raise
+
+    @staticmethod
+    async def _live(p: Plan, memory_id: str) -> VectorMemory:
+        found = await p.live(memory_id)
+        if found is None:
+            raise MemoryNotFound(f"owner {p.owner!r} has no memory {memory_id!r}")
+        return found
+
+    async def delete(self, owner: str, memory_id: str) -> bool:
+        """Delete a live memory (its history stays); ``False`` if there was none."""
+        check.owner_id(owner)
+        check.ids([memory_id], "memory id")
+
+        async def plan() -> tuple[str, Any]:
+            p = Plan(owner, self._rows)
+            old = await p.live(memory_id)
+            if old is not None:
+                p.drop(old)
+            return ("false" if old is None else "true"), p.writes
+
+        return await self._write(owner, "delete", None, plan) == "true"
+
+    async def restore(self, owner: str,
+                      items: Sequence[tuple[VectorMemory, Sequence[float] | None]],
+                      history: Sequence[MemoryVersion] = ()) -> int:
+        """Insert exported memories as they were (ids, times, metadata, embeddings;
+        no dedup) into ``owner``, which must have none (``OwnerNotEmpty``), with their
+        closed versions (``history``), in one write. Every item is checked
+        (``check_restore``, ``check_versions``) before anything is written; how many
+        memories were written."""
+        checked = self.check_restore(owner, items)
+        self.check_versions(owner, history)
+        if checked:
+            await self._record_model(any(v is not None for _, v in checked))
+
+        async def plan() -> tuple[str, Any]:
+            p = Plan(owner, self._rows)
+            if await self._rows(owner, limit=1):
+                raise OwnerNotEmpty(f"owner {owner!r} has memories already; forget it first")
+            for v in history:
+                p.close(v)
+            for mem, vec in checked:
+                p.put(mem, vec)
+            return str(len(checked)), p.writes
+
+        return int(await self._write(owner, "import", None, plan))
+
+    async def restore_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
+        """Write exported closed versions of ``owner``'s memories as they were (checked
+        first, ``check_versions``)."""
+        self.check_versions(owner, found)
+
+        async def plan() -> tuple[str, Any]:
+            p = Plan(owner, self._rows)
+            for v in found:
+                p.close(v)
+            return "", p.writes
+
+        if found:
+            await self._write(owner, "import", None, plan)
+
+    def check_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
+        """``InvalidInput`` for a version an import would refuse: of another owner, not
+        closed, an id that is not a UUID, content or metadata over the limits."""
+        check.owner_id(owner)
+        for v in found:
+            if v.owner != owner:
+                raise InvalidImport(f"a memory version of owner {v.owner!r} among {owner!r}'s")
+            if v.valid_to is None or v.change is None:
+                raise InvalidImport(f"memory version {v.id!r} is not closed")
+            try:
+                for i in (v.id, v.memory_id, v.superseded_by):
+                    if i is not None:
+                        uuid.UUID(i)
+            except ValueError:
+                raise InvalidImport(f"memory version {v.id!r} has an id that is not a UUID"
+                                    ) from None
+            check.content(v.content, self.max_content_bytes)
+            check.stored_metadata(v.metadata, self.limits)
+
+    def check_restore(self, owner: str,
+                      items: Sequence[tuple[VectorMemory, Sequence[float] | None]]
+                      ) -> builtins.list[tuple[VectorMemory, list[float] | None]]:
+        """The items ``restore`` would write, checked; ``InvalidInput`` if one is not fit."""
+        check.owner_id(owner)
+        checked: builtins.list[tuple[VectorMemory, list[float] | None]] = []
+        seen: set[str] = set()
+        for mem, emb in items:
+            if mem.owner != owner:
+                raise InvalidImport(f"a memory of owner {mem.owner!r} among those of {owner!r}")
+            try:
+                uuid.UUID(mem.id)
+            except ValueError:
+                raise InvalidImport(f"memory id {mem.id!r} is not a UUID") from None
+            if mem.id in seen:
+                raise InvalidImport(f"memory id {mem.id!r} appears twice")
+            seen.add(mem.id)
+            text = check.content(mem.content, self.max_content_bytes)
+            meta = check.stored_metadata(mem.metadata, self.limits)
+            vec = self._check_embedding(emb)
+            checked.append((mem.model_copy(update={"content": text, "metadata": meta,
+                                                   "has_embedding": vec is not None}), vec))
+        return checked
+
+    async def forget(self, owner: str) -> int:
+        """Remove ``owner``'s L2 layer (see ``StructuredStore.forget`` for the rest);
+        return how many memories went."""
+        return await self._forget(check.owner_id(owner))
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def get(self, owner: str, memory_id: str) -> VectorMemory:
+        """One current memory of ``owner``, or ``MemoryNotFound`` (``MemorySuperseded``
+        for one that was superseded: its history still has it)."""
+        check.owner_id(owner)
+        check.ids([memory_id], "memory id")
+        try:
+            return await self._get(owner, memory_id)
+        except MemoryNotFound as exc:
+            await self._not_live(owner, memory_id, exc)
+            raise
+
+    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
+        rows = await self._rows(owner, ids=[memory_id])
+        if not rows:
+            raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
+        return rows[0].memory
+
+    async def list(self, owner: str, *, limit: int = 100, offset: int = 0,
+                   filter: Mapping[str, Any] | None = None,
+                   ) -> builtins.list[VectorMemory]:
+        """Current memories of ``owner``, newest first; ``filter`` as in :meth:`search`."""
+        check.owner_id(owner)
+        n, skip = check.limit(limit), check.offset(offset)
+        where = check_l2.metadata_filter(filter)
+        return [r.memory for r in await self._rows(owner, where=where, limit=n, offset=skip)]
+
+    async def count(self, owner: str) -> int:
+        """How many memories ``owner`` has."""
+        return (await self._term_stats([check.owner_id(owner)], [])).docs
+
+    async def dump(self, owner: str
+                   ) -> builtins.list[tuple[VectorMemory, builtins.list[float] | None]]:
+        """Every memory of ``owner`` with its embedding, oldest first (for export)."""
+        rows = await self._rows(check.owner_id(owner), vectors=True)
+        return sorted(((r.memory, r.vector) for r in rows),
+                      key=lambda i: (i[0].created_at, i[0].id))
+
+    async def versions(self, owner: str) -> builtins.list[MemoryVersion]:
+        """Every closed version of ``owner``'s memories, oldest closed first (for export)."""
+        found = await self._versions(check.owner_id(owner))
+        return sorted(found, key=lambda v: (v.valid_to or v.valid_from, v.valid_from, v.id))
+
+    async def memory_history(self, owner: str, memory_id: str) -> builtins.list[MemoryVersion]:
+        """Every version of the memory and of the memories it superseded or was
+        superseded by, oldest first, the current one (``valid_to`` ``None``) last.
+        ``MemoryNotFound`` if the owner never had it."""
+        check.owner_id(owner)
+        check.ids([memory_id], "memory id")
+        return await versions.chain(
+            memory_id, lambda x: self._versions(owner, x), lambda x: self._get(owner, x))
+
+    async def _not_live(self, owner: str, memory_id: str, exc: MemoryNotFound) -> None:
+        """Raise ``MemorySuperseded`` if ``memory_id`` was superseded (else return)."""
+        if isinstance(exc, MemorySuperseded):
+            return
+        succ = versions.superseded_by(await self._versions(owner, memory_id), memory_id)
+        if succ is not None:
+            raise MemorySuperseded(
+                f"memory {memory_id!r} of owner {owner!r} was superseded by {succ!r}",
+                superseded_by=succ,
+            ) from exc
+
+    # -- search ---------------------------------------------------------------------
 
     async def search(
         self,
@@ -192,7 +547,7 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
         min_score: float = 0.0,
         embed: Embed | None = None,
         filter: Mapping[str, Any] | None = None,
-    ) -> list[SearchHit]:
+    ) -> builtins.list[SearchHit]:
         """Hybrid search over the memories of one or several owners, best first.
 
         Without ``embedding``, ``embed`` (if given) computes it from the checked query.
@@ -248,133 +603,11 @@ class VectorStore(VersionedL2, _Lifecycle, ABC):
                                        where=where)
         return q_terms, t_weights, cands
 
-    async def dump(self, owner: str) -> builtins.list[tuple[VectorMemory, list[float] | None]]:
-        """Every memory of ``owner`` with its embedding, oldest first (for export)."""
-        items = await self._dump(check.owner_id(owner))
-        return sorted(items, key=lambda i: (i[0].created_at, i[0].id))
-
-    async def restore(self, owner: str,
-                      items: Sequence[tuple[VectorMemory, Sequence[float] | None]]) -> int:
-        """Insert exported memories as they were (ids, times, metadata, embeddings;
-        no dedup) into ``owner``, which must have none (``OwnerNotEmpty``). Every item
-        is checked (``check_restore``) before anything is written; how many were written."""
-        from ..errors import OwnerNotEmpty
-
-        checked = self.check_restore(owner, items)
-        if await self.count(owner):
-            raise OwnerNotEmpty(f"owner {owner!r} has memories already; forget it first")
-        if checked:
-            await self._record_model(any(v is not None for _, v in checked))
-            await self._restore(owner, checked)
-        return len(checked)
-
-    async def versions(self, owner: str) -> builtins.list[MemoryVersion]:
-        """Every closed version of ``owner``'s memories, oldest closed first (for export)."""
-        found = await self._all_versions(check.owner_id(owner))
-        return sorted(found, key=lambda v: (v.valid_to or v.valid_from, v.valid_from, v.id))
-
-    async def restore_versions(self, owner: str, versions: Sequence[MemoryVersion]) -> None:
-        """Write exported closed versions of ``owner``'s memories as they were (an import
-        right after ``restore``), checked first (``check_versions``)."""
-        self.check_versions(owner, versions)
-        if versions:
-            await self._restore_versions(owner, list(versions))
-
-    def check_versions(self, owner: str, versions: Sequence[MemoryVersion]) -> None:
-        """``InvalidInput`` for a version ``restore_versions`` would refuse: of another
-        owner, not closed, an id that is not a UUID, content or metadata over the limits."""
-        import uuid
-
-        from ..errors import InvalidImport
-
-        check.owner_id(owner)
-        for v in versions:
-            if v.owner != owner:
-                raise InvalidImport(f"a memory version of owner {v.owner!r} among {owner!r}'s")
-            if v.valid_to is None or v.change is None:
-                raise InvalidImport(f"memory version {v.id!r} is not closed")
-            try:
-                for i in (v.id, v.memory_id, v.superseded_by):
-                    if i is not None:
-                        uuid.UUID(i)
-            except ValueError:
-                raise InvalidImport(f"memory version {v.id!r} has an id that is not a UUID"
-                                    ) from None
-            check.content(v.content, self.max_content_bytes)
-            check.stored_metadata(v.metadata, self.limits)
-
-    def check_restore(self, owner: str,
-                      items: Sequence[tuple[VectorMemory, Sequence[float] | None]]
-                      ) -> builtins.list[tuple[VectorMemory, list[float] | None]]:
-        """The items ``restore`` would write, checked; ``InvalidInput`` if one is not fit."""
-        import uuid
-
-        from ..errors import InvalidImport
-
-        check.owner_id(owner)
-        checked: builtins.list[tuple[VectorMemory, list[float] | None]] = []
-        seen: set[str] = set()
-        for mem, emb in items:
-            if mem.owner != owner:
-                raise InvalidImport(f"a memory of owner {mem.owner!r} among those of {owner!r}")
-            try:
-                uuid.UUID(mem.id)
-            except ValueError:
-                raise InvalidImport(f"memory id {mem.id!r} is not a UUID") from None
-            if mem.id in seen:
-                raise InvalidImport(f"memory id {mem.id!r} appears twice")
-            seen.add(mem.id)
-            text = check.content(mem.content, self.max_content_bytes)
-            meta = check.stored_metadata(mem.metadata, self.limits)
-            vec = self._check_embedding(emb)
-            checked.append((mem.model_copy(update={"content": text, "metadata": meta,
-                                                   "has_embedding": vec is not None}), vec))
-        return checked
-
-    async def forget(self, owner: str) -> int:
-        """Remove ``owner``'s L2 layer (see ``StructuredStore.forget`` for the rest);
-        return how many memories went."""
-        return await self._forget(check.owner_id(owner))
-
     def _materialize(self, payload: Any) -> VectorMemory:
         """The memory a candidate's payload stands for (backends with raw rows override)."""
         if not isinstance(payload, VectorMemory):
             raise TypeError(f"{type(self).__name__} must override _materialize")
         return payload
-
-    async def get(self, owner: str, memory_id: str) -> VectorMemory:
-        """One current memory of ``owner``, or ``MemoryNotFound`` (``MemorySuperseded``
-        for one that was superseded: its history still has it)."""
-        check.owner_id(owner)
-        check.ids([memory_id], "memory id")
-        try:
-            return await self._get(owner, memory_id)
-        except MemoryNotFound as exc:
-            await self._not_live(owner, memory_id, exc)
-            raise
-
-    async def delete(self, owner: str, memory_id: str) -> bool:
-        check.owner_id(owner)
-        check.ids([memory_id], "memory id")
-        return await self._delete(owner, memory_id)
-
-    async def list(self, owner: str, *, limit: int = 100, offset: int = 0,
-                   filter: Mapping[str, Any] | None = None,
-                   ) -> list[VectorMemory]:
-        """Current memories of ``owner``, newest first; ``filter`` as in :meth:`search`."""
-        check.owner_id(owner)
-        n, skip = check.limit(limit), check.offset(offset)
-        where = check_l2.metadata_filter(filter)
-        return await self._list(owner, n, skip, where=where)
-
-    def _check_embedding(self, embedding: Sequence[float] | None
-                         ) -> builtins.list[float] | None:
-        if embedding is None:
-            return None
-        if self.dim is None:
-            raise InvalidQuery("this store has no embedding dimension (keyword-only); "
-                               "configure embedding_model to store embeddings")
-        return check.embedding(embedding, self.dim)
 
 
 def model_mismatch(recorded: EmbeddingModel, configured: str) -> EmbeddingModelMismatch:

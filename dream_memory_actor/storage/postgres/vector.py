@@ -1,5 +1,11 @@
-"""L2 on PostgreSQL + pgvector: dedup-merge on store, versions, lifecycle; the search
-candidates are gathered in ``search``."""
+"""L2 on PostgreSQL + pgvector: the ``memories`` table, its text rows and counts, and
+the closed versions in ``memory_versions``; the search candidates are gathered in
+``search``.
+
+A write is one transaction (``PostgresBackend.unit``: the plan's reads join it)
+under the owner's advisory lock, which the owner's other L2 writes wait for; its
+``op_id`` is recorded with its result in ``applied_ops`` in the same transaction.
+"""
 
 from __future__ import annotations
 
@@ -9,53 +15,23 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...errors import MemoryNotFound, SchemaError
-from ...models import EmbeddingModel, MemoryVersion, StoreResult, VectorMemory
+from ...errors import SchemaError
+from ...models import EmbeddingModel, MemoryVersion, VectorMemory
 from ...text import content_hash, fold
-from ..dedup import Cuts, Neighbour, decide, outcome_of
-from ..vector_l2 import BatchItem
-from ..versions import closed, successor, updated
+from ..writes import Planner, Row, Writes
 from .counts import add_memories, add_terms, term_delta, term_stats
 from .migrations import dim_sql
-from .plan import (
-    EXACT_BREAK_EVEN,
-    KEYWORD_SCAN_CAP,
-    KEYWORD_SCAN_MAX,
-    KEYWORD_SCAN_SHARE,
-    RECENT_WINDOW,
-    SearchPlan,
-    prefer_exact,
-    prefer_keyword_scan,
-    search_plan,
-)
-from .pool import PostgresBackend
+from .plan import prefer_exact
 from .search import PostgresSearch
-from .statements import (
-    MEMORY_COLUMNS,
-    Params,
-    metadata_condition,
-)
-from .versions import (
-    VERSION_COLUMNS,
-    add_version,
-    as_uuid,
-    prior_result,
-    record_op,
-    version_rows,
-)
+from .statements import MEMORY_COLUMNS, Params, metadata_condition
+from .versions import VERSION_COLUMNS, as_uuid, prior_result, record_op, version_rows
 
-__all__ = [
-    "EXACT_BREAK_EVEN",
-    "KEYWORD_SCAN_CAP",
-    "KEYWORD_SCAN_MAX",
-    "KEYWORD_SCAN_SHARE",
-    "RECENT_WINDOW",
-    "PostgresVectorStore",
-    "SearchPlan",
-    "prefer_exact",
-    "prefer_keyword_scan",
-    "search_plan",
-]
+_INSERT = """INSERT INTO {s}.memories (id, owner_id, content, content_hash, metadata, embedding,
+                 embedding_dim, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9)"""
+_INSERT_TEXT = """INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
+                  VALUES ($1, $2, $3, $4)"""
+_UPDATE_TEXT = "UPDATE {s}.memory_text SET search_text = $2, updated_at = $3 WHERE id = $1"
 
 
 def _memory(row: Any) -> VectorMemory:
@@ -65,18 +41,10 @@ def _memory(row: Any) -> VectorMemory:
         updated_at=row["updated_at"], has_embedding=row["has_embedding"])
 
 
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
-
-
 class PostgresVectorStore(PostgresSearch):
     """L2 in the ``memories`` table."""
 
-    def __init__(self, backend: PostgresBackend) -> None:
+    def __init__(self, backend: Any) -> None:
         super().__init__(backend)
         self.dim = backend.dim
         self._codepoint_order = None  # see PostgresSearch
@@ -84,7 +52,16 @@ class PostgresVectorStore(PostgresSearch):
 
     # -- the embedding model ------------------------------------------------------------
 
-    async def _recorded(self) -> EmbeddingModel | None:
+    async def _model(self, record: EmbeddingModel | None) -> EmbeddingModel | None:
+        if record is not None:
+            async with self.backend.connection() as conn:
+                await conn.execute(
+                    f"""INSERT INTO {self._s}.embedding_model (model, dim, calibration,
+                            recorded_at)
+                        VALUES ($1, $2, $3::jsonb, $4) ON CONFLICT (only_row) DO NOTHING""",
+                    record.model, record.dim,
+                    None if record.calibration is None else json.dumps(record.calibration),
+                    record.recorded_at)
         try:
             async with self.backend.plain_connection() as conn:
                 row = await conn.fetchrow(
@@ -98,106 +75,66 @@ class PostgresVectorStore(PostgresSearch):
                               calibration=None if cal is None else json.loads(cal),
                               recorded_at=row["recorded_at"])
 
-    async def _record(self, model: EmbeddingModel) -> None:
-        async with self.backend.connection() as conn:
-            await conn.execute(
-                f"""INSERT INTO {self._s}.embedding_model (model, dim, calibration, recorded_at)
-                VALUES ($1, $2, $3::jsonb, $4) ON CONFLICT (only_row) DO NOTHING""",
-                model.model, model.dim,
-                None if model.calibration is None else json.dumps(model.calibration),
-                model.recorded_at)
-
     # -- writes -----------------------------------------------------------------------
 
     async def _lock_owner(self, conn: Any, owner: str) -> None:
-        """Writes of one owner's memories take turns (dedup, counts)."""
+        """Writes of one owner's memories take turns (judgement, counts)."""
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
                            f"{self._s}:l2:{owner}")
 
-    async def _store(self, owner: str, content: str, embedding: list[float] | None,
-                     metadata: dict[str, Any], *, cuts: Cuts, now: datetime,
-                     op_id: str | None) -> StoreResult:
+    async def _write(self, owner: str, what: str, op_id: str | None, plan: Planner) -> str:
         s = self._s
-        async with self.backend.transaction() as conn:
+        async with self.backend.unit() as conn:
             await self._lock_owner(conn, owner)
             prior = await prior_result(conn, s, owner, op_id)
             if prior is not None:
-                return StoreResult.model_validate_json(prior)
-            result = await self._store_locked(conn, owner, content, embedding, metadata,
-                                              cuts, now)
-            await record_op(conn, s, owner, op_id, "store", result.model_dump_json())
+                return str(prior)
+            result, writes = await plan()
+            await self._apply(conn, owner, writes)
+            await record_op(conn, s, owner, op_id, what, result)
             return result
 
-    async def _neighbours(self, conn: Any, owner: str, content: str,
-                          embedding: list[float] | None, nearest: int
-                          ) -> dict[str, tuple[Any, float | None]]:
-        """The owner's ``nearest`` memories most similar to ``embedding`` and the memory
-        of the same text: rows by id, with their cosine (``None``: found by the text)."""
+    async def _apply(self, conn: Any, owner: str, w: Writes) -> None:
         s = self._s
-        found: dict[str, tuple[Any, float | None]] = {}
-        if embedding is not None:
-            d = self.dim or 0
-            stats = await term_stats(conn, s, [owner], [])
-            order = "sim DESC" if prefer_exact(stats.docs, stats.table_docs or 0) else (
-                f"{dim_sql(d)} <=> $2::vector({d})")
-            for row in await conn.fetch(
-                    f"""SELECT {MEMORY_COLUMNS}, 1 - ({dim_sql(d)} <=> $2::vector({d})) AS sim
-                        FROM {s}.memories WHERE owner_id = $1 AND embedding_dim = {int(d)}
-                        ORDER BY {order} LIMIT $3""", owner, embedding, nearest):
-                found[str(row["id"])] = (row, float(row["sim"]))
-        same = await conn.fetchrow(
-            f"""SELECT {MEMORY_COLUMNS} FROM {s}.memories
-                WHERE owner_id = $1 AND content_hash = $2
-                ORDER BY updated_at DESC LIMIT 1""", owner, content_hash(content))
-        if same is not None and str(same["id"]) not in found:
-            found[str(same["id"])] = (same, None)
-        return found
-
-    async def _store_locked(self, conn: Any, owner: str, content: str,
-                            embedding: list[float] | None, metadata: dict[str, Any],
-                            cuts: Cuts, now: datetime) -> StoreResult:
-        s = self._s
-        found = await self._neighbours(conn, owner, content, embedding, cuts.nearest)
-        j = await decide(content, [Neighbour(mid, row["content"], sim)
-                                   for mid, (row, sim) in found.items()], cuts)
-        near = None if j is None or j.memory_id is None else _memory(found[j.memory_id][0])
-        w = outcome_of(j, near, owner, content, metadata, embedding is not None, now,
-                       self.limits)
-        new = w.memory
-        if w.version is not None:
-            await add_version(conn, s, w.version)
-        if not w.inserts:
-            assert near is not None
+        if w.versions:
+            await conn.executemany(
+                f"""INSERT INTO {s}.memory_versions ({VERSION_COLUMNS})
+                    VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12)""",
+                [(uuid.UUID(v.id), v.owner, uuid.UUID(v.memory_id), v.content,
+                  json.dumps(v.metadata, ensure_ascii=False), v.has_embedding, v.valid_from,
+                  v.valid_to, v.change,
+                  None if v.superseded_by is None else uuid.UUID(v.superseded_by), v.by,
+                  v.reason) for v in w.versions])
+        if w.drops:  # their text rows go with them (ON DELETE CASCADE)
+            await conn.execute(f"DELETE FROM {s}.memories WHERE id = ANY($1::uuid[])",
+                               [uuid.UUID(m.id) for m in w.drops])
+        new = [p for p in w.puts if p.before is None]
+        if new:
+            await conn.executemany(_INSERT.format(s=s), [
+                (uuid.UUID(m.id), owner, m.content, content_hash(m.content),
+                 json.dumps(m.metadata, ensure_ascii=False), p.given,
+                 None if p.given is None else self.dim, m.created_at, m.updated_at)
+                for p in new for m in [p.memory]])
+            await conn.executemany(_INSERT_TEXT.format(s=s), [
+                (uuid.UUID(p.memory.id), owner, fold(p.memory.content), p.memory.updated_at)
+                for p in new])
+        for p in w.puts:
+            if p.before is None:
+                continue
+            m = p.memory
+            args = [uuid.UUID(m.id), m.content, content_hash(m.content),
+                    json.dumps(m.metadata, ensure_ascii=False), m.updated_at]
+            vector = ""
+            if not p.keeps:
+                vector = ", embedding = $6, embedding_dim = $7"
+                args += [p.given, None if p.given is None else self.dim]
             await conn.execute(
                 f"""UPDATE {s}.memories SET content = $2, content_hash = $3,
-                        metadata = $4::jsonb, updated_at = $5 WHERE id = $1""",
-                uuid.UUID(new.id), new.content, content_hash(new.content),
-                json.dumps(new.metadata), new.updated_at)
-            await conn.execute(
-                f"UPDATE {s}.memory_text SET search_text = $2, updated_at = $3 WHERE id = $1",
-                uuid.UUID(new.id), fold(new.content), new.updated_at)
-            if new.content != near.content:
-                await add_terms(conn, s, owner, term_delta([near.content], [new.content]))
-            return w.result
-        if w.removes is not None:  # its text row goes with it (ON DELETE CASCADE)
-            await conn.execute(f"DELETE FROM {s}.memories WHERE id = $1",
-                               uuid.UUID(w.removes))
-        await conn.execute(
-            f"""INSERT INTO {s}.memories (id, owner_id, content, content_hash,
-                    metadata, embedding, embedding_dim, created_at, updated_at)
-                VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $8)""",
-            uuid.UUID(new.id), owner, content, content_hash(content),
-            json.dumps(new.metadata), embedding, None if embedding is None else self.dim, now)
-        await conn.execute(
-            f"""INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
-                VALUES ($1, $2, $3, $4)""", uuid.UUID(new.id), owner, fold(content), now)
-        if w.removes is None:
-            await add_memories(conn, s, owner, 1)
-            await add_terms(conn, s, owner, term_delta(added=[content]))
-        else:
-            assert near is not None
-            await add_terms(conn, s, owner, term_delta([near.content], [content]))
-        return w.result
+                        metadata = $4::jsonb, updated_at = $5{vector} WHERE id = $1""", *args)
+            await conn.execute(_UPDATE_TEXT.format(s=s), uuid.UUID(m.id), fold(m.content),
+                               m.updated_at)
+        await add_memories(conn, s, owner, w.count_delta())
+        await add_terms(conn, s, owner, w.term_delta())
 
     async def bulk_insert(self, owner: str,
                           rows: Sequence[tuple[str, Sequence[float] | None, datetime]]) -> int:
@@ -230,240 +167,66 @@ class PostgresVectorStore(PostgresSearch):
             await add_terms(conn, self._s, owner, term_delta(added=[m[2] for m in mems]))
         return len(mems)
 
-    # -- versioned writes: one transaction each, history in memory_versions ----------
+    # -- reads ------------------------------------------------------------------------
 
-    async def _live(self, conn: Any, owner: str, memory_id: str) -> VectorMemory:
-        mid = as_uuid(memory_id)
-        row = (
-            None
-            if mid is None
-            else await conn.fetchrow(
-                f"SELECT {MEMORY_COLUMNS} FROM {self._s}.memories WHERE owner_id = $1 AND id = $2",
-                owner,
-                mid,
-            )
-        )
-        if row is None:
-            raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
-        return _memory(row)
-
-    async def _store_many(
-        self, owner: str,
-        items: Sequence[BatchItem],
-        *,
-        cuts: Cuts,
-        now: datetime,
-        op_id: str | None,
-    ) -> list[StoreResult]:
-        """Every item as ``store`` decides it, in order, in one transaction."""
+    async def _rows(self, owner: str, *, ids: Sequence[str] | None = None,
+                    text_hash: str | None = None,
+                    near: tuple[list[float], int] | None = None,
+                    where: Mapping[str, Any] | None = None, limit: int | None = None,
+                    offset: int = 0, vectors: bool = False) -> list[Row]:
         s = self._s
-        async with self.backend.transaction() as conn:
-            await self._lock_owner(conn, owner)
-            prior = await prior_result(conn, s, owner, op_id)
-            if prior is not None:
-                return [StoreResult.model_validate(r) for r in json.loads(prior)]
-            results = [
-                await self._store_locked(conn, owner, text, vec, meta, cuts, now)
-                for text, vec, meta in items
-            ]
-            await record_op(
-                conn,
-                s,
-                owner,
-                op_id,
-                "store_many",
-                json.dumps([r.model_dump(mode="json") for r in results]),
-            )
-            return results
-
-    async def _update(
-        self, owner: str,
-        memory_id: str,
-        content: str,
-        embedding: list[float] | None,
-        metadata: dict[str, Any] | None,
-        *,
-        now: datetime,
-        op_id: str | None,
-    ) -> VectorMemory:
-        s = self._s
-        async with self.backend.transaction() as conn:
-            await self._lock_owner(conn, owner)
-            prior = await prior_result(conn, s, owner, op_id)
-            if prior is not None:
-                return VectorMemory.model_validate_json(prior)
-            old = await self._live(conn, owner, memory_id)
-            new = updated(old, content, metadata, embedding is not None, now)
-            await add_version(conn, s, closed(old, now, "update"))
-            await conn.execute(
-                f"""UPDATE {s}.memories SET content = $2, content_hash = $3, metadata = $4::jsonb,
-                        embedding = $5, embedding_dim = $6, updated_at = $7 WHERE id = $1""",
-                uuid.UUID(new.id),
-                new.content,
-                content_hash(new.content),
-                json.dumps(new.metadata, ensure_ascii=False),
-                embedding,
-                None if embedding is None else self.dim,
-                new.updated_at,
-            )
-            await conn.execute(
-                f"UPDATE {s}.memory_text SET search_text = $2, updated_at = $3 WHERE id = $1",
-                uuid.UUID(new.id),
-                fold(new.content),
-                new.updated_at,
-            )
-            await add_terms(conn, s, owner, term_delta([old.content], [new.content]))
-            await record_op(conn, s, owner, op_id, "update", new.model_dump_json())
-            return new
-
-    async def _supersede(
-        self, owner: str,
-        memory_id: str,
-        content: str,
-        embedding: list[float] | None,
-        metadata: dict[str, Any] | None,
-        *,
-        by: str | None,
-        reason: str | None,
-        now: datetime,
-        op_id: str | None,
-    ) -> VectorMemory:
-        s = self._s
-        async with self.backend.transaction() as conn:
-            await self._lock_owner(conn, owner)
-            prior = await prior_result(conn, s, owner, op_id)
-            if prior is not None:
-                return VectorMemory.model_validate_json(prior)
-            old = await self._live(conn, owner, memory_id)
-            new = successor(old, content, metadata, embedding is not None, now)
-            await add_version(
-                conn, s, closed(old, now, "supersede", superseded_by=new.id, by=by, reason=reason)
-            )
-            # The old row goes (its text row with it, ON DELETE CASCADE), the new one comes:
-            # the owner's memory count is unchanged.
-            await conn.execute(f"DELETE FROM {s}.memories WHERE id = $1", uuid.UUID(old.id))
-            await conn.execute(
-                f"""INSERT INTO {s}.memories (id, owner_id, content, content_hash,
-                        metadata, embedding, embedding_dim, created_at, updated_at)
-                    VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $8)""",
-                uuid.UUID(new.id),
-                owner,
-                new.content,
-                content_hash(new.content),
-                json.dumps(new.metadata, ensure_ascii=False),
-                embedding,
-                None if embedding is None else self.dim,
-                now,
-            )
-            await conn.execute(
-                f"""INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
-                    VALUES ($1, $2, $3, $4)""",
-                uuid.UUID(new.id),
-                owner,
-                fold(new.content),
-                now,
-            )
-            await add_terms(conn, s, owner, term_delta([old.content], [new.content]))
-            await record_op(conn, s, owner, op_id, "supersede", new.model_dump_json())
-            return new
-
-    async def _history(self, owner: str, memory_id: str) -> list[MemoryVersion]:
-        mid = as_uuid(memory_id)
-        if mid is None:
-            return []
+        p = Params()
+        cols = MEMORY_COLUMNS + (", embedding" if vectors else "")
+        mine = f"owner_id = {p(owner)}"
         async with self.backend.connection() as conn:
-            rows = await conn.fetch(
-                f"""SELECT {VERSION_COLUMNS} FROM {self._s}.memory_versions
-                    WHERE owner_id = $1 AND (memory_id = $2 OR superseded_by = $2)""",
-                owner,
-                mid,
-            )
-        return version_rows(rows)
+            if ids is not None:
+                uuids = [u for u in map(as_uuid, ids) if u is not None]
+                if not uuids:
+                    return []
+                rows = await conn.fetch(f"SELECT {cols} FROM {s}.memories WHERE {mine} "
+                                        f"AND id = ANY({p(uuids)}::uuid[])", *p.values)
+            elif text_hash is not None:
+                rows = await conn.fetch(
+                    f"""SELECT {cols} FROM {s}.memories WHERE {mine}
+                        AND content_hash = {p(text_hash)} ORDER BY updated_at DESC""",
+                    *p.values)
+            elif near is not None:
+                vector, k = near
+                d = int(self.dim or 0)
+                stats = await term_stats(conn, s, [owner], [])
+                q = f"{p(vector)}::vector({d})"
+                order = ("sim DESC" if prefer_exact(stats.docs, stats.table_docs or 0)
+                         else f"{dim_sql(d)} <=> {q}")
+                rows = await conn.fetch(
+                    f"""SELECT {cols}, 1 - ({dim_sql(d)} <=> {q}) AS sim FROM {s}.memories
+                        WHERE {mine} AND embedding_dim = {d} ORDER BY {order}
+                        LIMIT {p(k)}""", *p.values)
+            else:
+                cond = mine + metadata_condition(p, where, "metadata")
+                window = "" if limit is None else f" LIMIT {p(limit)}"
+                rows = await conn.fetch(
+                    f"""SELECT {cols} FROM {s}.memories WHERE {cond}
+                        ORDER BY updated_at DESC, id{window} OFFSET {p(offset)}""", *p.values)
+        return [Row(_memory(r),
+                    None if not vectors or r["embedding"] is None
+                    else [float(x) for x in r["embedding"].to_list()],
+                    float(r["sim"]) if near is not None else None) for r in rows]
 
-    async def _all_versions(self, owner: str) -> list[MemoryVersion]:
-        """Every closed version of the owner's memories (for export)."""
+    async def _versions(self, owner: str, memory_id: str | None = None) -> list[MemoryVersion]:
+        p = Params()
+        cond = f"owner_id = {p(owner)}"
+        if memory_id is not None:
+            mid = as_uuid(memory_id)
+            if mid is None:
+                return []
+            cond += f" AND (memory_id = {p(mid)} OR superseded_by = $2)"
         async with self.backend.connection() as conn:
-            rows = await conn.fetch(
-                f"""SELECT {VERSION_COLUMNS} FROM {self._s}.memory_versions WHERE owner_id = $1
-                    ORDER BY valid_to, valid_from""", owner)
+            rows = await conn.fetch(f"""SELECT {VERSION_COLUMNS} FROM {self._s}.memory_versions
+                                        WHERE {cond} ORDER BY valid_to, valid_from""", *p.values)
         return version_rows(rows)
-
-    async def _restore_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
-        """Insert exported closed versions as they were (an import)."""
-        async with self.backend.transaction() as conn:
-            for v in found:
-                await add_version(conn, self._s, v)
-
-    # -- search -----------------------------------------------------------------------
 
     def _materialize(self, payload: Any) -> VectorMemory:
         return _memory(payload)
-
-    # -- reads and deletes ------------------------------------------------------------
-
-    async def _get(self, owner: str, memory_id: str) -> VectorMemory:
-        row = None
-        if _is_uuid(memory_id):
-            async with self.backend.connection() as conn:
-                row = await conn.fetchrow(
-                    f"""SELECT {MEMORY_COLUMNS} FROM {self._s}.memories
-                        WHERE owner_id = $1 AND id = $2""", owner, uuid.UUID(memory_id))
-        if row is None:
-            raise MemoryNotFound(f"owner {owner!r} has no memory {memory_id!r}")
-        return _memory(row)
-
-    async def _delete(self, owner: str, memory_id: str) -> bool:
-        if not _is_uuid(memory_id):
-            return False
-        async with self.backend.transaction() as conn:
-            await self._lock_owner(conn, owner)
-            gone = await conn.fetchval(
-                f"""DELETE FROM {self._s}.memories WHERE owner_id = $1 AND id = $2
-                    RETURNING content""", owner, uuid.UUID(memory_id))
-            if gone is None:
-                return False
-            await add_memories(conn, self._s, owner, -1)
-            await add_terms(conn, self._s, owner, term_delta(removed=[gone]))
-        return True
-
-    async def _list(self, owner: str, limit: int, offset: int,
-                    where: Mapping[str, Any] | None = None) -> list[VectorMemory]:
-        p = Params()
-        mine = f"owner_id = {p(owner)}" + metadata_condition(p, where, "metadata")
-        async with self.backend.connection() as conn:
-            rows = await conn.fetch(
-                f"""SELECT {MEMORY_COLUMNS} FROM {self._s}.memories WHERE {mine}
-                    ORDER BY updated_at DESC, id LIMIT {p(limit)} OFFSET {p(offset)}""",
-                *p.values)
-        return [_memory(r) for r in rows]
-
-    async def _dump(self, owner: str) -> list[tuple[VectorMemory, list[float] | None]]:
-        async with self.backend.connection() as conn:
-            rows = await conn.fetch(
-                f"""SELECT {MEMORY_COLUMNS}, embedding FROM {self._s}.memories
-                    WHERE owner_id = $1""", owner)
-        return [(_memory(r), None if r["embedding"] is None
-                 else [float(x) for x in r["embedding"].to_list()]) for r in rows]
-
-    async def _restore(self, owner: str,
-                       items: Sequence[tuple[VectorMemory, list[float] | None]]) -> None:
-        s = self._s
-        async with self.backend.transaction() as conn:
-            await self._lock_owner(conn, owner)
-            await conn.executemany(
-                f"""INSERT INTO {s}.memories (id, owner_id, content, content_hash,
-                        metadata, embedding, embedding_dim, created_at, updated_at)
-                    VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9)""",
-                [(uuid.UUID(m.id), owner, m.content, content_hash(m.content),
-                  json.dumps(m.metadata), vec, None if vec is None else self.dim,
-                  m.created_at, m.updated_at) for m, vec in items])
-            await conn.executemany(
-                f"""INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
-                    VALUES ($1, $2, $3, $4)""",
-                [(uuid.UUID(m.id), owner, fold(m.content), m.updated_at) for m, _ in items])
-            await add_memories(conn, s, owner, len(items))
-            await add_terms(conn, s, owner, term_delta(added=[m.content for m, _ in items]))
-
 
     async def _forget(self, owner: str) -> int:
         from .erase import L2_TABLES, erase
@@ -480,7 +243,3 @@ class PostgresVectorStore(PostgresSearch):
         n = await conn.fetchval(
             f"SELECT memories FROM {self._s}.owner_memory_counts WHERE owner_id = $1", owner)
         return int(n or 0)
-
-    async def count(self, owner: str) -> int:
-        async with self.backend.connection() as conn:
-            return await self._count_in(conn, owner)

@@ -3,9 +3,9 @@
 
 Earlier versions live in ``memory_versions`` (migration 7), beside the live
 ``memories`` table: the live table, its indexes and the search statements are
-those of plain stores. ``PostgresVectorStore``'s versioned writes (one transaction
-under the owner's advisory lock each, as ``store`` is) record their ``op_id`` here
-with their result (``record_op``, read back by ``prior_result``).
+those of plain stores. Every write under an ``op_id`` (an L1 ``apply``, an L2
+``_write``) records it here with its result (``record_op``, read back by
+``prior_result``) in the transaction that writes.
 """
 
 from __future__ import annotations
@@ -59,25 +59,6 @@ async def record_op(conn: Any, s: str, owner: str, op_id: str | None, kind: str,
             kind,
             result,
         )
-
-
-async def add_version(conn: Any, s: str, v: MemoryVersion) -> None:
-    await conn.execute(
-        f"""INSERT INTO {s}.memory_versions ({VERSION_COLUMNS})
-            VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12)""",
-        uuid.UUID(v.id),
-        v.owner,
-        uuid.UUID(v.memory_id),
-        v.content,
-        json.dumps(v.metadata, ensure_ascii=False),
-        v.has_embedding,
-        v.valid_from,
-        v.valid_to,
-        v.change,
-        None if v.superseded_by is None else uuid.UUID(v.superseded_by),
-        v.by,
-        v.reason,
-    )
 
 
 def version_rows(rows: Any) -> list[MemoryVersion]:

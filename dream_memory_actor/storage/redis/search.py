@@ -13,13 +13,15 @@ import numpy as np
 from ...errors import BackendError
 from ...scoring import Candidate, TermStats, cosine, keyword_order
 from ..terms import prefix_df, summed
-from . import df, versions
+from ..vector import VectorStore
+from ..versions import matches
+from . import df
 from . import search_module as fts
 from .common import Keys, translate
 from .rows import NO_TOKEN, OwnerRows, Row, RowCache, vec_bytes
 
 
-class RedisSearch(ABC):
+class RedisSearch(VectorStore, ABC):
     """The read side of ``RedisVectorStore`` a search uses (see ``vector``)."""
 
     dim: int | None
@@ -39,7 +41,7 @@ class RedisSearch(ABC):
         """Keys and arguments of FETCH_ROWS for one owner."""
 
     @abstractmethod
-    async def _rows(self, client: Any, owner: str) -> OwnerRows:
+    async def _owner_rows(self, client: Any, owner: str) -> OwnerRows:
         """The owner's rows, cache-checked."""
 
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
@@ -58,7 +60,7 @@ class RedisSearch(ABC):
             for o, reply in zip(owners, replies, strict=True):
                 got = df.parse_read(reply)
                 if got is None:  # never counted: count the rows this process reads
-                    rows = await self._rows(self._r, o)
+                    rows = await self._owner_rows(self._r, o)
                     n = len(rows.rows)
                     got = (n, prefix_df(rows.document_frequencies(), n, terms))
                 docs += got[0]
@@ -77,7 +79,9 @@ class RedisSearch(ABC):
             knn = module and embedding is not None and self.dim is not None and not where
             by_owner, hits = await self._fetch_for_search(owners, embedding, vector_k, knn)
         if where:
-            by_owner = {o: versions.filtered(rows, where) for o, rows in by_owner.items()}
+            by_owner = {o: OwnerRows(rows.token, [r for r in rows.rows.values()
+                                                 if matches(r.memory.metadata, where)])
+                        for o, rows in by_owner.items()}
         query = None if embedding is None else np.asarray(embedding, dtype=np.float64)
 
         def candidate(row: Row) -> Candidate:
@@ -109,7 +113,7 @@ class RedisSearch(ABC):
         if len(owners) == 1 and not knn:
             # One EVALSHA. The pipeline below would first send SCRIPT EXISTS (redis-py
             # does for every pipeline that runs a Script), a second round trip.
-            return {owners[0]: await self._rows(self._r, owners[0])}, []
+            return {owners[0]: await self._owner_rows(self._r, owners[0])}, []
         stale: set[str] = set()
         for attempt in range(4):
             async with self._r.pipeline(transaction=False) as pipe:

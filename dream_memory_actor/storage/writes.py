@@ -1,0 +1,214 @@
+"""What an L2 write changes, as data: the one shape every backend applies.
+
+Every write of semantic memories (a store, a batch, an update, a supersession, a
+delete, an import) is planned once, above the backends, as :class:`Writes`: the
+memories it puts (new rows, or new contents of live rows), the live memories it
+drops, and the closed versions it adds to their histories. A backend applies a
+plan's writes atomically under the owner's writer (``VectorStore._write``), and
+keeps its own counts (memories per owner, documents per term) from them.
+
+:class:`Plan` is the owner as a plan sees it: the backend's rows with the plan's
+own writes laid over them, so the tenth item of a batch is judged against the
+nine before it exactly as ten stores in turn would be, and nothing is written
+until the whole batch is decided.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, NamedTuple
+
+from ..limits import Limits
+from ..models import MemoryVersion, StoreResult, VectorMemory
+from ..scoring import cosine
+from ..text import content_hash
+from .dedup import Cuts, Neighbour, decide, df_delta, outcome_of
+
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+#: The vector of a put that keeps the stored one (a merge keeps the original embedding).
+KEEP: Final = _Keep()
+
+Vector = list[float] | None
+
+
+class Row(NamedTuple):
+    """A live memory as a backend reads it: the memory, its vector (when asked for) and
+    its cosine to the vector it was found near (``None`` otherwise)."""
+
+    memory: VectorMemory
+    vector: Vector = None
+    similarity: float | None = None
+
+
+@dataclass(frozen=True)
+class Put:
+    """Write ``memory``: a new row (``before`` ``None``), or the new content of the live
+    row ``before`` (same id). ``vector``: the embedding, or :data:`KEEP` the stored one."""
+
+    memory: VectorMemory
+    vector: Vector | _Keep
+    before: VectorMemory | None = None
+
+    @property
+    def keeps(self) -> bool:
+        """Whether the stored vector stays (:data:`KEEP`)."""
+        return isinstance(self.vector, _Keep)
+
+    @property
+    def given(self) -> Vector:
+        """The vector this put writes (``None``: none); not for one that keeps the stored."""
+        assert not isinstance(self.vector, _Keep), "a put that keeps its vector writes none"
+        return self.vector
+
+
+@dataclass
+class Writes:
+    """The writes of one plan, in the order a backend applies them: versions, drops, puts."""
+
+    versions: list[MemoryVersion] = field(default_factory=list)
+    drops: list[VectorMemory] = field(default_factory=list)
+    puts: list[Put] = field(default_factory=list)
+
+    def term_delta(self) -> dict[str, int]:
+        """How the owner's document frequencies move (``dedup.df_delta`` of each change)."""
+        delta: Counter[str] = Counter()
+        for m in self.drops:
+            delta.update(df_delta(m.content, None))
+        for p in self.puts:
+            delta.update(df_delta(None if p.before is None else p.before.content,
+                                  p.memory.content))
+        return {t: n for t, n in delta.items() if n}
+
+    def count_delta(self) -> int:
+        """How the owner's number of memories moves."""
+        return sum(p.before is None for p in self.puts) - len(self.drops)
+
+
+#: A write's plan: reads the owner through the backend's primitives (they see the owner
+#: as it is inside the write) and returns its result (JSON, recorded under the write's
+#: ``op_id``) and its writes.
+Planner = Callable[[], Awaitable["tuple[str, Writes]"]]
+
+#: The backend's read of an owner's rows (``VectorStore._rows``), as a plan uses it.
+ReadRows = Callable[..., Awaitable["builtins.list[Row]"]]
+
+
+class Plan:
+    """An owner's memories as a write plan sees them: the backend's rows (``read``)
+    under the writes planned so far."""
+
+    def __init__(self, owner: str, read: ReadRows) -> None:
+        self.owner = owner
+        self._read = read
+        self.writes = Writes()
+        self._put: dict[str, Put] = {}  # the live rows this plan wrote, by id
+        self._gone: set[str] = set()  # stored rows this plan dropped
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def live(self, memory_id: str) -> VectorMemory | None:
+        """The live memory ``memory_id`` as this plan leaves it (``None``: not live)."""
+        if memory_id in self._put:
+            return self._put[memory_id].memory
+        if memory_id in self._gone:
+            return None
+        rows = await self._read(self.owner, ids=[memory_id])
+        return rows[0].memory if rows else None
+
+    async def neighbours(self, content: str, vector: Vector, nearest: int
+                         ) -> builtins.list[Neighbour]:
+        """The ``nearest`` memories most similar to ``vector``, best first, then the memory
+        of the same text if it is not among them (its similarity ``None``)."""
+        found: builtins.list[tuple[float, Neighbour]] = []
+        if vector is not None and nearest > 0:
+            stored = await self._read(self.owner, near=(vector, nearest + len(self._put)
+                                                        + len(self._gone)))
+            for row in stored:
+                mid = row.memory.id
+                if mid in self._gone or row.similarity is None:
+                    continue
+                if mid in self._put and not isinstance(self._put[mid].vector, _Keep):
+                    continue  # a new vector of this plan's: scored below
+                mem = self._put[mid].memory if mid in self._put else row.memory
+                found.append((row.similarity, Neighbour(mid, mem.content, row.similarity)))
+            for p in self._put.values():
+                if isinstance(p.vector, list):
+                    sim = cosine(vector, p.vector)
+                    found.append((sim, Neighbour(p.memory.id, p.memory.content, sim)))
+            found.sort(key=lambda f: -f[0])  # stable: the backend's order among equals
+        near = [n for _, n in found[:nearest]]
+        same = await self._same_text(content)
+        if same is not None and all(n.id != same.id for n in near):
+            near.append(Neighbour(same.id, same.content, None))
+        return near
+
+    async def _same_text(self, content: str) -> VectorMemory | None:
+        h = content_hash(content)
+        for p in self._put.values():
+            if content_hash(p.memory.content) == h:
+                return p.memory
+        for row in await self._read(self.owner, text_hash=h):
+            if row.memory.id not in self._gone and row.memory.id not in self._put:
+                return row.memory
+        return None
+
+    # -- writes ----------------------------------------------------------------------
+
+    def put(self, memory: VectorMemory, vector: Vector | _Keep,
+            before: VectorMemory | None = None) -> None:
+        earlier = self._put.get(memory.id)
+        if earlier is not None:  # written twice by this plan: one row, as it ends
+            before = earlier.before
+            if isinstance(vector, _Keep):
+                vector = earlier.vector
+            self.writes.puts.remove(earlier)
+        p = Put(memory, vector, before)
+        self._put[memory.id] = p
+        self.writes.puts.append(p)
+
+    def drop(self, memory: VectorMemory) -> None:
+        earlier = self._put.pop(memory.id, None)
+        if earlier is not None:
+            self.writes.puts.remove(earlier)
+            if earlier.before is None:
+                return  # written and dropped by this plan: the store never sees it
+            memory = earlier.before
+        self._gone.add(memory.id)
+        self.writes.drops.append(memory)
+
+    def close(self, version: MemoryVersion) -> None:
+        self.writes.versions.append(version)
+
+    # -- the judged store ------------------------------------------------------------
+
+    async def store(self, content: str, vector: Vector, metadata: dict[str, Any],
+                    cuts: Cuts, now: datetime, limits: Limits) -> StoreResult:
+        """Judge ``content`` against the owner's nearest memories (``dedup.decide`` on
+        the ``cuts.nearest`` most similar above the candidate cut, and the memory of the
+        same text) and plan what the judgement calls for (``dedup.outcome_of``): a merge
+        (the previous content a ``"merge"`` version), a supersession, or an insert."""
+        found = [] if cuts.nearest == 0 else await self.neighbours(content, vector,
+                                                                    cuts.nearest)
+        j = await decide(content, found, cuts)
+        near = None if j is None or j.memory_id is None else await self.live(j.memory_id)
+        w = outcome_of(j, near, self.owner, content, metadata, vector is not None, now,
+                       limits)
+        if w.version is not None:
+            self.close(w.version)
+        if w.removes is not None:
+            assert near is not None
+            self.drop(near)
+        if w.inserts:
+            self.put(w.memory, vector)
+        else:
+            self.put(w.memory, KEEP, before=near)
+        return w.result
