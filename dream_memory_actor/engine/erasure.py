@@ -14,9 +14,6 @@ from .. import validation as check
 from ..models import Tombstone
 from ..storage.base import StructuredStore, VectorStore
 
-#: "No limit" for counting an owner's audit entries.
-_ALL = 2**31 - 1
-
 
 async def forget_owner(structured: StructuredStore,
                        memories: VectorStore | Callable[[str], Awaitable[int]], owner: str, *,
@@ -34,7 +31,7 @@ async def forget_owner(structured: StructuredStore,
     if op_id is not None:
         check.op_id(op_id)
     snap = await structured.load(owner)
-    audit = await structured._audit(owner, _ALL, None)
+    audit = await structured.audit(owner, limit=None)
     counts = {"rules": len(snap.rules), "facts": len(snap.facts), "status": len(snap.status),
               "pending": len(snap.pending), "audit": len(audit)}
     erase_l2 = memories.forget if isinstance(memories, VectorStore) else memories

@@ -62,7 +62,6 @@ from ..models import (
     VectorMemory,
     new_id,
 )
-from ..storage.history import check_time
 from ..validation import l2 as check_l2
 
 P = ParamSpec("P")
@@ -167,7 +166,7 @@ def _status_key(value: Any, scope: Scope) -> str:
 
 
 def _past(value: Any, scope: Scope) -> datetime:
-    return check_time(value)
+    return check.past(value)
 
 
 def _document(value: Any, scope: Scope) -> list[str]:

@@ -80,7 +80,8 @@ async def export_owner(engine: Stores, owner: str) -> list[str]:
     """The export document of ``owner``, line by line (no trailing newlines)."""
     check.owner_id(owner)
     snap = await engine.structured.load(owner)
-    audit = await engine.structured._audit(owner, 2**31 - 1, None)
+    audit = await engine.structured.audit(owner, limit=None)
+    closed, changes = await engine.structured.past(owner)
     memories = await engine.vector.dump(owner)
     records: list[dict[str, Any]] = []
     records += [{"type": "rule", "item": r.model_dump(mode="json")} for r in snap.rules]
@@ -90,9 +91,9 @@ async def export_owner(engine: Stores, owner: str) -> list[str]:
         records.append({"type": "status", "key": key, "value": value,
                         "expires_at": None if expires is None else expires.isoformat()})
     records += [{"type": "version", "item": v.model_dump(mode="json")}
-                for v in await engine.structured._item_history(owner)]
+                for v in closed]
     records += [{"type": "status_change", "item": c.model_dump(mode="json")}
-                for c in await engine.structured._status_history(owner, None)]
+                for c in changes]
     records += [{"type": "pending", "item": p.model_dump(mode="json")} for p in snap.pending]
     records += [{"type": "audit", "item": e.model_dump(mode="json")}
                 for e in reversed(audit)]  # oldest first, as they were written

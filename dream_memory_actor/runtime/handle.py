@@ -16,7 +16,7 @@ from typing import Any, TypeVar, Union
 from .. import validation as check
 from ..engine import operations as ops
 from ..models import MemoryFact, MemoryPendingItem, MemoryRule, MemorySnapshot, SearchHit
-from ..storage.history import new_item
+from ..storage.base import new_item
 from ..storage.ops import (
     AddFact,
     AddRule,

@@ -1,11 +1,13 @@
 """The two storage interfaces business code depends on.
 
-``StructuredStore`` (L1) has two abstract methods: ``load`` a snapshot and
-``_apply`` a list of operations atomically; four primitives keep the L3 chat
-windows and the audit trail of HITL decisions. ``VectorStore`` (L2, defined in
-``storage.vector`` and re-exported here) has a handful of primitives; dedup
-semantics, validation and hybrid ranking live there, once, so every backend ranks
-the same data the same way.
+``StructuredStore`` (L1) has seven primitives: ``load`` a snapshot, ``_apply`` a list
+of operations atomically (``ops.apply_ops`` is their meaning), read the owner's
+``_history`` (closed rules and facts, kept status values), keep the L3 chat
+``_window``s, read the ``_audit`` trail of decisions, ``_forget`` an owner and read
+the ``_tombstones`` erasures leave. Superseding, histories, past snapshots,
+decisions and the chat operations are composed here, once. ``VectorStore`` (L2,
+defined in ``storage.vector`` and re-exported here) does the same for semantic
+memories, so every backend stores, ranks and remembers alike.
 
 Public methods check their arguments (``validation``) before any I/O and raise
 ``InvalidInput`` subclasses; nothing is written when they do. The stores are the
@@ -21,7 +23,8 @@ from datetime import datetime
 from typing import ClassVar
 
 from .. import validation as check
-from ..errors import InvalidQuery, ItemNotFound
+from ..errors import DuplicateId, InvalidQuery, ItemNotFound, ItemSuperseded, SupersessionCycle
+from ..history import ItemHistory, ItemVersion, StatusChange, ancestors, as_of, chain
 from ..models import (
     AuditAction,
     AuditEntry,
@@ -34,28 +37,24 @@ from ..models import (
     Tombstone,
     utcnow,
 )
+from ..text import content_hash
 from ..validation import l1 as check_l1
 from . import tombstones
 from .changes import ChangeCallback, Unwatch, no_feed
 from .decisions import ACTIONS, decision_ops
-from .history import HistoryReads
 from .lifecycle import DEFAULT_MAX_CONTENT_BYTES, _Lifecycle
-from .ops import (
-    AddAudit,
-    AddFact,
-    AddRule,
-    DeleteStatus,
-    L1Op,
-    SetStatus,
-    added,
-)
+from .ops import AddAudit, AddFact, AddRule, DeleteStatus, L1Op, SetStatus, Supersede, added
 from .vector import VectorStore
 
-__all__ = ["DEFAULT_MAX_CONTENT_BYTES", "StructuredStore", "VectorStore"]
+__all__ = ["DEFAULT_MAX_CONTENT_BYTES", "StructuredStore", "VectorStore", "new_item"]
 
-class StructuredStore(_Lifecycle, HistoryReads, ABC):
+#: "No limit" for reading an owner's whole audit trail.
+ALL = 2**31 - 1
+
+
+class StructuredStore(_Lifecycle, ABC):
     """L1: rules, facts, status and the pending queue of each owner; superseded items
-    and status values in its history (``storage.history``)."""
+    and status values in its history; the L3 chat windows and the audit trail beside."""
 
     #: Status entries and pending items can expire by themselves.
     supports_ttl: ClassVar[bool] = True
@@ -79,6 +78,8 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
         """
         return no_feed()
 
+    # -- primitives a backend implements ---------------------------------------------
+
     @abstractmethod
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         """The owner's current snapshot (an empty one at version 0 for a new owner)."""
@@ -86,11 +87,49 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
     @abstractmethod
     async def _apply(self, owner: str, ops: Sequence[L1Op], now: datetime,
                      op_id: str | None) -> MemorySnapshot:
-        """Apply validated ``ops`` atomically; return the new snapshot (version + 1).
+        """Apply validated ``ops`` atomically, as ``ops.apply_ops`` does (its error raised
+        before anything is written); keep what its ``HistoryLog`` adds to the owner's
+        history and the entries of ``AddAudit`` operations (one per pending id: a later
+        decision's replaces an earlier one's), in the same transaction; return the new
+        snapshot (version + 1).
 
         With an ``op_id`` already recorded for ``owner``, apply nothing and return
         the current snapshot; otherwise record ``op_id`` in the same transaction.
         """
+
+    @abstractmethod
+    async def _history(self, owner: str) -> tuple[list[ItemVersion], list[StatusChange]]:
+        """Every closed rule and fact of ``owner``, oldest closed first, and the kept
+        changes of its status keys, oldest first."""
+
+    @abstractmethod
+    async def _window(self, owner: str, conversation: str, messages: Sequence[ChatMessage],
+                      keep: int | None, op_id: str | None
+                      ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        """Append ``messages`` to the conversation's window in order, then remove all but
+        its newest ``keep`` messages (``None``: keep every one; 0: end the conversation);
+        atomic per (owner, conversation). Return ``(window, removed)``, both oldest first
+        (by arrival, not by ``created_at``). With an ``op_id`` already recorded for
+        ``owner``, change nothing and return ``(window, [])``; otherwise record it in the
+        same transaction (one op id space per owner, shared with ``_apply``'s)."""
+
+    @abstractmethod
+    async def _audit(self, owner: str, limit: int, pending_id: str | None
+                     ) -> list[AuditEntry]:
+        """Audit entries of ``owner`` (only those of ``pending_id`` if given), newest first."""
+
+    @abstractmethod
+    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
+                      ) -> Tombstone:
+        """Delete every record of ``owner``; then record ``tombstone`` unless one is
+        recorded under ``op_key`` already (return that one). Atomic where the backend
+        has transactions; otherwise safe to repeat."""
+
+    @abstractmethod
+    async def _tombstones(self, limit: int) -> list[Tombstone]:
+        """Recorded tombstones, newest first."""
+
+    # -- writes -----------------------------------------------------------------------
 
     async def apply(
         self, owner: str, ops: Sequence[L1Op], *, now: datetime | None = None,
@@ -144,34 +183,84 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
             raise await self._refine_missing(owner, checked, exc) from None
         return new, entry
 
-    # -- L3 chat window and the audit trail ------------------------------------------
-    #
-    # Every backend implements the four primitives below, and keeps the entries of
-    # ``AddAudit`` operations in ``_apply`` (``decide`` adds them, nothing else).
+    async def supersede(self, owner: str, item_id: str, new_content: str, *, by: str,
+                        reason: str | None = None, source: str = "user",
+                        now: datetime | None = None, op_id: str | None = None
+                        ) -> MemoryRule | MemoryFact:
+        """Replace the current rule or fact ``item_id`` by ``new_content``: the new item
+        is written and the old one closed (kept in the history with ``by`` and
+        ``reason``), atomically. Returns the new item.
 
-    @abstractmethod
-    async def _append_messages(
-        self, owner: str, conversation: str, messages: Sequence[ChatMessage], window: int,
-        op_id: str | None,
-    ) -> tuple[list[ChatMessage], list[ChatMessage]]:
-        """Append ``messages`` in order, then remove all but the newest ``window`` messages
-        of the conversation; atomic per (owner, conversation). Return ``(window, removed)``,
-        both oldest first (by arrival, not by ``created_at``). With an ``op_id`` already
-        recorded for ``owner``, append nothing and return ``(window, [])``; otherwise
-        record it in the same transaction."""
+        ``ItemNotFound`` for an id the owner has no current rule or fact under (another
+        owner's included), ``ItemSuperseded`` if it was superseded already; nothing is
+        written then. ``op_id`` makes the call idempotent.
+        """
+        snap = await self.apply(owner, [Supersede(item_id, new_content, by, reason, source)],
+                                now=now, op_id=op_id)
+        return new_item(snap, check.content(new_content, self.max_content_bytes))
 
-    @abstractmethod
-    async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
-        """The messages in the conversation's window, oldest first (empty if none)."""
+    async def _check_supersessions(self, owner: str, ops: Sequence[L1Op]) -> None:
+        """Refuse a ``Supersede`` naming its new item with an id of the owner's history:
+        one of the items it descends from (a cycle) or another closed item."""
+        named = [op for op in ops if isinstance(op, Supersede) and op.id is not None]
+        if not named:
+            return
+        closed, _ = await self._history(owner)
+        for op in named:
+            for kind in ("rule", "fact"):
+                if op.id in ancestors(op.item_id, kind, closed):
+                    raise SupersessionCycle(
+                        f"{kind} {op.id!r} was superseded by {op.item_id!r}, directly or "
+                        "not: it cannot supersede it back")
+            if any(v.id == op.id for v in closed):
+                raise DuplicateId(f"owner {owner!r} has a closed item {op.id!r}; use a new id")
 
-    @abstractmethod
-    async def _end_conversation(self, owner: str, conversation: str) -> list[ChatMessage]:
-        """Delete the conversation's window; return what it held, oldest first."""
+    async def _refine_missing(self, owner: str, ops: Sequence[L1Op], exc: ItemNotFound
+                              ) -> ItemNotFound:
+        """``ItemSuperseded`` when the missing item of a ``Supersede`` was closed, else
+        ``exc``."""
+        wanted = {op.item_id for op in ops if isinstance(op, Supersede)}
+        closed, _ = await self._history(owner)
+        for v in closed:
+            if v.id in wanted:
+                return ItemSuperseded(
+                    f"{v.kind} {v.id!r} of owner {owner!r} was superseded by "
+                    f"{v.superseded_by!r} at {v.valid_to}; supersede the current item")
+        return exc
 
-    @abstractmethod
-    async def _audit(self, owner: str, limit: int, pending_id: str | None
-                     ) -> list[AuditEntry]:
-        """Audit entries of ``owner`` (only those of ``pending_id`` if given), newest first."""
+    # -- histories --------------------------------------------------------------------
+
+    async def history(self, owner: str, item_id: str) -> ItemHistory:
+        """The chain of versions ``item_id`` belongs to, oldest first (see
+        ``history.chain``); ``ItemNotFound`` if the owner never had it (or deleted it)."""
+        check.owner_id(owner)
+        check.ids([item_id], "item id")
+        snap = await self.load(owner)
+        found = chain(item_id, snap, (await self._history(owner))[0])
+        if found is None:
+            raise ItemNotFound(f"owner {owner!r} has no rule or fact {item_id!r}")
+        return found
+
+    async def load_as_of(self, owner: str, at: datetime) -> MemorySnapshot:
+        """The rules, facts and status ``owner`` had at ``at`` (see ``history.as_of``)."""
+        check.owner_id(owner)
+        t = check.past(at)
+        snap = await self.load(owner)
+        closed, changes = await self._history(owner)
+        return as_of(snap, closed, changes, t)
+
+    async def status_history(self, owner: str, key: str) -> list[StatusChange]:
+        """The kept values of status ``key`` (``None``: deleted), oldest first."""
+        check.owner_id(owner)
+        wanted = check.status_key(key)
+        return [c for c in (await self._history(owner))[1] if c.key == wanted]
+
+    async def past(self, owner: str) -> tuple[list[ItemVersion], list[StatusChange]]:
+        """Everything ``owner``'s history keeps (for export): the closed rules and facts,
+        oldest closed first, and the kept status changes, oldest first."""
+        return await self._history(check.owner_id(owner))
+
+    # -- L3 chat windows and the audit trail -----------------------------------------
 
     async def append_messages(
         self, owner: str, conversation: str, messages: Sequence[ChatMessage], *, window: int,
@@ -189,24 +278,29 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
         conv = check.conversation_id(conversation)
         size = check.window(window)
         msgs = [check.message(m, self.max_content_bytes) for m in check.messages(messages)]
-        kept, removed = await self._append_messages(owner, conv, msgs, size, op_id)
+        kept, removed = await self._window(owner, conv, msgs, size, op_id)
         return ChatAppend(window=tuple(kept), overflow=tuple(removed))
 
     async def load_window(self, owner: str, conversation: str) -> tuple[ChatMessage, ...]:
         """The messages in the window of (``owner``, ``conversation``), oldest first."""
         check.owner_id(owner)
-        return tuple(await self._load_window(owner, check.conversation_id(conversation)))
+        kept, _ = await self._window(owner, check.conversation_id(conversation), [], None,
+                                     None)
+        return tuple(kept)
 
     async def end_conversation(self, owner: str, conversation: str) -> tuple[ChatMessage, ...]:
         """Close the conversation: its window is deleted and returned (for extraction)."""
         check.owner_id(owner)
-        return tuple(await self._end_conversation(owner, check.conversation_id(conversation)))
+        _, removed = await self._window(owner, check.conversation_id(conversation), [], 0,
+                                        None)
+        return tuple(removed)
 
-    async def audit(self, owner: str, *, limit: int = 100, pending_id: str | None = None
-                    ) -> list[AuditEntry]:
-        """Who confirmed or rejected which pending items of ``owner``, and when; newest first."""
+    async def audit(self, owner: str, *, limit: int | None = 100,
+                    pending_id: str | None = None) -> list[AuditEntry]:
+        """Who confirmed or rejected which pending items of ``owner``, and when; newest
+        first (``limit=None``: every entry, as an export reads them)."""
         check.owner_id(owner)
-        n = check.limit(limit)
+        n = ALL if limit is None else check.limit(limit)
         if pending_id is not None:
             check.ids([pending_id], "pending item id")
         return await self._audit(owner, n, pending_id)
@@ -231,17 +325,6 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
         """The tombstones of forgotten owners, newest first."""
         return await self._tombstones(check.limit(limit))
 
-    @abstractmethod
-    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
-                      ) -> Tombstone:
-        """Delete every record of ``owner``; then record ``tombstone`` unless one is
-        recorded under ``op_key`` already (return that one). Atomic where the backend
-        has transactions; otherwise safe to repeat."""
-
-    @abstractmethod
-    async def _tombstones(self, limit: int) -> list[Tombstone]:
-        """Recorded tombstones, newest first."""
-
     # -- conveniences: each builds one operation ------------------------------------
 
     async def add_rule(self, owner: str, content: str, *, source: str = "user"
@@ -265,6 +348,16 @@ class StructuredStore(_Lifecycle, HistoryReads, ABC):
 
     async def delete_status(self, owner: str, key: str) -> MemorySnapshot:
         return await self.apply(owner, [DeleteStatus(key)])
+
+
+def new_item(snap: MemorySnapshot, text: str) -> MemoryRule | MemoryFact:
+    """The current rule (else fact) of ``snap`` with the text ``text``."""
+    h = content_hash(text)
+    items: list[MemoryRule | MemoryFact] = [*snap.rules, *snap.facts]
+    for item in items:
+        if content_hash(item.content) == h:
+            return item
+    raise ItemNotFound("the new item was superseded or removed before this retry answered")
 
 
 #: The longest chat window a conversation may keep.

@@ -85,32 +85,26 @@ class InMemoryStructuredStore(StructuredStore):
                     audit.append(op.entry)
             return new
 
-    async def _item_history(self, owner: str) -> list[ItemVersion]:
-        return list(self._closed.get(owner, ()))
+    async def _history(self, owner: str) -> tuple[list[ItemVersion], list[StatusChange]]:
+        return list(self._closed.get(owner, ())), list(self._status_log.get(owner, ()))
 
-    async def _status_history(self, owner: str, key: str | None) -> list[StatusChange]:
-        return [c for c in self._status_log.get(owner, ()) if key is None or c.key == key]
+    # No await between reading and writing a window: each call is atomic in the loop.
 
-    # No await between reading and writing a window: each method is atomic in the loop.
-
-    async def _append_messages(self, owner: str, conversation: str,
-                               messages: Sequence[ChatMessage], window: int,
-                               op_id: str | None
-                               ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+    async def _window(self, owner: str, conversation: str, messages: Sequence[ChatMessage],
+                      keep: int | None, op_id: str | None
+                      ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        key = (owner, conversation)
         if op_id is not None:  # one op id space per owner, shared with _apply's
             if (owner, op_id) in self._ops:
-                return list(self._windows.get((owner, conversation), [])), []
+                return list(self._windows.get(key, [])), []
             self._ops.add((owner, op_id))
-        msgs = self._windows.get((owner, conversation), []) + list(messages)
-        cut = max(0, len(msgs) - window)
-        self._windows[(owner, conversation)] = msgs[cut:]
+        msgs = self._windows.get(key, []) + list(messages)
+        cut = 0 if keep is None else max(0, len(msgs) - keep)
+        if msgs[cut:]:
+            self._windows[key] = msgs[cut:]
+        else:
+            self._windows.pop(key, None)
         return msgs[cut:], msgs[:cut]
-
-    async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
-        return list(self._windows.get((owner, conversation), []))
-
-    async def _end_conversation(self, owner: str, conversation: str) -> list[ChatMessage]:
-        return self._windows.pop((owner, conversation), [])
 
     async def _audit(self, owner: str, limit: int, pending_id: str | None
                      ) -> list[AuditEntry]:
@@ -173,7 +167,7 @@ class InMemoryVectorStore(VectorStore):
                 del rows[m.id]
             for p in w.puts:
                 vec = (rows[p.memory.id].vec if p.keeps
-                       else None if p.given is None else np.asarray(p.given))
+                       else None if p.vector is None else np.asarray(p.vector))
                 rows[p.memory.id] = _Stored(p.memory, vec, fold(p.memory.content))
             self._df[owner].apply(w.term_delta())
             if op_id is not None:

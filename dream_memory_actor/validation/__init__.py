@@ -29,7 +29,7 @@ from ..errors import (
     InvalidStatusKey,
 )
 from ..limits import DEFAULT_LIMITS, Limits
-from ..models import ChatMessage
+from ..models import ChatMessage, utcnow
 from ..text import normalize_content
 
 #: An owner id: 1-128 characters, ASCII letters, digits and ``. _ : @ -``,
@@ -347,3 +347,10 @@ def ttl_s(value: object) -> float | None:
     ):
         raise InvalidQuery(f"ttl_s must be a positive number of seconds, got {value!r}")
     return value
+
+
+def past(value: object) -> datetime:
+    """A timezone-aware datetime (an ``as_of``), no later than now."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidQuery(f"as_of must be a timezone-aware datetime, got {value!r}")
+    return min(value, utcnow())

@@ -50,7 +50,7 @@ async def state(engine: MemoryEngine) -> tuple[Any, ...]:
     for owner in ("alice", "bob"):
         snap = gen.settled(await engine.snapshot(owner))
         out += [snap.version, snap.rules, snap.facts,
-                await engine.structured._item_history(owner)]
+                (await engine.structured.past(owner))[0]]
     return tuple(out)
 
 

@@ -1,8 +1,14 @@
-"""L1 on PostgreSQL: rules, facts, status, pending; one transaction per ``apply``.
+"""L1 on PostgreSQL: rules, facts, status, pending; their history; chat windows; audit.
 
-Writes of one owner serialize on a transaction-scoped advisory lock, so the
-check-then-write steps (dedup of rules, unknown-key errors, op ids) are atomic
-without locking other owners.
+A write is one transaction under the owner's advisory lock (transaction-scoped, so
+it ends with the transaction and other owners are not held): read the snapshot,
+compute the new one with ``ops.apply_ops`` (the operations' one meaning; an error
+raises before anything is written) and write the difference, with what its
+``HistoryLog`` closed or changed (``item_history``, ``status_history``, migration 6),
+its audit entries, the owner's version and the ``op_id``. The announcement of the
+change (``pg_notify``, see ``feed``) is delivered when, and only if, it commits.
+
+``schema`` is whitelisted by the settings; every value is a bound parameter.
 """
 
 from __future__ import annotations
@@ -10,11 +16,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from ...errors import FactNotFound, PendingItemNotFound, RuleNotFound, UnknownStatusKey
-from ...history import ItemVersion, StatusChange
+from ...history import HistoryLog, ItemVersion, StatusChange
 from ...models import (
     AuditEntry,
     ChatMessage,
@@ -29,24 +34,7 @@ from ...models import (
 from ...text import content_hash
 from ..base import StructuredStore
 from ..changes import Change, ChangeCallback, Unwatch
-from ..ops import (
-    AddAudit,
-    AddFact,
-    AddPending,
-    AddRule,
-    DeleteStatus,
-    L1Op,
-    RemoveFact,
-    RemovePending,
-    RemoveRule,
-    SetStatus,
-    Supersede,
-    duplicate_id,
-    pending_fingerprint,
-    reviewed,
-    too_many_status_keys,
-)
-from . import history
+from ..ops import AddAudit, L1Op, apply_ops, pending_fingerprint
 from .pool import PostgresStore
 from .versions import applied, record_op
 
@@ -72,22 +60,6 @@ SELECT
 """
 
 
-async def _delete_one(conn: Any, table: str, column: str, owner: str, value: str,
-                      missing: Exception) -> None:
-    """Delete the owner's row where ``column = value``; raise ``missing`` if there was none.
-
-    ``table`` and ``column`` come from this module (schema whitelisted), never from input.
-    """
-    done = await conn.execute(f"DELETE FROM {table} WHERE owner_id = $1 AND {column} = $2",
-                              owner, value)
-    if done == "DELETE 0":
-        raise missing
-
-
-def _lock_key(schema: str, layer: str, owner: str) -> str:
-    return f"{schema}:{layer}:{owner}"
-
-
 class PostgresStructuredStore(PostgresStore, StructuredStore):
     """L1 in PostgreSQL tables."""
 
@@ -95,6 +67,10 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
 
     async def watch(self, callback: ChangeCallback) -> Unwatch:
         return await self.backend.watch(callback)
+
+    async def _lock(self, conn: Any, layer: str, owner: str) -> None:
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                           f"{self._s}:{layer}:{owner}")
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         async with self.backend.connection() as conn:
@@ -119,109 +95,100 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                      op_id: str | None) -> MemorySnapshot:
         s = self._s
         async with self.backend.transaction() as conn:
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                               _lock_key(s, "l1", owner))
+            await self._lock(conn, "l1", owner)
             if await applied(conn, s, owner, op_id):
                 return await self._load(conn, owner, now)
-            # Expired entries are gone before the operations run, as in apply_ops.
+            # Expired entries go before the snapshot is read, as apply_ops drops them.
             await conn.execute(f"DELETE FROM {s}.status WHERE owner_id = $1 AND expires_at <= $2",
                                owner, now)
             await conn.execute(
                 f"DELETE FROM {s}.pending WHERE owner_id = $1 AND expires_at <= $2", owner, now)
-            adds_status = any(isinstance(op, SetStatus) for op in ops)
-            before = await self._status_count(conn, owner) if adds_status else 0
-            for op in ops:
-                await self._one(conn, owner, op, now)
-            if adds_status:  # refused (the transaction rolled back) past the cap, as apply_ops
-                after = await self._status_count(conn, owner)
-                if after > max(self.limits.status_keys, before):
-                    raise too_many_status_keys(owner, after, self.limits.status_keys)
+            old = await self._load(conn, owner, now)
+            log = HistoryLog()
+            new = apply_ops(old, ops, now, self.limits.status_keys, log)
+            await self._write(conn, owner, old, new, log, now)
+            await self._write_audit(conn, owner, [op.entry for op in ops
+                                                  if isinstance(op, AddAudit)])
             await conn.execute(
                 f"""INSERT INTO {s}.owners (owner_id, version, updated_at) VALUES ($1, 1, $2)
                     ON CONFLICT (owner_id) DO UPDATE
                     SET version = {s}.owners.version + 1, updated_at = $2""", owner, now)
             await record_op(conn, s, owner, op_id, "l1")
-            new = await self._load(conn, owner, now)
-            # Delivered to the listeners (``feed``) when, and only if, this commits.
             await conn.execute("SELECT pg_notify($1, $2)", self.backend.channel,
-                               Change(owner, new.version, new.epoch).encode())
-            return new
+                               Change(owner, new.version, old.epoch).encode())
+            return new.model_copy(update={"epoch": old.epoch})
 
-    async def _status_count(self, conn: Any, owner: str) -> int:
-        n = await conn.fetchval(f"SELECT count(*) FROM {self._s}.status WHERE owner_id = $1",
-                                owner)
-        return int(n)
-
-    async def _id_free(self, conn: Any, table: str, owner: str, item_id: str, column: str,
-                       same: str, kind: str) -> bool:
-        """Whether the item may be inserted: ``False`` if the owner has it (the same
-        ``column`` value: nothing to do), ``DuplicateId`` if the id holds other content.
-        ``table``, ``column`` and ``kind`` come from this module, never from input."""
-        rows = await conn.fetch(
-            f"SELECT {column} = $3 AS same FROM {self._s}.{table} "
-            f"WHERE owner_id = $1 AND (id = $2 OR {column} = $3)", owner, item_id, same)
-        if any(r["same"] for r in rows):
-            return False
-        if rows:
-            raise duplicate_id(owner, kind, item_id)
-        return True
-
-    async def _one(self, conn: Any, owner: str, op: L1Op, now: datetime) -> None:
+    async def _write(self, conn: Any, owner: str, old: MemorySnapshot, new: MemorySnapshot,
+                     log: HistoryLog, now: datetime) -> None:
+        """Write what turns ``old`` (as stored) into ``new``, and the history ``log``."""
         s = self._s
-        if isinstance(op, (AddRule, AddFact)) and op.review_updates:
-            snap = await self._load(conn, owner, now)
-            op = reviewed(op, snap.rules, snap.facts, now)
-        if isinstance(op, (AddRule, AddFact)):
-            table = "rules" if isinstance(op, AddRule) else "facts"
-            if not await self._id_free(conn, table, owner, op.id, "content_hash",
-                                       content_hash(op.content), table[:-1]):
-                return
-            await conn.execute(
-                f"""INSERT INTO {s}.{table}
-                        (id, owner_id, content, content_hash, source, created_at)
-                    VALUES ($1, $2, $3, $4, $5, $6)
-                    ON CONFLICT (owner_id, content_hash) DO NOTHING""",
-                op.id, owner, op.content, content_hash(op.content), op.source, now)
-        elif isinstance(op, (RemoveRule, RemoveFact)):
-            table, err = (("rules", RuleNotFound) if isinstance(op, RemoveRule)
-                          else ("facts", FactNotFound))
-            await _delete_one(conn, f"{s}.{table}", "id", owner, op.id,
-                              err(f"owner {owner!r} has no {table[:-1]} {op.id!r}"))
-        elif isinstance(op, SetStatus):
-            expires = None if op.ttl_s is None else now + timedelta(seconds=op.ttl_s)
-            await history.record_status(conn, s, owner, op.key, op.value, expires, now,
-                                        self.limits.status_history)
-            await conn.execute(
+        for table, before, after in (("rules", old.rules, new.rules),
+                                     ("facts", old.facts, new.facts)):
+            # An item is its id and text: one removed and added again under its id with
+            # another text in one write is deleted and inserted.
+            was, kept = {(i.id, i.content) for i in before}, {(i.id, i.content) for i in after}
+            if was - kept:
+                await conn.execute(f"DELETE FROM {s}.{table} WHERE owner_id = $1 AND id = ANY($2)",
+                                   owner, [i for i, _ in was - kept])
+            added = [i for i in after if (i.id, i.content) not in was]
+            if added:
+                await conn.executemany(
+                    f"""INSERT INTO {s}.{table}
+                            (id, owner_id, content, content_hash, source, created_at)
+                        VALUES ($1, $2, $3, $4, $5, $6)""",
+                    [(i.id, owner, i.content, content_hash(i.content), i.source, i.created_at)
+                     for i in added])
+        gone = [k for k in old.status if k not in new.status]
+        if gone:
+            await conn.execute(f"DELETE FROM {s}.status WHERE owner_id = $1 AND key = ANY($2)",
+                               owner, gone)
+        changed = [(k, v, new.status_expires_at.get(k)) for k, v in new.status.items()
+                   if old.status.get(k) != v
+                   or old.status_expires_at.get(k) != new.status_expires_at.get(k)]
+        if changed:
+            await conn.executemany(
                 f"""INSERT INTO {s}.status (owner_id, key, value, updated_at, expires_at)
                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (owner_id, key) DO UPDATE
                     SET value = $3, updated_at = $4, expires_at = $5""",
-                owner, op.key, op.value, now, expires)
-        elif isinstance(op, DeleteStatus):
-            await _delete_one(conn, f"{s}.status", "key", owner, op.key,
-                              UnknownStatusKey(f"owner {owner!r} has no status key {op.key!r}"))
-            await history.record_status(conn, s, owner, op.key, None, None, now,
-                                        self.limits.status_history)
-        elif isinstance(op, Supersede):
-            await history.supersede(conn, s, await self._load(conn, owner, now), op, now)
-        elif isinstance(op, AddPending):
-            p = op.item
-            if not await self._id_free(conn, "pending", owner, p.id, "fingerprint",
-                                       pending_fingerprint(p), "pending item"):
-                return
-            await conn.execute(
+                [(owner, k, v, now, x) for k, v, x in changed])
+        was_queued = {(p.id, pending_fingerprint(p)) for p in old.pending}
+        is_queued = {(p.id, pending_fingerprint(p)) for p in new.pending}
+        if was_queued - is_queued:
+            await conn.execute(f"DELETE FROM {s}.pending WHERE owner_id = $1 AND id = ANY($2)",
+                               owner, [i for i, _ in was_queued - is_queued])
+        queued = [p for p in new.pending if (p.id, pending_fingerprint(p)) not in was_queued]
+        if queued:
+            await conn.executemany(
                 f"""INSERT INTO {s}.pending (id, owner_id, kind, content, key, value, confidence,
                         source, created_at, expires_at, fingerprint, evidence, supersedes,
                         supersedes_content)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-                    ON CONFLICT (owner_id, fingerprint) DO NOTHING""",
-                p.id, owner, p.kind, p.content, p.key, p.value, p.confidence, p.source,
-                p.created_at, p.expires_at, pending_fingerprint(p), p.evidence, p.supersedes,
-                p.supersedes_content)
-        elif isinstance(op, RemovePending):
-            await _delete_one(conn, f"{s}.pending", "id", owner, op.id,
-                              PendingItemNotFound(f"owner {owner!r} has no pending item {op.id!r}"))
-        elif isinstance(op, AddAudit):
-            e = op.entry  # a decision replaces an earlier entry of its pending id
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)""",
+                [(p.id, owner, p.kind, p.content, p.key, p.value, p.confidence, p.source,
+                  p.created_at, p.expires_at, pending_fingerprint(p), p.evidence, p.supersedes,
+                  p.supersedes_content) for p in queued])
+        if log.closed:
+            await conn.executemany(
+                f"""INSERT INTO {s}.item_history (owner_id, kind, id, content, source,
+                        created_at, valid_to, superseded_by, actor, reason)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)""",
+                [(owner, v.kind, v.id, v.content, v.source, v.created_at, v.valid_to,
+                  v.superseded_by, v.by, v.reason) for v in log.closed])
+        if log.status:
+            await conn.executemany(
+                f"""INSERT INTO {s}.status_history (owner_id, key, value, at, expires_at)
+                    VALUES ($1, $2, $3, $4, $5)""",
+                [(owner, c.key, c.value, c.at, c.expires_at) for c in log.status])
+            await conn.executemany(  # each key keeps its newest changes
+                f"""DELETE FROM {s}.status_history WHERE owner_id = $1 AND key = $2 AND seq <= (
+                        SELECT seq FROM {s}.status_history WHERE owner_id = $1 AND key = $2
+                        ORDER BY seq DESC OFFSET $3 LIMIT 1)""",
+                [(owner, k, self.limits.status_history)
+                 for k in dict.fromkeys(c.key for c in log.status)])
+
+    async def _write_audit(self, conn: Any, owner: str, entries: Sequence[AuditEntry]) -> None:
+        """Record decisions; one entry per pending id, a later decision's replacing it."""
+        s = self._s
+        for e in entries:
             await conn.execute(f"DELETE FROM {s}.audit WHERE owner_id = $1 AND pending_id = $2",
                                owner, e.pending_id)
             await conn.execute(
@@ -230,34 +197,44 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                     VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8) ON CONFLICT DO NOTHING""",
                 e.id, owner, e.pending_id, e.action, e.by, e.at, e.item.model_dump_json(),
                 e.written)
-        else:  # pragma: no cover - validate_ops admits only the union
-            raise TypeError(f"unknown operation {op!r}")
 
-    async def _item_history(self, owner: str) -> list[ItemVersion]:
-        async with self.backend.connection() as conn:
-            return await history.closed_items(conn, self._s, owner)
-
-    async def _status_history(self, owner: str, key: str | None) -> list[StatusChange]:
-        async with self.backend.connection() as conn:
-            return await history.status_changes(conn, self._s, owner, key)
-
-    # -- L3 chat window and audit trail ----------------------------------------------
-
-    async def _append_messages(self, owner: str, conversation: str,
-                               messages: Sequence[ChatMessage], window: int,
-                               op_id: str | None
-                               ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+    async def _history(self, owner: str) -> tuple[list[ItemVersion], list[StatusChange]]:
         s = self._s
+        async with self.backend.connection() as conn:
+            items = await conn.fetch(
+                f"""SELECT kind, id, content, source, created_at, valid_to, superseded_by,
+                           actor, reason FROM {s}.item_history WHERE owner_id = $1
+                    ORDER BY seq""", owner)
+            changes = await conn.fetch(
+                f"""SELECT key, value, at, expires_at FROM {s}.status_history
+                    WHERE owner_id = $1 ORDER BY seq""", owner)
+        return ([ItemVersion(kind=r["kind"], id=r["id"], content=r["content"],
+                             source=r["source"], created_at=r["created_at"],
+                             valid_to=r["valid_to"], superseded_by=r["superseded_by"],
+                             by=r["actor"], reason=r["reason"]) for r in items],
+                [StatusChange(key=r["key"], value=r["value"], at=r["at"],
+                              expires_at=r["expires_at"]) for r in changes])
+
+    # -- L3 chat windows and the audit trail ------------------------------------------
+
+    async def _window(self, owner: str, conversation: str, messages: Sequence[ChatMessage],
+                      keep: int | None, op_id: str | None
+                      ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        s = self._s
+        read = f"""SELECT seq, role, content, created_at FROM {s}.chat_messages
+                   WHERE owner_id = $1 AND conversation_id = $2 ORDER BY seq"""
+        if not messages and keep is None and op_id is None:  # a read
+            async with self.backend.connection() as conn:
+                return _messages(await conn.fetch(read, owner, conversation)), []
         async with self.backend.transaction() as conn:
-            # Serializes appends to one conversation, so seq order is arrival order.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                               _lock_key(s, "l3", f"{owner}/{conversation}"))
+            # Serializes the writes of one conversation, so seq order is arrival order.
+            await self._lock(conn, "l3", f"{owner}/{conversation}")
             fresh = op_id is None or await conn.fetchval(
                 f"""INSERT INTO {s}.applied_ops (owner_id, op_id, kind)
                     VALUES ($1, $2, 'l3') ON CONFLICT DO NOTHING RETURNING true""",
                 owner, op_id)
             removed = []
-            if fresh:  # else a retry of an applied append: nothing to do
+            if fresh:  # else a retry of an applied write: nothing to do
                 if messages:
                     await conn.executemany(
                         f"""INSERT INTO {s}.chat_messages
@@ -265,36 +242,16 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                             VALUES ($1, $2, $3, $4, $5)""",
                         [(owner, conversation, m.role, m.content, m.created_at)
                          for m in messages])
-                removed = await conn.fetch(
-                    f"""DELETE FROM {s}.chat_messages WHERE seq IN (
-                            SELECT seq FROM {s}.chat_messages
-                            WHERE owner_id = $1 AND conversation_id = $2
-                            ORDER BY seq DESC OFFSET $3)
-                        RETURNING seq, role, content, created_at""",
-                    owner, conversation, window)
-            kept = await conn.fetch(
-                f"""SELECT seq, role, content, created_at FROM {s}.chat_messages
-                    WHERE owner_id = $1 AND conversation_id = $2 ORDER BY seq""",
-                owner, conversation)
+                if keep is not None:
+                    removed = await conn.fetch(
+                        f"""DELETE FROM {s}.chat_messages WHERE seq IN (
+                                SELECT seq FROM {s}.chat_messages
+                                WHERE owner_id = $1 AND conversation_id = $2
+                                ORDER BY seq DESC OFFSET $3)
+                            RETURNING seq, role, content, created_at""",
+                        owner, conversation, keep)
+            kept = [] if keep == 0 else await conn.fetch(read, owner, conversation)
         return _messages(kept), _messages(removed)
-
-    async def _load_window(self, owner: str, conversation: str) -> list[ChatMessage]:
-        async with self.backend.connection() as conn:
-            rows = await conn.fetch(
-                f"""SELECT seq, role, content, created_at FROM {self._s}.chat_messages
-                    WHERE owner_id = $1 AND conversation_id = $2 ORDER BY seq""",
-                owner, conversation)
-        return _messages(rows)
-
-    async def _end_conversation(self, owner: str, conversation: str) -> list[ChatMessage]:
-        s = self._s
-        async with self.backend.transaction() as conn:
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                               _lock_key(s, "l3", f"{owner}/{conversation}"))
-            rows = await conn.fetch(
-                f"""DELETE FROM {s}.chat_messages WHERE owner_id = $1 AND conversation_id = $2
-                    RETURNING seq, role, content, created_at""", owner, conversation)
-        return _messages(rows)
 
     async def _audit(self, owner: str, limit: int, pending_id: str | None
                      ) -> list[AuditEntry]:
@@ -308,14 +265,15 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                            item=MemoryPendingItem.model_validate_json(r["item"]))
                 for r in rows]
 
+    # -- the owner as a whole -----------------------------------------------------------
+
     @asynccontextmanager
     async def owner_unit(self, owner: str) -> AsyncIterator[object]:
         """One transaction that the owner's writes of this task join, holding its L1 and
         L2 locks in the order ``_forget`` takes them (see ``PostgresBackend.unit``)."""
         async with self.backend.unit() as conn:
             for layer in ("l1", "l2"):
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                                   _lock_key(self._s, layer, owner))
+                await self._lock(conn, layer, owner)
             yield conn
 
     async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
@@ -325,8 +283,7 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
         s = self._s
         async with self.backend.transaction() as conn:
             for layer in ("l1", "l2"):  # no write of the owner runs meanwhile
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                                   _lock_key(s, layer, owner))
+                await self._lock(conn, layer, owner)
             await erase.erase(conn, s, owner, await erase.owner_tables(conn, s))
             await conn.execute("SELECT pg_notify($1, $2)", self.backend.channel,
                                erase.forgotten(owner).encode())

@@ -11,9 +11,13 @@ Keys of owner ``o`` (prefix ``p``)::
     p:{o}:l1:au         list    pending ids that have an audit entry, newest first
     p:{o}:l1:ad:<pid>   string  JSON of the audit entry of pending item <pid>
     p:{o}:l3:w:<conv>   list    JSON of the messages in the window of <conv>, oldest first
-    p:{o}:l1:hx, p:{o}:l1:sh:<key>, p:{o}:l1:shk    the history (see ``history``)
+    p:{o}:l1:hx         list    JSON of the closed rules and facts, oldest closed first
+    p:{o}:l1:sh:<key>   list    JSON of the last changes of status <key>, oldest first
+    p:{o}:l1:shk        set     the status keys that have a history
 
-None of these is a hash: the search module indexes every hash under ``p:{``.
+None of these is a hash: the search module indexes every hash under ``p:{``. The
+history is not read by the snapshot load; it is written in the MULTI/EXEC of the
+write that makes it, so it changes only with the owner's document.
 
 Status entries and pending items with an expiry are deleted by the server
 when they expire; reads also drop whatever expired by the caller's ``now`` (a
@@ -34,7 +38,11 @@ MULTI/EXEC. Which pending ids already have an entry is read under the same WATCH
 document), so a decision replaces an earlier entry of its pending id in the list
 too, as on the other backends.
 
-The L3 chat windows are in ``chat``.
+A chat window is a list: a write is RPUSH, LRANGE of what falls out, LTRIM (DEL
+when nothing is kept) and LRANGE of what is kept in one MULTI/EXEC. It WATCHes the
+list first, only so that a connection lost during EXEC is an error
+(``BackendUnavailable``) rather than a silent resend by redis-py's retry, which
+would append the messages twice or return an empty window.
 """
 
 from __future__ import annotations
@@ -46,9 +54,10 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import BackendError
-from ...history import HistoryLog
+from ...history import HistoryLog, ItemVersion, StatusChange
 from ...models import (
     AuditEntry,
+    ChatMessage,
     FrozenMap,
     MemoryFact,
     MemoryPendingItem,
@@ -60,7 +69,6 @@ from ...models import (
 from ..base import StructuredStore
 from ..changes import Change, ChangeCallback, Feeds, Unwatch
 from ..ops import AddAudit, L1Op, apply_ops
-from .chat import RedisChatWindows
 from .common import (
     MAX_TX_ATTEMPTS,
     OP_ID_RETENTION_S,
@@ -72,7 +80,6 @@ from .common import (
     translate,
 )
 from .feed import RedisChangeFeed, channel_name
-from .history import RedisHistory, RedisHistoryReads, queue_history
 
 # KEYS: document, status key set, pending id list. ARGV[1]: the owner's key prefix.
 # Reply: {doc or false, n_status, key1, entry1, ..., id1, item1, ...}. The entry
@@ -90,6 +97,20 @@ end
 for _, id in ipairs(pq) do
   out[#out + 1] = id
   out[#out + 1] = redis.call('GET', ARGV[1] .. 'l1:pd:' .. id) or false
+end
+return out
+"""
+)
+
+
+# KEYS: the set of status keys with a history. ARGV[1]: the owner's key prefix.
+# Reply: {key1, {change, ...}, key2, ...}.
+_ALL_STATUS = (
+    """#!lua flags=no-writes
+local out = {}
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  out[#out + 1] = k
+  out[#out + 1] = redis.call('LRANGE', ARGV[1] .. 'l1:sh:' .. k, 0, -1)
 end
 return out
 """
@@ -116,7 +137,7 @@ def _ms(t: datetime) -> int:
     return max(1, math.ceil(t.timestamp() * 1000))
 
 
-class RedisStructuredStore(RedisChatWindows, RedisHistoryReads, StructuredStore):
+class RedisStructuredStore(StructuredStore):
     """L1 on a Redis server (any Redis >= 7.0; no module needed)."""
 
     supports_change_feed = True
@@ -132,7 +153,7 @@ class RedisStructuredStore(RedisChatWindows, RedisHistoryReads, StructuredStore)
         self._audit_script = client.register_script(_AUDIT)
         self._channel = channel_name(prefix)
         self._feeds = Feeds()
-        self._history = RedisHistory(client, self._keys)
+        self._all_status = client.register_script(_ALL_STATUS)
 
     async def close(self) -> None:
         if not self._closed:
@@ -187,7 +208,7 @@ class RedisStructuredStore(RedisChatWindows, RedisHistoryReads, StructuredStore)
                                         log)  # raises first
                         pipe.multi()
                         self._write(pipe, owner, current, new)
-                        queue_history(pipe, k, owner, log, self.limits.status_history)
+                        self._queue_history(pipe, owner, log)
                         self._write_audit(pipe, owner, audits, audited)
                         if op_id is not None:
                             pipe.set(k.l1_op(owner, op_id), _ms(now), ex=OP_ID_RETENTION_S)
@@ -263,6 +284,79 @@ class RedisStructuredStore(RedisChatWindows, RedisHistoryReads, StructuredStore)
         if new.pending:
             pipe.rpush(k.l1_pending_ids(owner), *(p.id for p in new.pending))
 
+    # -- history ----------------------------------------------------------------------
+
+    def _history_keys(self, owner: str) -> tuple[str, str, str]:
+        """The closed items' list, the prefix of a status key's changes, the set of keys."""
+        o = self._keys.owner(owner)
+        return o + "l1:hx", o + "l1:sh:", o + "l1:shk"
+
+    def _queue_history(self, pipe: Any, owner: str, log: HistoryLog) -> None:
+        """Queue the writes of ``log`` in the transaction ``pipe``."""
+        closed, changes, keys = self._history_keys(owner)
+        if log.closed:
+            pipe.rpush(closed, *(v.model_dump_json() for v in log.closed))
+        touched = list(dict.fromkeys(c.key for c in log.status))
+        for c in log.status:
+            pipe.rpush(changes + c.key, c.model_dump_json())
+        for key in touched:
+            pipe.ltrim(changes + key, -self.limits.status_history, -1)
+        if touched:
+            pipe.sadd(keys, *touched)
+
+    async def _history(self, owner: str) -> tuple[list[ItemVersion], list[StatusChange]]:
+        closed, _, keys = self._history_keys(owner)
+        with translate("history"):
+            raw = await self._r.lrange(closed, 0, -1)
+            reply = await self._all_status([keys], [self._keys.owner(owner)])
+        changes = [StatusChange.model_validate_json(r)
+                   for i in range(1, len(reply), 2) for r in reply[i]]
+        return ([ItemVersion.model_validate_json(r) for r in raw],
+                sorted(changes, key=lambda c: c.at))
+
+    # -- L3 chat windows ----------------------------------------------------------------
+
+    async def _window(self, owner: str, conversation: str, messages: Sequence[ChatMessage],
+                      keep: int | None, op_id: str | None
+                      ) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        from redis.exceptions import WatchError
+
+        key = self._keys.l3_window(owner, conversation)
+        if not messages and keep is None and op_id is None:  # a read
+            with translate("load_window"):
+                return _chat(await self._r.lrange(key, 0, -1)), []
+        op_key = None if op_id is None else self._keys.l1_op(owner, op_id)
+        async with self._window_locks.hold(key):
+            with translate("chat window"):
+                for _ in range(MAX_TX_ATTEMPTS):
+                    async with self._r.pipeline(transaction=True) as pipe:
+                        try:
+                            await pipe.watch(key, *([] if op_key is None else [op_key]))
+                            if op_key is not None and await pipe.exists(op_key):
+                                return _chat(await pipe.lrange(key, 0, -1)), []
+                        except WatchError:
+                            continue  # the connection dropped before any write: again
+                        pipe.multi()
+                        if op_key is not None:
+                            pipe.set(op_key, 1, ex=OP_ID_RETENTION_S)
+                        if messages:
+                            pipe.rpush(key, *(m.model_dump_json() for m in messages))
+                        if keep is not None:  # what falls out, oldest first
+                            pipe.lrange(key, 0, -(keep + 1))
+                            if keep:
+                                pipe.ltrim(key, -keep, -1)
+                            else:
+                                pipe.delete(key)
+                        pipe.lrange(key, 0, -1)
+                        replies = await committed(
+                            pipe, unsure="the chat window may or may not have changed")
+                        if replies is None:
+                            continue  # another process wrote the window: again
+                    removed = [] if keep is None else replies[-3]
+                    return _chat(replies[-1]), _chat(removed)
+        raise BackendError(f"owner {owner!r}: too many concurrent writers of a chat window "
+                           "gave up")
+
     # -- audit trail ------------------------------------------------------------------
 
     async def _audit(self, owner: str, limit: int, pending_id: str | None
@@ -332,6 +426,10 @@ def _snapshot(owner: str, reply: list[Any]) -> MemorySnapshot:
         epoch=str(doc.get("epoch", "")),
         updated_at=datetime.fromisoformat(updated) if updated else None,
     )
+
+
+def _chat(raw: Sequence[bytes]) -> list[ChatMessage]:
+    return [ChatMessage.model_validate_json(r) for r in raw]
 
 
 __all__ = ["RedisStructuredStore"]
