@@ -361,7 +361,7 @@ async def test_split_and_single_statement_searches_agree(
     candidates and hits are those of the one statement."""
     from dataclasses import replace
 
-    from dream_memory_actor.storage.postgres import search as search_module
+    from dream_memory_actor.storage.postgres import vector as search_module
 
     _, vector = pg
     await _bulk(vector, "big", 500, 8)

@@ -12,7 +12,7 @@ import pytest
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.models import SearchHit, utcnow
 from dream_memory_actor.storage.postgres import PostgresVectorStore
-from dream_memory_actor.storage.postgres import search as search_module
+from dream_memory_actor.storage.postgres import vector as search_module
 from dream_memory_actor.storage.postgres.plan import SearchPlan, same_plan_rows, search_plan
 from tests.conftest import DIM
 from tests.postgres.conftest import bulk as _bulk
