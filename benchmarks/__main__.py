@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 BENCHMARKS = {
     "search-latency": "search_latency",
     "concurrency": "concurrency",
+    "agents": "agents",
     "actor-overhead": "actor_overhead",
     "footprint": "footprint",
     "cold-start": "cold_start",

@@ -7,13 +7,13 @@ regenerate the report), written as
 them by their ``benchmark`` field: ``retrieval`` (recall by category, the latest
 file), ``compare-mem0`` (the latest), ``search-latency`` (latency by store size,
 every file a point, plus per backend how p50 grows with the store size, from the
-newest file of each size) and ``concurrency`` (throughput by writers, every file a
-point). The runtime section reads ``actor-overhead`` (the newest file of each
-placement), ``footprint`` and ``cold-start`` (the newest figure of each placement), and the
-extraction section the newest ``extraction`` run, the batch-ingest section every
-``batch-ingest`` run; ``embedding-speed`` (every run) the section on the local
-embedding models, ``dedup`` (the newest run of each model) the judgement of look-alike
-memories.
+newest file of each size), ``concurrency`` (throughput by writers, every file a
+point) and ``agents`` (every run, when there is one). The runtime section reads
+``actor-overhead`` (the newest file of each placement), ``footprint`` and
+``cold-start`` (the newest figure of each placement), and the extraction section
+the newest ``extraction`` run, the batch-ingest section every ``batch-ingest`` run;
+``embedding-speed`` (every run) the section on the local embedding models, ``dedup``
+(the newest run of each model) the judgement of look-alike memories.
 Each table says which machine and which command produced it. The README's table
 of measured figures (``--readme``, between its markers) is rewritten from the same
 results (see ``report_figures``). Plots need matplotlib
@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .report_agents import agents_section
 from .report_dedup import dedup_section
 from .report_embedding import embedding_speed_section
 from .report_figures import figures_block, with_figures
@@ -127,6 +128,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                            out_dir / f"{name.replace('-', '_')}.png")))
         else:
             lines += [f"## {title.capitalize()}", "", f"No {name} results yet.", ""]
+    lines += agents_section(results.get("agents", []))
     lines += embedding_speed_section(results.get("embedding-speed", []))
     lines += runtime_section(results)
     lines += extraction_section(results.get("extraction", []))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .report_agents import agents_rows
 from .report_format import command, get, pct, positive
 from .report_ingest import ingest_rows, ingest_targets
 from .report_search import newest_by_size
@@ -259,8 +260,8 @@ def _extraction(results: Results) -> list[Row]:
     return [(f"extraction pool, {d['delay_ms']:g} ms scripted LLM", figure, f"`{command(d)}`")]
 
 
-ROWS = (_pg_one_owner, _pg_many_owners, _redis, _retrieval, _madial, _mem0, _concurrency, _overhead,
-        _footprint, _cold_start, _extraction, ingest_rows)
+ROWS = (_pg_one_owner, _pg_many_owners, _redis, _retrieval, _madial, _mem0, _concurrency,
+        agents_rows, _overhead, _footprint, _cold_start, _extraction, ingest_rows)
 
 
 def targets(results: Results) -> list[str]:
