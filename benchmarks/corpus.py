@@ -37,7 +37,7 @@ from dream_memory_actor.storage import open_stores
 from dream_memory_actor.storage.base import StructuredStore, VectorStore
 
 from .embed_cache import DiskCachedEmbedder
-from .locomo import Conversation, Turn, turn_texts
+from .locomo import Conversation, Turn, turn_context, turn_texts
 from .progress import Progress
 from .stats import percentiles_ms
 
@@ -116,7 +116,7 @@ async def _open(settings: MemorySettings, dim: int) -> tuple[StructuredStore, Ve
 async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
                         embedder: DiskCachedEmbedder, context: str = "none") -> Corpus:
     """Every turn through ``MemoryEngine.store`` with ``now=`` its session time; with a
-    ``context`` mode (``locomo.turn_texts``) its text, or the text embedded for it."""
+    ``context`` mode (``locomo.turn_texts``), its context in its text or beside it."""
     structured, vector = await _open(settings, embedder.dim)
     engine = MemoryEngine(settings, structured, vector, CachedEmbedder(embedder, 50_000))
     corpus = Corpus(vector, structured, settings, settings.dedup_threshold, "engine")
@@ -124,9 +124,10 @@ async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
     bar = Progress("ingest (engine)", sum(len(c.turns) for c in convs))
 
     async def one(conv: Conversation) -> None:
-        for t, (text, embedded) in zip(conv.turns, turn_texts(conv, context), strict=True):
-            vec = None if embedded == text else (await embedder.embed([embedded]))[0]
-            r = await engine.store(conv.owner, text, now=t.at, embedding=vec,
+        for i, (t, (text, _)) in enumerate(zip(conv.turns, turn_texts(conv, context),
+                                                strict=True)):
+            around = turn_context(conv, i) if context == "beside" else None
+            r = await engine.store(conv.owner, text, now=t.at, context=around,
                                    metadata={"dia_id": t.dia_id, "session": t.session})
             corpus.record(t, r)
             bar.advance()

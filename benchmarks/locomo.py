@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from dream_memory_actor.text import normalize_content, with_context
+
 #: LoCoMo's question categories (5, adversarial, has no evidence to retrieve).
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 #: The metrics computed for every question.
@@ -104,9 +106,9 @@ class Turn:
 
 #: How a turn is stored (``retrieval --context``): ``none``, the turn alone; ``text``,
 #: its context written into its text (both signals see it, and a hit returns it);
-#: ``embedded``, its context embedded with it while the memory's text, the keyword
-#: signal's and the hit's, stays the turn.
-CONTEXTS = ("none", "text", "embedded")
+#: ``beside``, the turn stored with its context (``VectorMemory.context``: embedded and
+#: searched with it, while the memory's content, what a hit returns, stays the turn).
+CONTEXTS = ("none", "text", "beside")
 
 
 def turn_context(conv: Conversation, i: int) -> str:
@@ -119,14 +121,20 @@ def turn_context(conv: Conversation, i: int) -> str:
 
 
 def turn_texts(conv: Conversation, context: str) -> list[tuple[str, str]]:
-    """Each turn's stored text and the text embedded for it, by ``context`` mode."""
+    """Each turn's stored text and the text embedded and searched for it, by ``context``
+    mode (``beside``: as the store joins content and context, ``text.with_context``)."""
     out = []
     for i, t in enumerate(conv.turns):
         if context == "none":
             out.append((t.content, t.content))
             continue
-        full = f"{turn_context(conv, i)}\n{t.content}"
-        out.append((full, full) if context == "text" else (t.content, full))
+        around = turn_context(conv, i)
+        if context == "text":
+            full = f"{around}\n{t.content}"
+            out.append((full, full))
+        else:
+            out.append((t.content, with_context(normalize_content(t.content),
+                                                normalize_content(around))))
     return out
 
 

@@ -94,8 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conversations", type=int, default=None, help="only the first N")
     p.add_argument("--context", choices=CONTEXTS, default="none",
                    help="LoCoMo: each turn stored alone (none), with its session's date and "
-                        "previous turn written into its text (text), or embedded with them "
-                        "while its text stays the turn (embedded)")
+                        "previous turn written into its text (text), or stored as its "
+                        "context, embedded and searched with it while its content stays the "
+                        "turn (beside)")
     p.add_argument("--dedup-threshold", type=float, default=0.85)
     p.add_argument("--no-dedup-off", action="store_true",
                    help="skip the second corpus with dedup off (threshold 1.0)")

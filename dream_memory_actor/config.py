@@ -137,6 +137,11 @@ class MemorySettings(BaseSettings):
     extraction_timeout_s: float = Field(60.0, gt=0)
     extraction_max_retries: int = Field(2, ge=0, le=10)
     extraction_pool_size: int = Field(2, ge=1, le=256)
+    # what a memory extracted from a conversation carries as its context (embedded and
+    # searched with it, see VectorMemory.context): the turns before the one its evidence
+    # quotes, and the conversation's date
+    extraction_context_turns: int = Field(1, ge=0, le=20)
+    extraction_context_date: bool = True
 
     # runtime
     placement: str = "sharded"

@@ -204,12 +204,19 @@ class MemorySnapshot(_Frozen):
 
 
 class VectorMemory(_Frozen):
-    """One semantic (L2) memory. ``metadata`` records merges (``merged_from``, ``merged_at``)."""
+    """One semantic (L2) memory. ``metadata`` records merges (``merged_from``, ``merged_at``).
+
+    ``context`` is what helps find the memory without being part of what it says: the
+    turn before it, the conversation's date, who spoke. It is embedded and searched
+    with the content (``text.with_context``), kept with the memory and its versions,
+    and never returned as the content.
+    """
 
     id: str = Field(default_factory=new_id)
     owner: str
     content: str
     metadata: dict[str, Any] = Field(default_factory=dict)
+    context: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     has_embedding: bool = False
@@ -250,6 +257,7 @@ class MemoryVersion(_Frozen):
     owner: str
     content: str
     metadata: dict[str, Any] = Field(default_factory=dict)
+    context: str | None = None
     has_embedding: bool = False
     valid_from: datetime
     valid_to: datetime | None = None

@@ -243,3 +243,13 @@ def escape_like(term: str, escape: str = "\\") -> str:
     return (
         term.replace(escape, escape + escape).replace("%", escape + "%").replace("_", escape + "_")
     )
+
+
+def with_context(content: str, context: str | None) -> str:
+    """What a memory is embedded and searched as: its context, then its content (the
+    context says where and when, the content what; a model reads them in that order).
+
+    >>> with_context("Caroline: congrats!", "8 May 2023")
+    '8 May 2023\\nCaroline: congrats!'
+    """
+    return content if not context else f"{context}\n{content}"

@@ -47,6 +47,9 @@ def register(sub: Subparsers) -> None:
     p.add_argument("content", help="the text to remember")
     p.add_argument("--metadata", default=None, metavar="JSON",
                    help='a JSON object kept with the memory, e.g. {"agent": "deploy"}')
+    p.add_argument("--context", default=None, metavar="TEXT",
+                   help="what helps find it later without being part of it (the turn it "
+                        "answers, the date): searched and embedded with it")
     p.set_defaults(run=_store)
 
     p = sub.add_parser("list", parents=parents, help="list an owner's semantic memories",
@@ -60,8 +63,8 @@ def register(sub: Subparsers) -> None:
     p = sub.add_parser("store-many", parents=parents, help="store a batch of semantic memories",
                        description="Store the memories of FILE (- for stdin), one per line: a "
                                    "text, or a JSON object {\"content\": ..., \"metadata\": "
-                                   "...}; each as store would, embedded in one call, written "
-                                   "in one transaction.")
+                                   "..., \"context\": ...}; each as store would, embedded in "
+                                   "one call, written in one transaction.")
     p.add_argument("file", metavar="FILE", help="the batch, one memory per line (- for stdin)")
     p.set_defaults(run=_store_many)
 
@@ -71,6 +74,8 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--id", required=True, dest="item_id", help="the memory id, or its start")
     p.add_argument("--content", required=True, help="the new text")
     p.add_argument("--metadata", default=None, metavar="JSON", help="new metadata (JSON object)")
+    p.add_argument("--context", default=None, metavar="TEXT",
+                   help="a new context (default: the memory keeps its own)")
     p.set_defaults(run=_update)
 
     p = sub.add_parser("memory-history", parents=parents,
@@ -120,7 +125,8 @@ def _store(args: argparse.Namespace) -> int:
     meta = json_value(args.metadata, "--metadata", InvalidMetadata)
 
     async def go(m: MemoryBackend) -> Any:
-        return await m.call(ops.store, check.owner_id(args.owner), args.content, meta)
+        return await m.call(ops.store, check.owner_id(args.owner), args.content, meta,
+                            context=args.context)
 
     result = with_memory(args, go)
     emit(args, result.model_dump(mode="json"), store_summary(result))
@@ -147,7 +153,8 @@ def _update(args: argparse.Namespace) -> int:
     async def go(m: MemoryBackend) -> Any:
         owner = check.owner_id(args.owner)
         memory_id = await current_id(m, owner, args.item_id, ("memory",))
-        return await m.call(ops.update, owner, memory_id, args.content, meta)
+        return await m.call(ops.update, owner, memory_id, args.content, meta,
+                            context=args.context)
 
     new = with_memory(args, go)
     emit(args, new.model_dump(mode="json"), f"updated {new.id}: {new.content}")

@@ -292,9 +292,12 @@ class MemoryEngine:
         now: datetime | None = None,
         embedding: Sequence[float] | None = None,
         op_id: str | None = None,
+        context: str | None = None,
     ) -> StoreResult:
         """Embed (unless ``embedding`` is given) and store: merged into a duplicate,
         superseding a memory it updates, or beside the others (``storage.dedup``).
+        ``context`` (the turn before it, its date) is embedded and searched with the
+        content and kept beside it (``VectorMemory.context``).
 
         A retry with the same ``op_id`` is applied once (and returns the first result).
         """
@@ -302,7 +305,7 @@ class MemoryEngine:
         with self.metrics.operation("store", self.settings.backend):
             result = await self.vector.store(
                 owner, content, embedding=embedding, metadata=metadata,
-                threshold=self.cuts, now=now, op_id=op_id, embed=self.embed,
+                threshold=self.cuts, now=now, op_id=op_id, embed=self.embed, context=context,
             )
         self.metrics.judged(self.settings.backend, result.judgement)
         return result
@@ -400,25 +403,26 @@ class MemoryEngine:
 
     async def update(self, owner: str, memory_id: str, content: str, *,
                      metadata: Mapping[str, Any] | None = None, now: datetime | None = None,
-                     op_id: str | None = None) -> VectorMemory:
-        """Change a memory's content (re-embedded) and, when given, its metadata; the
-        previous version stays in its history (``memory_history``)."""
+                     op_id: str | None = None, context: str | None = None) -> VectorMemory:
+        """Change a memory's content (re-embedded) and, when given, its metadata and
+        context; the previous version stays in its history (``memory_history``)."""
         self._open()
         with self.metrics.operation("update", self.settings.backend):
             return await self.vector.update(owner, memory_id, content, metadata=metadata,
-                                            now=now, op_id=op_id, embed=self.embed)
+                                            now=now, op_id=op_id, embed=self.embed,
+                                            context=context)
 
     async def supersede_memory(self, owner: str, memory_id: str, content: str, *,
                                metadata: Mapping[str, Any] | None = None,
                                by: str | None = None, reason: str | None = None,
-                               now: datetime | None = None, op_id: str | None = None
-                               ) -> VectorMemory:
+                               now: datetime | None = None, op_id: str | None = None,
+                               context: str | None = None) -> VectorMemory:
         """Replace a memory by a new one and close the old, in one step; the new one."""
         self._open()
         with self.metrics.operation("supersede", self.settings.backend):
             return await self.vector.supersede_memory(
                 owner, memory_id, content, metadata=metadata, by=by, reason=reason, now=now,
-                op_id=op_id, embed=self.embed)
+                op_id=op_id, embed=self.embed, context=context)
 
     async def memory_history(self, owner: str, memory_id: str
                              ) -> builtins.list[MemoryVersion]:

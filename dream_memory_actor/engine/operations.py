@@ -62,6 +62,7 @@ from ..models import (
     VectorMemory,
     new_id,
 )
+from ..text import with_context
 from ..validation import l2 as check_l2
 
 P = ParamSpec("P")
@@ -100,6 +101,10 @@ def _pending_id(value: Any, scope: Scope) -> str:
 
 def _content(value: Any, scope: Scope) -> str:
     return check.content(value, scope.max_content_bytes)
+
+
+def _context(value: Any, scope: Scope) -> str | None:
+    return check.context(value, scope.max_content_bytes)
 
 
 def _edited(value: Any, scope: Scope) -> str | None:
@@ -144,8 +149,8 @@ def _filter(value: Any, scope: Scope) -> dict[str, Any] | None:
 
 
 def _batch(value: Any, scope: Scope) -> list[dict[str, Any]]:
-    return [{"content": t, "metadata": m}
-            for t, m in check_l2.batch(value, scope.max_content_bytes, scope.limits)]
+    return [{"content": t, "metadata": m, **({} if c is None else {"context": c})}
+            for t, m, c in check_l2.batch(value, scope.max_content_bytes, scope.limits)]
 
 
 def _conversation(value: Any, scope: Scope) -> str:
@@ -184,6 +189,7 @@ ItemId = Annotated[str, _item_id]
 PendingId = Annotated[str, _pending_id]
 Content = Annotated[str, _content]
 Edited = Annotated[Optional[str], _edited]  # noqa: UP045 - evaluated at import, on 3.10
+Context = Annotated[Optional[str], _context]  # noqa: UP045
 Metadata = Annotated[Optional[Mapping[str, Any]], _metadata]  # noqa: UP045
 NewMetadata = Annotated[Optional[Mapping[str, Any]], _new_metadata]  # noqa: UP045
 Decider = Annotated[str, _decider]
@@ -247,8 +253,11 @@ class Operation(Generic[P, R]):
         """The checked texts a call of this write embeds (none for most operations)."""
         if self.embeds is None:
             return []
-        value = self.named(values)[self.embeds]
-        return [value] if isinstance(value, str) else [item["content"] for item in value]
+        named = self.named(values)
+        value = named[self.embeds]
+        if isinstance(value, str):
+            return [with_context(value, named.get("context"))]
+        return [with_context(item["content"], item.get("context")) for item in value]
 
     def extra_timeout_s(self, values: Sequence[Any]) -> float:
         return self.per_item_s * len(values[0]) if self.per_item_s else 0.0
@@ -324,31 +333,36 @@ BATCH_ITEM_S = 0.25
 
 
 @operation("writer", metric="store", embeds="content")
-def store(content: Content, metadata: Metadata = None, *, op_id: OpId = None) -> StoreResult:
-    """Store a semantic memory, merged into a near-duplicate if there is one."""
+def store(content: Content, metadata: Metadata = None, *, context: Context = None,
+          op_id: OpId = None) -> StoreResult:
+    """Store a semantic memory, merged into a near-duplicate if there is one. ``context``
+    (the turn before it, its date) is embedded and searched with it, never returned as
+    its content."""
     raise NotImplementedError
 
 
 @operation("writer", metric="store_many", per_item_s=BATCH_ITEM_S, embeds="items")
 def store_many(items: Batch, *, op_id: OpId = None) -> list[StoreResult]:
-    """Store a batch (texts or ``{"content": ..., "metadata": ...}``) as ``store`` each
-    would, near-duplicates merged, embedded in one call; one result per item."""
+    """Store a batch (texts or ``{"content": ..., "metadata": ..., "context": ...}``) as
+    ``store`` each would, near-duplicates merged, embedded in one call; one result per
+    item."""
     raise NotImplementedError
 
 
 @operation("writer", metric="update", embeds="content")
 def update(memory_id: MemoryId, content: Content, metadata: NewMetadata = None, *,
-           op_id: OpId = None) -> VectorMemory:
-    """Change a memory's content (and metadata, when given); the previous version
-    stays in its history."""
+           context: Context = None, op_id: OpId = None) -> VectorMemory:
+    """Change a memory's content (and metadata and context, when given); the previous
+    version stays in its history."""
     raise NotImplementedError
 
 
 @operation("writer", metric="apply", embeds="content")
 def supersede_memory(memory_id: MemoryId, content: Content, metadata: NewMetadata = None, *,
-                     by: MaybeDecider = None, reason: Reason = None, op_id: OpId = None
-                     ) -> VectorMemory:
-    """Replace a memory by a new one, closing the old in the same step; the new one."""
+                     by: MaybeDecider = None, reason: Reason = None, context: Context = None,
+                     op_id: OpId = None) -> VectorMemory:
+    """Replace a memory by a new one, closing the old in the same step; the new one (its
+    context the given one, else the old memory's)."""
     raise NotImplementedError
 
 

@@ -53,7 +53,7 @@ from ..storage.ops import (
 )
 from .candidates import ExtractionResult, Extractor, Usage, check_items
 from .configured import open_extractor
-from .gate import Thresholds, gate
+from .gate import Thresholds, gate, is_quoted
 from .plan import RESULTS, ItemOutcome, Plan, Result
 
 __all__ = ["RESULTS", "ExtractionReport", "ExtractionService", "HitlDecision", "ItemOutcome",
@@ -74,8 +74,8 @@ class MemoryWriter(Protocol):
                     ) -> MemorySnapshot: ...
 
     async def store(self, owner: str, content: str, *,
-                    metadata: Mapping[str, Any] | None = None, op_id: str | None = None
-                    ) -> StoreResult: ...
+                    metadata: Mapping[str, Any] | None = None, op_id: str | None = None,
+                    context: str | None = None) -> StoreResult: ...
 
     async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
                      edited: str | None = None, op_id: str | None = None
@@ -174,7 +174,9 @@ class ExtractionService:
             version = written.version
         for item in plan.stores:
             await self.writer.store(owner, item.text, metadata={
-                "source": plan.source, "confidence": item.confidence, "evidence": item.evidence})
+                "source": plan.source, "confidence": item.confidence, "evidence": item.evidence},
+                context=context_of(messages, item.evidence, self.settings.extraction_context_turns,
+                                   self.settings.extraction_context_date))
         report = ExtractionReport(owner=owner, extractor=result.extractor,
                                   outcomes=tuple(plan.outcomes), usage=result.usage,
                                   version=version,
@@ -291,3 +293,31 @@ class ExtractionService:
         """End the conversation and extract from its last window (in this process)."""
         window = await self.end_conversation(owner, conversation)
         return await self.extract(owner, window) if window else None
+
+
+#: The most characters of one earlier turn an extracted memory's context keeps.
+CONTEXT_TURN_CHARS = 1000
+
+
+def context_of(messages: Sequence[ChatMessage], evidence: str, turns: int = 1,
+               date: bool = True) -> str | None:
+    """The context a memory extracted from ``messages`` carries: the conversation's date
+    (of the message its ``evidence`` quotes, else of the last) and the ``turns`` messages
+    before that one, each as ``role: text`` (cut to ``CONTEXT_TURN_CHARS``); ``None``
+    when that is nothing.
+
+    >>> from datetime import datetime, timezone
+    >>> at = datetime(2023, 5, 8, tzinfo=timezone.utc)
+    >>> msgs = [ChatMessage(role="user", content="I got the job!", created_at=at),
+    ...         ChatMessage(role="assistant", content="Congrats!", created_at=at)]
+    >>> context_of(msgs, "Congrats")
+    '8 May 2023\\nuser: I got the job!'
+    """
+    quoted = next((i for i, m in enumerate(messages) if is_quoted(evidence, m.content)),
+                  None)
+    at = messages[-1 if quoted is None else quoted].created_at if messages else None
+    parts = [f"{at.day} {at:%B %Y}"] if date and at is not None else []
+    if quoted is not None and turns:
+        parts += [f"{m.role}: {m.content[:CONTEXT_TURN_CHARS]}"
+                  for m in messages[max(0, quoted - turns):quoted]]
+    return "\n".join(parts) or None

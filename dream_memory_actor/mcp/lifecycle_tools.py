@@ -73,6 +73,7 @@ async def status_history(door: Door, owner: str, key: str) -> StatusValues:
 class MemoryIn(BaseModel):
     content: str
     metadata: dict[str, Any] | None = None
+    context: str | None = None
 
 
 class Stored(BaseModel):
@@ -85,10 +86,12 @@ class MemoryVersions(BaseModel):
 
 
 async def update_memory(door: Door, owner: str, memory_id: str, content: str,
-                        metadata: dict[str, Any] | None = None) -> VectorMemory:
-    """Change a semantic memory's text (and, when given, its metadata); the previous
-    version stays in its history (memory_history)."""
-    return await door.call(ops.update, door.owner(owner), memory_id, content, metadata)
+                        metadata: dict[str, Any] | None = None, context: str | None = None
+                        ) -> VectorMemory:
+    """Change a semantic memory's text (and, when given, its metadata and context); the
+    previous version stays in its history (memory_history)."""
+    return await door.call(ops.update, door.owner(owner), memory_id, content, metadata,
+                           context=context)
 
 
 async def store_many(door: Door, owner: str, items: list[str | MemoryIn]) -> Stored:
@@ -96,7 +99,8 @@ async def store_many(door: Door, owner: str, items: list[str | MemoryIn]) -> Sto
     near-duplicate, also within the batch, is merged), embedded in one call."""
     who = door.owner(owner)
     batch: list[str | dict[str, Any]] = [
-        i if isinstance(i, str) else {"content": i.content, "metadata": i.metadata or {}}
+        i if isinstance(i, str) else {"content": i.content, "metadata": i.metadata or {},
+                                      **({} if i.context is None else {"context": i.context})}
         for i in items]
     return Stored(results=await door.call(ops.store_many, who, batch))
 

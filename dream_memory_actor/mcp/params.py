@@ -92,6 +92,9 @@ PARAMS: Mapping[str, Param] = {
     "metadata": Param("Optional JSON object kept with the memory (for example the agent "
                       "or the source); merged_from, merged_at and merge_count are reserved.",
                       _metadata),
+    "context": Param("Optional: what helps find the memory later without being part of it "
+                     "(the turn it answers, the conversation's date, who spoke); searched "
+                     "and embedded with it, never returned as its content.", _text),
     "limit": Param("How many results at most.", _limit),
     "offset": Param("How many results to skip (for paging).", _offset),
     "source": Param("Where this comes from, for example user or agent:deploy.", _name),
@@ -111,8 +114,8 @@ PARAMS: Mapping[str, Param] = {
     "filter": Param("Optional: only memories whose metadata has these values (equality on "
                     "each key, at most 16 keys).", lambda _: {"maxProperties": 16}),
     "items": Param("The memories to store, oldest first: each a text, or an object with "
-                   "content and optional metadata.", lambda _: {"minItems": 1,
-                                                                 "maxItems": 1000}),
+                   "content and optional metadata and context.", lambda _: {"minItems": 1,
+                                                                             "maxItems": 1000}),
     "rule_id": Param("The id of the rule, as read_snapshot shows it.", _item_id),
     "fact_id": Param("The id of the fact, as read_snapshot shows it.", _item_id),
     "conversation": Param("The conversation id (same alphabet as an owner id); each keeps "

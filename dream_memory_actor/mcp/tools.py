@@ -170,14 +170,15 @@ async def audit(door: Door, owner: str, limit: int = 100) -> AuditTrail:
 # -- writes ----------------------------------------------------------------------------
 
 
-async def store(door: Door, owner: str, content: str, metadata: dict[str, Any] | None = None
-                ) -> StoreResult:
-    """Remember something from the conversation as a semantic memory. It is judged
-    against the owner's nearest memories: a duplicate is merged into one (merged is
-    true), a new value of one supersedes it (superseded is true, the old one stays in
-    its history), anything else is stored beside them; judgement, related and reason
-    say which and why."""
-    return await door.call(ops.store, door.owner(owner), content, metadata)
+async def store(door: Door, owner: str, content: str, metadata: dict[str, Any] | None = None,
+                context: str | None = None) -> StoreResult:
+    """Remember something from the conversation as a semantic memory, with the context
+    that will help find it (the turn it answers, the date). It is judged against the
+    owner's nearest memories: a duplicate is merged into one (merged is true), a new
+    value of one supersedes it (superseded is true, the old one stays in its history),
+    anything else is stored beside them; judgement, related and reason say which and
+    why."""
+    return await door.call(ops.store, door.owner(owner), content, metadata, context=context)
 
 
 async def add_rule(door: Door, owner: str, content: str, source: str = "user") -> RuleAdded:

@@ -349,10 +349,11 @@ class _OwnerWriter:
             return done
 
     async def store(self, owner: str, content: str, *,
-                    metadata: Mapping[str, Any] | None = None, op_id: str | None = None
-                    ) -> StoreResult:
+                    metadata: Mapping[str, Any] | None = None, op_id: str | None = None,
+                    context: str | None = None) -> StoreResult:
         async with self._holder._use(owner) as mem:
-            result: StoreResult = await mem.l2(operations.store, (content, metadata, op_id))
+            result: StoreResult = await mem.l2(operations.store,
+                                               (content, metadata, context, op_id))
             return result
 
 

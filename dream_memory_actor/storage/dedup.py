@@ -36,6 +36,7 @@ is stored beside the other, which loses nothing.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -117,11 +118,14 @@ Outcome = Literal["duplicate", "update", "distinct", "unsure"]
 @dataclass(frozen=True)
 class Neighbour:
     """A memory the new one is judged against: its id, text and raw cosine to the new
-    embedding (``None``: found by its text, without a vector)."""
+    embedding (``None``: found by its text, without a vector). ``context``: either
+    memory carries a context (``VectorMemory.context``), so the cosine of their
+    embeddings measures their contexts as much as their contents."""
 
     id: str
     content: str
     similarity: float | None
+    context: bool = False
 
 
 @dataclass(frozen=True)
@@ -277,9 +281,14 @@ def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgemen
     if cuts.nearest == 0:
         return None
     band = cuts.band(content)
+    # Two memories with contexts (the turns before them, their dates) are near when their
+    # contexts are, whatever they say: their cosine finds candidates but never merges two
+    # texts worded apart; the comparison of the contents decides alone.
+    unmerged = Band(band.candidate, math.inf)
     same = content_hash(content)
     judged = [
-        replace(judge_pair(n.content, content, n.similarity, band), memory_id=n.id)
+        replace(judge_pair(n.content, content, n.similarity, unmerged if n.context else band),
+                memory_id=n.id)
         for i, n in enumerate(neighbours)
         if content_hash(n.content) == same or (i < cuts.nearest and (
             n.similarity is None or n.similarity > band.candidate))
@@ -372,15 +381,16 @@ class Write:
 
 def outcome_of(judgement: Judgement | None, near: VectorMemory | None, owner: str,
                content: str, metadata: dict[str, Any], has_embedding: bool, now: datetime,
-               limits: Limits = DEFAULT_LIMITS) -> Write:
+               limits: Limits = DEFAULT_LIMITS, context: str | None = None) -> Write:
     """The write a judgement calls for, the same on every backend.
 
     ``near`` is the stored memory the judgement names (``judgement.memory_id``).
-    A ``duplicate`` merges into it (``merged``) and closes its previous content as a
-    ``"merge"`` version when the content changes; an ``update`` writes a successor
-    (``versions.successor``: ``metadata``, or else the old memory's) and closes the
-    old memory as a ``"supersede"`` version naming it, with the judgement's reason;
-    anything else inserts a new memory.
+    A ``duplicate`` merges into it (``merged``: its context stays, with the embedding it
+    was made with) and closes its previous content as a ``"merge"`` version when the
+    content changes; an ``update`` writes a successor (``versions.successor``:
+    ``metadata``, or else the old memory's; ``context``) and closes the old memory as a
+    ``"supersede"`` version naming it, with the judgement's reason; anything else
+    inserts a new memory (with ``context``).
     """
     j = judgement
     info: dict[str, Any] = {} if j is None else {
@@ -391,10 +401,10 @@ def outcome_of(judgement: Judgement | None, near: VectorMemory | None, owner: st
         version = closed(near, now, "merge") if near.content != new.content else None
         return Write(StoreResult(memory=new, merged=True, **info), version)
     if j is not None and near is not None and j.outcome == "update":
-        new = successor(near, content, metadata or None, has_embedding, now)
+        new = successor(near, content, metadata or None, has_embedding, now, context)
         version = closed(near, now, "supersede", superseded_by=new.id, reason=j.reason)
         return Write(StoreResult(memory=new, merged=False, superseded=True, **info),
                      version, removes=near.id)
-    mem = VectorMemory(owner=owner, content=content, metadata=metadata, created_at=now,
-                       updated_at=now, has_embedding=has_embedding)
+    mem = VectorMemory(owner=owner, content=content, metadata=metadata, context=context,
+                       created_at=now, updated_at=now, has_embedding=has_embedding)
     return Write(StoreResult(memory=mem, merged=False, **info))

@@ -32,7 +32,7 @@ from .base import StructuredStore, VectorStore
 from .ops import AddAudit, L1Op, apply_ops
 from .terms import TermCounts, prefix_df, summed
 from .versions import matches
-from .writes import Planner, Row
+from .writes import Planner, Row, searched
 
 
 class InMemoryStructuredStore(StructuredStore):
@@ -168,7 +168,7 @@ class InMemoryVectorStore(VectorStore):
             for p in w.puts:
                 vec = (rows[p.memory.id].vec if p.keeps
                        else None if p.vector is None else np.asarray(p.vector))
-                rows[p.memory.id] = _Stored(p.memory, vec, fold(p.memory.content))
+                rows[p.memory.id] = _Stored(p.memory, vec, fold(searched(p.memory)))
             self._df[owner].apply(w.term_delta())
             if op_id is not None:
                 self._ops[(owner, op_id)] = result

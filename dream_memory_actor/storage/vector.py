@@ -18,6 +18,7 @@ import builtins
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +50,7 @@ from ..scoring import (
     term_weights,
     to_hit,
 )
-from ..text import query_terms
+from ..text import query_terms, with_context
 from ..validation import l2 as check_l2
 from . import versions
 from .dedup import Cuts
@@ -67,6 +68,26 @@ def check_cuts(threshold: float | Cuts) -> Cuts:
     if isinstance(threshold, Cuts):
         return threshold
     return Cuts.uniform(check.unit_interval(threshold, "threshold"))
+
+
+@dataclass(frozen=True)
+class _Change:
+    """An update's or a supersession's checked arguments and the vector made for them."""
+
+    text: str
+    meta: dict[str, Any] | None
+    context: str | None  #: as given (``None``: the memory's own)
+    guessed: str | None  #: the context ``vector`` was made with
+    vector: Vector
+    at: datetime
+    embed: Embed | None  #: how to embed again should the memory's context have changed
+
+    async def embedded(self, old: VectorMemory) -> tuple[str | None, Vector]:
+        """The context the new version has, and its vector."""
+        around = old.context if self.context is None else self.context
+        if around == self.guessed or self.embed is None:
+            return around, self.vector
+        return around, await self.embed(with_context(self.text, around))
 
 
 class VectorStore(_Lifecycle, ABC):
@@ -195,11 +216,14 @@ class VectorStore(_Lifecycle, ABC):
         now: datetime | None = None,
         op_id: str | None = None,
         embed: Embed | None = None,
+        context: str | None = None,
     ) -> StoreResult:
         """Store ``content`` for ``owner``, judged against its nearest memories
         (``dedup.judge``): merged into a duplicate, superseding a memory it updates,
         or stored beside them. ``threshold``: the store's :class:`~.dedup.Cuts`, or one
-        raw cosine for every cut (``Cuts.uniform``).
+        raw cosine for every cut (``Cuts.uniform``). ``context``: what helps find the
+        memory without being part of it (``VectorMemory.context``), embedded and
+        searched with it; ``embedding`` embeds both (``text.with_context``).
 
         ``op_id`` makes the call idempotent: a retry with the same id is applied once.
         Without ``embedding``, ``embed`` (if given) computes it from the checked text,
@@ -210,16 +234,17 @@ class VectorStore(_Lifecycle, ABC):
             check.op_id(op_id)
         text = check.content(content, self.max_content_bytes)
         meta = check.metadata(metadata, self.limits)
-        if embedding is None and embed is not None:
-            embedding = await embed(text)
-        vec = self._check_embedding(embedding)
+        around = check.context(context, self.max_content_bytes)
         cuts = check_cuts(threshold)
+        if embedding is None and embed is not None:
+            embedding = await embed(with_context(text, around))
+        vec = self._check_embedding(embedding)
         await self._record_model(vec is not None)
         at = now or utcnow()
 
         async def plan() -> tuple[str, Any]:
             p = Plan(owner, self._rows)
-            result = await p.store(text, vec, meta, cuts, at, self.limits)
+            result = await p.store(text, vec, meta, cuts, at, self.limits, around)
             return result.model_dump_json(), p.writes
 
         return StoreResult.model_validate_json(await self._write(owner, "store", op_id, plan))
@@ -239,8 +264,9 @@ class VectorStore(_Lifecycle, ABC):
 
         The same as a ``store`` of each item in turn (a near-duplicate of a memory,
         or of an earlier item, is merged), written at once: one result per item. A
-        refused item refuses the batch; nothing is written. Without ``embeddings``,
-        ``embed_many`` (if given) embeds the checked texts in one call.
+        refused item refuses the batch; nothing is written. An item's ``"context"`` is
+        as ``store``'s. Without ``embeddings``, ``embed_many`` (if given) embeds the
+        checked texts, each with its context, in one call.
         """
         import json
 
@@ -249,7 +275,7 @@ class VectorStore(_Lifecycle, ABC):
             check.op_id(op_id)
         batch = check_l2.batch(items, self.max_content_bytes, self.limits)
         cuts = check_cuts(threshold)
-        texts = [t for t, _ in batch]
+        texts = [with_context(t, c) for t, _, c in batch]
         if embeddings is None and embed_many is not None:
             embeddings = await embed_many(texts)
         if embeddings is not None and len(embeddings) != len(batch):
@@ -262,8 +288,8 @@ class VectorStore(_Lifecycle, ABC):
 
         async def plan() -> tuple[str, Any]:
             p = Plan(owner, self._rows)
-            results = [await p.store(text, vec, meta, cuts, at, self.limits)
-                       for (text, meta), vec in zip(batch, vecs, strict=True)]
+            results = [await p.store(text, vec, meta, cuts, at, self.limits, around)
+                       for (text, meta, around), vec in zip(batch, vecs, strict=True)]
             return json.dumps([r.model_dump(mode="json") for r in results]), p.writes
 
         got = await self._write(owner, "store_many", op_id, plan)
@@ -280,18 +306,21 @@ class VectorStore(_Lifecycle, ABC):
         now: datetime | None = None,
         op_id: str | None = None,
         embed: Embed | None = None,
+        context: str | None = None,
     ) -> VectorMemory:
-        """Change a memory's content (re-embedded) and, when given, its metadata; the
-        previous version stays in its history. ``MemoryNotFound`` for an id the owner
-        has no live memory of (``MemorySuperseded`` once superseded)."""
-        text, meta, vec, at = await self._changed(owner, memory_id, content, metadata,
-                                                  embedding, now, op_id, embed)
+        """Change a memory's content (re-embedded) and, when given, its metadata and its
+        context (else it keeps its own); the previous version stays in its history.
+        ``MemoryNotFound`` for an id the owner has no live memory of
+        (``MemorySuperseded`` once superseded)."""
+        c = await self._changed(owner, memory_id, content, metadata, context, embedding, now,
+                                op_id, embed)
 
         async def plan() -> tuple[str, Any]:
             p = Plan(owner, self._rows)
             old = await self._live(p, memory_id)
-            new = versions.updated(old, text, meta, vec is not None, at)
-            p.close(versions.closed(old, at, "update"))
+            around, vec = await c.embedded(old)
+            new = versions.updated(old, c.text, c.meta, vec is not None, c.at, around)
+            p.close(versions.closed(old, c.at, "update"))
             p.put(new, vec, before=old)
             return new.model_dump_json(), p.writes
 
@@ -311,21 +340,23 @@ class VectorStore(_Lifecycle, ABC):
         now: datetime | None = None,
         op_id: str | None = None,
         embed: Embed | None = None,
+        context: str | None = None,
     ) -> VectorMemory:
-        """Replace a memory by a new one (``content``; ``metadata``, or else the old
-        memory's), closing the old one in the same step: searches and lists show the
-        new one only, ``memory_history`` both. The new memory is returned.
+        """Replace a memory by a new one (``content``; ``metadata`` and ``context``, or
+        else the old memory's), closing the old one in the same step: searches and lists
+        show the new one only, ``memory_history`` both. The new memory is returned.
         ``MemorySuperseded`` if the old one was superseded already."""
         who = None if by is None else check.decider(by)
         why = check_l2.reason(reason)
-        text, meta, vec, at = await self._changed(owner, memory_id, content, metadata,
-                                                  embedding, now, op_id, embed)
+        c = await self._changed(owner, memory_id, content, metadata, context, embedding, now,
+                                op_id, embed)
 
         async def plan() -> tuple[str, Any]:
             p = Plan(owner, self._rows)
             old = await self._live(p, memory_id)
-            new = versions.successor(old, text, meta, vec is not None, at)
-            p.close(versions.closed(old, at, "supersede", superseded_by=new.id, by=who,
+            around, vec = await c.embedded(old)
+            new = versions.successor(old, c.text, c.meta, vec is not None, c.at, around)
+            p.close(versions.closed(old, c.at, "supersede", superseded_by=new.id, by=who,
                                     reason=why))
             p.drop(old)
             p.put(new, vec)
@@ -335,21 +366,29 @@ class VectorStore(_Lifecycle, ABC):
             await self._versioned(owner, memory_id, "supersede", op_id, plan))
 
     async def _changed(self, owner: str, memory_id: str, content: str,
-                       metadata: Mapping[str, Any] | None, embedding: Sequence[float] | None,
-                       now: datetime | None, op_id: str | None, embed: Embed | None
-                       ) -> tuple[str, dict[str, Any] | None, Vector, datetime]:
-        """The checked arguments of an update or a supersession, embedded."""
+                       metadata: Mapping[str, Any] | None, context: str | None,
+                       embedding: Sequence[float] | None, now: datetime | None,
+                       op_id: str | None, embed: Embed | None) -> _Change:
+        """The checked arguments of an update or a supersession, embedded: with the given
+        context, else with the memory's own as it is now (read first, so the model is not
+        asked under the owner's writer; :meth:`_Change.embedded` makes sure)."""
         check.owner_id(owner)
         check.ids([memory_id], "memory id")
         if op_id is not None:
             check.op_id(op_id)
         text = check.content(content, self.max_content_bytes)
         meta = None if metadata is None else check.metadata(metadata, self.limits)
+        around = check.context(context, self.max_content_bytes)
+        guess = around
+        if embedding is None and embed is not None and around is None:
+            found = await self._rows(owner, ids=[memory_id])
+            guess = found[0].memory.context if found else None
         if embedding is None and embed is not None:
-            embedding = await embed(text)
+            embedding = await embed(with_context(text, guess))
         vec = self._check_embedding(embedding)
         await self._record_model(vec is not None)
-        return text, meta, vec, now or utcnow()
+        return _Change(text, meta, around, guess, vec, now or utcnow(),
+                       embed if embedding is not None and embed is not None else None)
 
     async def _versioned(self, owner: str, memory_id: str, what: str, op_id: str | None,
                          plan: Planner) -> str:
@@ -436,6 +475,7 @@ class VectorStore(_Lifecycle, ABC):
                 raise InvalidImport(f"memory version {v.id!r} has an id that is not a UUID"
                                     ) from None
             check.content(v.content, self.max_content_bytes)
+            check.context(v.context, self.max_content_bytes)
             check.stored_metadata(v.metadata, self.limits)
 
     def check_restore(self, owner: str,
@@ -457,9 +497,11 @@ class VectorStore(_Lifecycle, ABC):
             seen.add(mem.id)
             text = check.content(mem.content, self.max_content_bytes)
             meta = check.stored_metadata(mem.metadata, self.limits)
+            around = check.context(mem.context, self.max_content_bytes)
             vec = self._check_embedding(emb)
-            checked.append((mem.model_copy(update={"content": text, "metadata": meta,
-                                                   "has_embedding": vec is not None}), vec))
+            checked.append((mem.model_copy(update={
+                "content": text, "metadata": meta, "context": around,
+                "has_embedding": vec is not None}), vec))
         return checked
 
     async def forget(self, owner: str) -> int:

@@ -32,9 +32,11 @@ def updated(
     metadata: dict[str, Any] | None,
     has_embedding: bool,
     now: datetime,
+    context: str | None = None,
 ) -> VectorMemory:
     """``existing`` after an update: ``metadata`` (when given) replaces its own keys,
-    the merge records stay; ``updated_at`` moves to ``now`` (never backwards)."""
+    the merge records stay; ``context`` (when given) replaces its context; ``updated_at``
+    moves to ``now`` (never backwards)."""
     meta = (
         dict(existing.metadata)
         if metadata is None
@@ -47,6 +49,7 @@ def updated(
         update={
             "content": content,
             "metadata": meta,
+            "context": existing.context if context is None else context,
             "has_embedding": has_embedding,
             "updated_at": max(existing.updated_at, now),
         }
@@ -59,9 +62,10 @@ def successor(
     metadata: dict[str, Any] | None,
     has_embedding: bool,
     now: datetime,
+    context: str | None = None,
 ) -> VectorMemory:
     """The memory that supersedes ``existing``: a new id, ``metadata`` or else the
-    metadata of ``existing`` without its merge records."""
+    metadata of ``existing`` without its merge records, and ``context``."""
     meta = (
         {k: v for k, v in existing.metadata.items() if k not in RESERVED_METADATA_KEYS}
         if metadata is None
@@ -71,6 +75,7 @@ def successor(
         owner=existing.owner,
         content=content,
         metadata=meta,
+        context=context,
         created_at=now,
         updated_at=now,
         has_embedding=has_embedding,
@@ -92,6 +97,7 @@ def closed(
         owner=existing.owner,
         content=existing.content,
         metadata=existing.metadata,
+        context=existing.context,
         has_embedding=existing.has_embedding,
         valid_from=existing.updated_at,
         valid_to=max(now, existing.updated_at),
@@ -109,6 +115,7 @@ def current(memory: VectorMemory) -> MemoryVersion:
         owner=memory.owner,
         content=memory.content,
         metadata=memory.metadata,
+        context=memory.context,
         has_embedding=memory.has_embedding,
         valid_from=memory.updated_at,
     )

@@ -25,7 +25,7 @@ from typing import Any, Final, NamedTuple
 from ..limits import Limits
 from ..models import MemoryVersion, StoreResult, VectorMemory
 from ..scoring import cosine
-from ..text import content_hash
+from ..text import content_hash, with_context
 from .dedup import Cuts, Neighbour, decide, df_delta, outcome_of
 
 
@@ -79,18 +79,25 @@ class Writes:
     puts: list[Put] = field(default_factory=list)
 
     def term_delta(self) -> dict[str, int]:
-        """How the owner's document frequencies move (``dedup.df_delta`` of each change)."""
+        """How the owner's document frequencies move (``dedup.df_delta`` of each change,
+        on the text a memory is searched as: :func:`searched`)."""
         delta: Counter[str] = Counter()
         for m in self.drops:
-            delta.update(df_delta(m.content, None))
+            delta.update(df_delta(searched(m), None))
         for p in self.puts:
-            delta.update(df_delta(None if p.before is None else p.before.content,
-                                  p.memory.content))
+            delta.update(df_delta(None if p.before is None else searched(p.before),
+                                  searched(p.memory)))
         return {t: n for t, n in delta.items() if n}
 
     def count_delta(self) -> int:
         """How the owner's number of memories moves."""
         return sum(p.before is None for p in self.puts) - len(self.drops)
+
+
+def searched(memory: VectorMemory) -> str:
+    """The text the keyword signal searches a memory as: its content, after its context
+    (``text.with_context``), as it is embedded."""
+    return with_context(memory.content, memory.context)
 
 
 #: A write's plan: reads the owner through the backend's primitives (they see the owner
@@ -124,10 +131,11 @@ class Plan:
         rows = await self._read(self.owner, ids=[memory_id])
         return rows[0].memory if rows else None
 
-    async def neighbours(self, content: str, vector: Vector, nearest: int
-                         ) -> builtins.list[Neighbour]:
+    async def neighbours(self, content: str, vector: Vector, nearest: int,
+                         context: str | None = None) -> builtins.list[Neighbour]:
         """The ``nearest`` memories most similar to ``vector``, best first, then the memory
-        of the same text if it is not among them (its similarity ``None``)."""
+        of the same text if it is not among them (its similarity ``None``); each marked
+        when it or the new memory (``context``) carries a context."""
         found: builtins.list[tuple[float, Neighbour]] = []
         if vector is not None and nearest > 0:
             stored = await self._read(self.owner, near=(vector, nearest + len(self._put)
@@ -139,16 +147,16 @@ class Plan:
                 if mid in self._put and not isinstance(self._put[mid].vector, _Keep):
                     continue  # a new vector of this plan's: scored below
                 mem = self._put[mid].memory if mid in self._put else row.memory
-                found.append((row.similarity, Neighbour(mid, mem.content, row.similarity)))
+                found.append((row.similarity, _near(mem, row.similarity, context)))
             for p in self._put.values():
                 if isinstance(p.vector, list):
                     sim = cosine(vector, p.vector)
-                    found.append((sim, Neighbour(p.memory.id, p.memory.content, sim)))
+                    found.append((sim, _near(p.memory, sim, context)))
             found.sort(key=lambda f: -f[0])  # stable: the backend's order among equals
         near = [n for _, n in found[:nearest]]
         same = await self._same_text(content)
         if same is not None and all(n.id != same.id for n in near):
-            near.append(Neighbour(same.id, same.content, None))
+            near.append(_near(same, None, context))
         return near
 
     async def _same_text(self, content: str) -> VectorMemory | None:
@@ -191,17 +199,19 @@ class Plan:
     # -- the judged store ------------------------------------------------------------
 
     async def store(self, content: str, vector: Vector, metadata: dict[str, Any],
-                    cuts: Cuts, now: datetime, limits: Limits) -> StoreResult:
+                    cuts: Cuts, now: datetime, limits: Limits,
+                    context: str | None = None) -> StoreResult:
         """Judge ``content`` against the owner's nearest memories (``dedup.decide`` on
         the ``cuts.nearest`` most similar above the candidate cut, and the memory of the
         same text) and plan what the judgement calls for (``dedup.outcome_of``): a merge
-        (the previous content a ``"merge"`` version), a supersession, or an insert."""
+        (the previous content a ``"merge"`` version), a supersession, or an insert.
+        ``vector`` embeds the content with its ``context``."""
         found = [] if cuts.nearest == 0 else await self.neighbours(content, vector,
-                                                                    cuts.nearest)
+                                                                    cuts.nearest, context)
         j = await decide(content, found, cuts)
         near = None if j is None or j.memory_id is None else await self.live(j.memory_id)
         w = outcome_of(j, near, self.owner, content, metadata, vector is not None, now,
-                       limits)
+                       limits, context)
         if w.version is not None:
             self.close(w.version)
         if w.removes is not None:
@@ -212,3 +222,8 @@ class Plan:
         else:
             self.put(w.memory, KEEP, before=near)
         return w.result
+
+
+def _near(memory: VectorMemory, similarity: float | None, context: str | None) -> Neighbour:
+    return Neighbour(memory.id, memory.content, similarity,
+                     context=bool(context or memory.context))

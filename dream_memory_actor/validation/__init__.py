@@ -108,6 +108,11 @@ def content(value: object, max_bytes: int, what: str = "content") -> str:
     return text
 
 
+def context(value: object, max_bytes: int) -> str | None:
+    """Check a memory's context (``None``: none): the rules of :func:`content`."""
+    return None if value is None else content(value, max_bytes, "context")
+
+
 def status_key(value: object) -> str:
     """Check a status key and return it."""
     if not isinstance(value, str) or not STATUS_KEY_PATTERN.fullmatch(value):

@@ -77,11 +77,11 @@ def reason(value: object) -> str | None:
 
 def batch(
     values: object, max_bytes: int, limits: Limits = DEFAULT_LIMITS
-) -> list[tuple[str, dict[str, Any]]]:
+) -> list[tuple[str, dict[str, Any], str | None]]:
     """Check a batch for ``store_many``: a non-empty list of at most ``limits.batch_items``
-    items, each a content string or a mapping ``{"content": ..., "metadata": ...}``,
-    their content at most ``limits.batch_bytes`` in all. ``(content, metadata)`` pairs,
-    checked and normalized, in order."""
+    items, each a content string or a mapping ``{"content": ..., "metadata": ...,
+    "context": ...}``, their content and context at most ``limits.batch_bytes`` in all.
+    ``(content, metadata, context)``, checked and normalized, in order."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise InvalidBatch(
             "store_many needs a list of items (texts or {'content': ..., 'metadata': ...} mappings)"
@@ -91,23 +91,25 @@ def batch(
         raise InvalidBatch("store_many needs at least one item")
     if len(items) > limits.batch_items:
         raise InvalidBatch(f"a batch has {len(items)} items; the limit is {limits.batch_items}")
-    out: list[tuple[str, dict[str, Any]]] = []
+    out: list[tuple[str, dict[str, Any], str | None]] = []
     total = 0
     for i, item in enumerate(items):
         meta: object = None
+        ctx: object = None
         if isinstance(item, Mapping):
-            extra = set(item) - {"content", "metadata"}
+            extra = set(item) - {"content", "metadata", "context"}
             if "content" not in item or extra:
                 raise InvalidBatch(
                     f"batch item {i} must have 'content' and may have "
-                    f"'metadata', nothing else (got {sorted(map(str, item))})"
+                    f"'metadata' and 'context', nothing else (got {sorted(map(str, item))})"
                 )
-            text_value, meta = item["content"], item.get("metadata")
+            text_value, meta, ctx = item["content"], item.get("metadata"), item.get("context")
         else:
             text_value = item
         text = content(text_value, max_bytes, what=f"batch item {i} content")
-        total += len(text.encode("utf-8"))
+        around = None if ctx is None else content(ctx, max_bytes, what=f"batch item {i} context")
+        total += len(text.encode("utf-8")) + len((around or "").encode("utf-8"))
         if total > limits.batch_bytes:
             raise InvalidBatch(f"a batch's content is more than {limits.batch_bytes} bytes")
-        out.append((text, metadata(meta, limits)))
+        out.append((text, metadata(meta, limits), around))
     return out

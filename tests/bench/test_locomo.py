@@ -119,14 +119,17 @@ def test_conversation_turns_questions_and_counts() -> None:
 
 def test_a_turn_s_context_is_its_date_and_the_session_s_previous_turn() -> None:
     conv = parse_conversation(conversation(), Counter())
-    texts = turn_texts(conv, "embedded")
-    assert texts[0] == ("Ann: I adopted a dog.", "8 May 2023\nAnn: I adopted a dog.")
-    assert texts[1] == ("Bob: Look! [shares a photo of a cat]",
-                        "8 May 2023\nAnn: I adopted a dog.\nBob: Look! [shares a photo of a cat]")
+    texts = turn_texts(conv, "text")
+    assert texts[0][1] == "8 May 2023\nAnn: I adopted a dog."
+    assert texts[1][1] == "8 May 2023\nAnn: I adopted a dog.\nBob: Look! [shares a photo of a cat]"
     # a session's first turn has no previous turn: the other session's is not its context
-    assert texts[2] == ("Ann: The dog is Rex.", "12 June 2023\nAnn: The dog is Rex.")
-    assert turn_texts(conv, "text")[2] == (texts[2][1], texts[2][1])
-    assert turn_texts(conv, "none")[2] == (texts[2][0], texts[2][0])
+    assert texts[2] == ("12 June 2023\nAnn: The dog is Rex.", "12 June 2023\nAnn: The dog is Rex.")
+    assert turn_texts(conv, "none")[2] == ("Ann: The dog is Rex.", "Ann: The dog is Rex.")
+    # beside: the turn stays the memory's content; what is embedded joins its context to it
+    # as the store does (white space of a context folded, as of any text it keeps)
+    assert turn_texts(conv, "beside")[1] == (
+        "Bob: Look! [shares a photo of a cat]",
+        "8 May 2023 Ann: I adopted a dog.\nBob: Look! [shares a photo of a cat]")
 
 
 def test_dataset_file_and_missing_file(tmp_path: Path) -> None:

@@ -56,9 +56,10 @@ async def fill(engine: MemoryEngine) -> None:
     await v.store(OWNER, "went live on Kubernetes with helm", embedding=vec(1),
                   metadata={"agent": "deploy"}, now=old)
     await v.store(OWNER, "上线了新的部署流程", embedding=vec(2), metadata={"lang": "zh"})
-    await v.store(OWNER, "keyword only memory")  # no embedding
-    # a memory changed twice: its earlier versions come along too
-    kept = await v.store(OWNER, "the sprint ends on Friday", embedding=vec(3))
+    await v.store(OWNER, "keyword only memory", context="said at the planning meeting")
+    # a memory changed twice: its earlier versions come along too, with their context
+    kept = await v.store(OWNER, "the sprint ends on Friday", embedding=vec(3),
+                         context="3 June 2026")
     await v.update(OWNER, kept.memory.id, "the sprint ends on Thursday", embedding=vec(3))
     await v.supersede_memory(OWNER, kept.memory.id, "the sprint ends on Wednesday",
                              embedding=vec(4), by="alice", reason="moved")
@@ -87,6 +88,8 @@ async def test_round_trip(stores, request: pytest.FixtureRequest, target: str) -
                 == [x.content for x in await dest.vector.memory_history(OWNER, wed.id)]
                 == ["the sprint ends on Friday", "the sprint ends on Thursday",
                     "the sprint ends on Wednesday"])
+        assert ([x.context for x in await dest.vector.memory_history(OWNER, wed.id)]
+                == ["3 June 2026"] * 3)
         a, b = await source.structured.load(OWNER), await dest.structured.load(OWNER)
         assert comparable(a) == comparable(b)
         assert await source.structured.audit(OWNER) == await dest.structured.audit(OWNER)

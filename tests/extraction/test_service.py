@@ -74,6 +74,8 @@ async def test_gate_boundaries_end_to_end(engine: MemoryEngine,
     (memory,) = await engine.list("alice")
     assert memory.content == "Went live on Kubernetes"
     assert memory.metadata["confidence"] == 0.9 and memory.metadata["source"] == "extracted:llm"
+    said = CONVERSATION[0].created_at  # the conversation's date, as the memory's context
+    assert memory.context == f"{said.day} {said:%B %Y}"
     assert report.version == snap.version and report.usage.prompt_tokens > 0
     assert svc.stats()["written"] == 2 and svc.stats()["extractions"] == 1
 
@@ -271,3 +273,25 @@ async def test_arguments_are_checked(engine: MemoryEngine) -> None:
     empty = await svc.extract("alice", [])
     assert empty.outcomes == () and empty.version is None
     assert (await engine.snapshot("alice")).version == 0
+
+
+def test_an_extracted_memory_s_context_is_its_date_and_the_turn_before() -> None:
+    from datetime import datetime, timezone
+
+    from dream_memory_actor.extraction.service import CONTEXT_TURN_CHARS, context_of
+
+    day1, day2 = (datetime(2023, 5, d, 12, tzinfo=timezone.utc) for d in (8, 9))
+    msgs = [ChatMessage(role="user", content="I finally got the job at the shelter!",
+                        created_at=day1),
+            ChatMessage(role="assistant", content="That's great, congrats!", created_at=day1),
+            ChatMessage(role="user", content="x" * 5000, created_at=day2),
+            ChatMessage(role="user", content="I start on Monday", created_at=day2)]
+    assert context_of(msgs, "congrats") == (
+        "8 May 2023\nuser: I finally got the job at the shelter!")
+    assert context_of(msgs, "I finally got the job") == "8 May 2023"  # nothing before it
+    assert context_of(msgs, "congrats", turns=2, date=False) == (
+        "user: I finally got the job at the shelter!")
+    long = context_of(msgs, "start on Monday")
+    assert long == "9 May 2023\nuser: " + "x" * CONTEXT_TURN_CHARS
+    assert context_of(msgs, "not said", turns=3) == "9 May 2023"  # the last message's day
+    assert context_of(msgs, "congrats", turns=0, date=False) is None

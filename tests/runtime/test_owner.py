@@ -56,8 +56,8 @@ async def test_same_op_id_is_applied_once(engine: MemoryEngine) -> None:
     first = await mem.apply([AddFact("once")], "op-1")
     again = await mem.apply([AddFact("once, really")], "op-1")
     assert again.version == first.version == 1
-    r1 = await mem.l2(operations.store, ("went live", None, "op-2"))
-    r2 = await mem.l2(operations.store, ("went live", None, "op-2"))
+    r1 = await mem.l2(operations.store, ("went live", None, None, "op-2"))
+    r2 = await mem.l2(operations.store, ("went live", None, None, "op-2"))
     assert r1.memory.id == r2.memory.id and not r2.merged
     assert len(await engine.list("alice")) == 1
 
@@ -209,7 +209,7 @@ async def test_an_owner_s_writes_do_not_wait_for_an_embedding() -> None:
     engine = MemoryEngine(settings, structured, vector, CachedEmbedder(held))
     try:
         mem = OwnerMemory("alice", engine, engine)
-        store = asyncio.ensure_future(mem.l2(operations.store, ("went live", None, "op-1")))
+        store = asyncio.ensure_future(mem.l2(operations.store, ("went live", None, None, "op-1")))
         await asyncio.wait_for(held.entered.wait(), 5)
         snap = await asyncio.wait_for(mem.apply([AddFact("prefers tea")], None), 5)
         assert [f.content for f in snap.facts] == ["prefers tea"] and not store.done()

@@ -261,6 +261,9 @@ class ScriptedOpenAIServer:
         self._requests: list[RecordedRequest] = []
         #: Exceptions raised by queued responders (each answered with HTTP 500).
         self.errors: list[BaseException] = []
+        #: The most requests that were in a scripted delay at one time (calls overlapping).
+        self.most_delayed_at_once = 0
+        self._delayed = 0
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -459,7 +462,14 @@ class ScriptedOpenAIServer:
 
     def _wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; False when the server is stopping."""
-        return not self._stopping.wait(seconds)
+        with self._lock:
+            self._delayed += 1
+            self.most_delayed_at_once = max(self.most_delayed_at_once, self._delayed)
+        try:
+            return not self._stopping.wait(seconds)
+        finally:
+            with self._lock:
+                self._delayed -= 1
 
 
 def _handler_for(server: ScriptedOpenAIServer) -> type[BaseHTTPRequestHandler]:

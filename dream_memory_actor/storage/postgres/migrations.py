@@ -247,6 +247,13 @@ ALTER TABLE {s}.audit DROP CONSTRAINT audit_id_key,
 -- key) are containment tests, which this index answers without reading the owner's rows.
 CREATE INDEX memories_metadata ON {s}.memories USING gin (metadata jsonb_path_ops);
 """),
+    (13, "the context of a memory", """
+-- What helps find a memory without being part of it (the turn before it, its date):
+-- embedded and searched with the content (memory_text.search_text holds both), kept
+-- with the memory and its versions.
+ALTER TABLE {s}.memories ADD COLUMN context text;
+ALTER TABLE {s}.memory_versions ADD COLUMN context text;
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

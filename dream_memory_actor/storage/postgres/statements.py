@@ -25,7 +25,7 @@ Weight = float | str
 #: ``search_text`` as the word-start test reads it: an expression no index covers.
 WORD_START_TEXT = "(search_text || '')"
 
-COLUMNS = ("id", "owner_id", "content", "metadata", "created_at", "updated_at")
+COLUMNS = ("id", "owner_id", "content", "metadata", "context", "created_at", "updated_at")
 #: The columns of a memory row, as ``_memory`` reads them.
 MEMORY_COLUMNS = ", ".join(COLUMNS) + ", embedding_dim IS NOT NULL AS has_embedding"
 

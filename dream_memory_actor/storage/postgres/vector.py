@@ -41,7 +41,7 @@ from ...models import EmbeddingModel, MemoryVersion, VectorMemory
 from ...scoring import MAX_QUERY_TERMS, Candidate, TermStats, strongest_terms, term_weights
 from ...text import content_hash, fold, query_terms
 from ..vector import VectorStore
-from ..writes import Planner, Row, Writes
+from ..writes import Planner, Row, Writes, searched
 from .counts import (
     CODEPOINT_ORDER_SQL,
     add_memories,
@@ -63,8 +63,8 @@ from .statements import (
 from .versions import VERSION_COLUMNS, as_uuid, prior_result, record_op, version_rows
 
 _INSERT = """INSERT INTO {s}.memories (id, owner_id, content, content_hash, metadata, embedding,
-                 embedding_dim, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9)"""
+                 embedding_dim, created_at, updated_at, context)
+             VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10)"""
 _INSERT_TEXT = """INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
                   VALUES ($1, $2, $3, $4)"""
 _UPDATE_TEXT = "UPDATE {s}.memory_text SET search_text = $2, updated_at = $3 WHERE id = $1"
@@ -73,7 +73,8 @@ _UPDATE_TEXT = "UPDATE {s}.memory_text SET search_text = $2, updated_at = $3 WHE
 def _memory(row: Any) -> VectorMemory:
     return VectorMemory(
         id=str(row["id"]), owner=row["owner_id"], content=row["content"],
-        metadata=json.loads(row["metadata"]), created_at=row["created_at"],
+        metadata=json.loads(row["metadata"]), context=row["context"],
+        created_at=row["created_at"],
         updated_at=row["updated_at"], has_embedding=row["has_embedding"])
 
 
@@ -159,12 +160,12 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         if w.versions:
             await conn.executemany(
                 f"""INSERT INTO {s}.memory_versions ({VERSION_COLUMNS})
-                    VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12)""",
+                    VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12, $13)""",
                 [(uuid.UUID(v.id), v.owner, uuid.UUID(v.memory_id), v.content,
                   json.dumps(v.metadata, ensure_ascii=False), v.has_embedding, v.valid_from,
                   v.valid_to, v.change,
                   None if v.superseded_by is None else uuid.UUID(v.superseded_by), v.by,
-                  v.reason) for v in w.versions])
+                  v.reason, v.context) for v in w.versions])
         if w.drops:  # their text rows go with them (ON DELETE CASCADE)
             await conn.execute(f"DELETE FROM {s}.memories WHERE id = ANY($1::uuid[])",
                                [uuid.UUID(m.id) for m in w.drops])
@@ -173,25 +174,26 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             await conn.executemany(_INSERT.format(s=s), [
                 (uuid.UUID(m.id), owner, m.content, content_hash(m.content),
                  json.dumps(m.metadata, ensure_ascii=False), p.given,
-                 None if p.given is None else self.dim, m.created_at, m.updated_at)
+                 None if p.given is None else self.dim, m.created_at, m.updated_at, m.context)
                 for p in new for m in [p.memory]])
             await conn.executemany(_INSERT_TEXT.format(s=s), [
-                (uuid.UUID(p.memory.id), owner, fold(p.memory.content), p.memory.updated_at)
+                (uuid.UUID(p.memory.id), owner, fold(searched(p.memory)), p.memory.updated_at)
                 for p in new])
         for p in w.puts:
             if p.before is None:
                 continue
             m = p.memory
             args = [uuid.UUID(m.id), m.content, content_hash(m.content),
-                    json.dumps(m.metadata, ensure_ascii=False), m.updated_at]
+                    json.dumps(m.metadata, ensure_ascii=False), m.updated_at, m.context]
             vector = ""
             if not p.keeps:
-                vector = ", embedding = $6, embedding_dim = $7"
+                vector = ", embedding = $7, embedding_dim = $8"
                 args += [p.given, None if p.given is None else self.dim]
             await conn.execute(
                 f"""UPDATE {s}.memories SET content = $2, content_hash = $3,
-                        metadata = $4::jsonb, updated_at = $5{vector} WHERE id = $1""", *args)
-            await conn.execute(_UPDATE_TEXT.format(s=s), uuid.UUID(m.id), fold(m.content),
+                        metadata = $4::jsonb, updated_at = $5, context = $6{vector}
+                    WHERE id = $1""", *args)
+            await conn.execute(_UPDATE_TEXT.format(s=s), uuid.UUID(m.id), fold(searched(m)),
                                m.updated_at)
         await add_memories(conn, s, owner, w.count_delta())
         await add_terms(conn, s, owner, w.term_delta())

@@ -18,7 +18,7 @@ from ...models import MemoryVersion
 
 VERSION_COLUMNS = (
     "id, owner_id, memory_id, content, metadata, has_embedding, valid_from, "
-    "valid_to, change, superseded_by, by_name, reason"
+    "valid_to, change, superseded_by, by_name, reason, context"
 )
 
 
@@ -69,6 +69,7 @@ def version_rows(rows: Any) -> list[MemoryVersion]:
             memory_id=str(r["memory_id"]),
             content=r["content"],
             metadata=json.loads(r["metadata"]),
+            context=r["context"],
             has_embedding=r["has_embedding"],
             valid_from=r["valid_from"],
             valid_to=r["valid_to"],

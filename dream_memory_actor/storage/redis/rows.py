@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from ...models import VectorMemory
-from ...text import content_hash, fold, terms
+from ...text import content_hash, fold, terms, with_context
 from ..terms import TermCounts
 from .common import text
 
 #: The fields of a memory hash that rows are built from, in this order.
-ROW_FIELDS = ("content", "meta", "created", "updated", "vec")
+ROW_FIELDS = ("content", "meta", "created", "updated", "vec", "ctx")
 
 #: Fetch the owner's rows unless the caller's token is current. KEYS: version token,
 #: id set. ARGV: the caller's token, the key prefix of the owner's memory hashes.
@@ -37,7 +37,7 @@ local out = {v, 1}
 for _, id in ipairs(ids) do
   out[#out + 1] = id
   out[#out + 1] = redis.call('HMGET', ARGV[2] .. id,
-                             'content', 'meta', 'created', 'updated', 'vec')
+                             'content', 'meta', 'created', 'updated', 'vec', 'ctx')
 end
 return out
 """
@@ -69,15 +69,17 @@ def row_from_fields(owner: str, memory_id: str, fields: Sequence[Any]) -> Row | 
     mem = VectorMemory.model_construct(
         id=memory_id, owner=owner, content=content,
         metadata=json.loads(meta) if meta else {},
+        context=text(fields[5]) if len(fields) > 5 else None,
         created_at=datetime.fromisoformat(created),
         updated_at=datetime.fromisoformat(updated),
         has_embedding=vec is not None,
     )
-    return Row(mem, vec, fold(content), content_hash(content))
+    return make_row(mem, vec)
 
 
 def make_row(memory: VectorMemory, vec: np.ndarray | None) -> Row:
-    return Row(memory, vec, fold(memory.content), content_hash(memory.content))
+    return Row(memory, vec, fold(with_context(memory.content, memory.context)),
+               content_hash(memory.content))
 
 
 class OwnerRows:
@@ -127,8 +129,9 @@ class OwnerRows:
     def document_frequencies(self) -> TermCounts:
         """How many of these rows have each term (counted once, then kept with the rows)."""
         if self._df is None:
-            self._df = TermCounts(
-                Counter(t for r in self.rows.values() for t in terms(r.memory.content)))
+            self._df = TermCounts(Counter(
+                t for r in self.rows.values()
+                for t in terms(with_context(r.memory.content, r.memory.context))))
         return self._df
 
     def _matrix(self) -> tuple[list[str], np.ndarray]:

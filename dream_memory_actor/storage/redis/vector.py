@@ -45,7 +45,7 @@ from ...text import fold
 from ..terms import prefix_df, summed
 from ..vector import VectorStore
 from ..versions import matches
-from ..writes import Planner, Writes
+from ..writes import Planner, Writes, searched
 from ..writes import Row as Found
 from . import df
 from . import search_module as fts
@@ -256,11 +256,15 @@ class RedisVectorStore(VectorStore):
             mem = p.memory
             fields: dict[str, Any] = {
                 "content": mem.content,
-                "folded": fold(mem.content),
+                "folded": fold(searched(mem)),
                 "meta": json.dumps(mem.metadata, ensure_ascii=False),
                 "updated": mem.updated_at.isoformat(),
             }
             doc = k.l2_doc(owner, mem.id)
+            if mem.context is not None:
+                fields["ctx"] = mem.context
+            elif p.before is not None and p.before.context is not None:
+                pipe.hdel(doc, "ctx")
             if p.before is None:
                 fields.update(owner=owner, created=mem.created_at.isoformat())
                 pipe.zadd(k.l2_ids(owner), {mem.id: mem.created_at.timestamp()})
