@@ -114,7 +114,8 @@ async def _open(settings: MemorySettings, dim: int) -> tuple[StructuredStore, Ve
 
 
 async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
-                        embedder: DiskCachedEmbedder, context: str = "none") -> Corpus:
+                        embedder: DiskCachedEmbedder, context: str = "none", turns: int = 1,
+                        date: bool = True) -> Corpus:
     """Every turn through ``MemoryEngine.store`` with ``now=`` its session time; with a
     ``context`` mode (``locomo.turn_texts``), its context in its text or beside it."""
     structured, vector = await _open(settings, embedder.dim)
@@ -124,9 +125,9 @@ async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
     bar = Progress("ingest (engine)", sum(len(c.turns) for c in convs))
 
     async def one(conv: Conversation) -> None:
-        for i, (t, (text, _)) in enumerate(zip(conv.turns, turn_texts(conv, context),
-                                                strict=True)):
-            around = turn_context(conv, i) if context == "beside" else None
+        texts = turn_texts(conv, context, turns, date)
+        for i, (t, (text, _)) in enumerate(zip(conv.turns, texts, strict=True)):
+            around = (turn_context(conv, i, turns, date) or None) if context == "beside" else None
             r = await engine.store(conv.owner, text, now=t.at, context=around,
                                    metadata={"dia_id": t.dia_id, "session": t.session})
             corpus.record(t, r)

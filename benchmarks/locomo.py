@@ -111,16 +111,18 @@ class Turn:
 CONTEXTS = ("none", "text", "beside")
 
 
-def turn_context(conv: Conversation, i: int) -> str:
+def turn_context(conv: Conversation, i: int, turns: int = 1, date: bool = True) -> str:
     """What the conversation says around turn ``i`` that the turn itself does not: its
-    session's date and the session's previous turn (none for a session's first)."""
+    session's date and the session's ``turns`` previous turns (none for its first), as
+    the extraction path gives a memory (``extraction_context_turns`` and ``_date``)."""
     turn = conv.turns[i]
-    prev = conv.turns[i - 1] if i and conv.turns[i - 1].session == turn.session else None
-    date = f"{turn.at.day} {turn.at:%B %Y}"
-    return date if prev is None else f"{date}\n{prev.content}"
+    before = [t for t in conv.turns[max(0, i - turns):i] if t.session == turn.session]
+    parts = [f"{turn.at.day} {turn.at:%B %Y}"] if date else []
+    return "\n".join(parts + [t.content for t in before])
 
 
-def turn_texts(conv: Conversation, context: str) -> list[tuple[str, str]]:
+def turn_texts(conv: Conversation, context: str, turns: int = 1, date: bool = True
+               ) -> list[tuple[str, str]]:
     """Each turn's stored text and the text embedded and searched for it, by ``context``
     mode (``beside``: as the store joins content and context, ``text.with_context``)."""
     out = []
@@ -128,7 +130,10 @@ def turn_texts(conv: Conversation, context: str) -> list[tuple[str, str]]:
         if context == "none":
             out.append((t.content, t.content))
             continue
-        around = turn_context(conv, i)
+        around = turn_context(conv, i, turns, date)
+        if not around:
+            out.append((t.content, t.content))
+            continue
         if context == "text":
             full = f"{around}\n{t.content}"
             out.append((full, full))

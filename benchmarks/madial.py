@@ -37,6 +37,15 @@ class Memory:
     id: str
     text: str
     at: datetime
+    scene: str = ""
+    emotion: str = ""
+
+    def context(self, fields: Sequence[str]) -> str | None:
+        """What the record says beside the event (``retrieval --context beside``): its
+        date, scene and emotion, those of ``fields``."""
+        parts = {"time": f"{self.at.day} {self.at:%B %Y}", "scene": self.scene,
+                 "emotion": self.emotion}
+        return ", ".join(parts[f] for f in fields if parts[f]) or None
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,8 @@ def parse(memory_lines: Sequence[str], dialogue_lines: Sequence[str], language: 
             continue
         for key, m in json.loads(line).items():
             at = datetime.strptime(m["time"], "%Y-%m-%d").replace(tzinfo=timezone.utc)
-            memories.append(Memory(str(m.get("id", key)), str(m["event"]), at))
+            memories.append(Memory(str(m.get("id", key)), str(m["event"]), at,
+                                   str(m.get("scene") or ""), str(m.get("emotion") or "")))
     known = {m.id for m in memories}
     dialogues = []
     for line in dialogue_lines:

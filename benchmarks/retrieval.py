@@ -97,6 +97,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "previous turn written into its text (text), or stored as its "
                         "context, embedded and searched with it while its content stays the "
                         "turn (beside)")
+    p.add_argument("--context-turns", type=int, default=1,
+                   help="LoCoMo, --context text or beside: how many previous turns of the "
+                        "session the context holds (default 1)")
+    p.add_argument("--no-context-date", dest="context_date", action="store_false",
+                   help="LoCoMo: leave the session's date out of the context")
+    p.add_argument("--context-fields", default="time",
+                   help="MADial, --context beside: the record's fields kept as each memory's "
+                        "context, comma-separated (time, scene, emotion)")
     p.add_argument("--dedup-threshold", type=float, default=0.85)
     p.add_argument("--no-dedup-off", action="store_true",
                    help="skip the second corpus with dedup off (threshold 1.0)")
@@ -173,11 +181,12 @@ async def evaluate(corpus: Corpus, data: Dataset, qvec: Mapping[str, list[float]
     return ev
 
 
-def bm25_rows(data: Dataset, context: str = "none") -> Rows:
+def bm25_rows(data: Dataset, context: str = "none", turns: int = 1, date: bool = True
+              ) -> Rows:
     """BM25 over each turn's embedded text: with a context, given the same context."""
     rows: Rows = []
     for conv in data.conversations:
-        index = BM25([e for _, e in turn_texts(conv, context)])
+        index = BM25([e for _, e in turn_texts(conv, context, turns, date)])
         for q in conv.questions:
             top = index.top(q.question, DEPTH)
             rows.append((q.category, question_metrics([{conv.turns[i].dia_id} for i in top],
@@ -272,7 +281,8 @@ async def _build(args: argparse.Namespace, data: Dataset, embedder: DiskCachedEm
         if args.context != "none":
             raise SystemExit("--context needs --ingest engine")
         return await ingest_actors(data.conversations, settings, embedder)
-    return await ingest_engine(data.conversations, settings, embedder, args.context)
+    return await ingest_engine(data.conversations, settings, embedder, args.context,
+                               args.context_turns, args.context_date)
 
 
 async def _time_query_embedding(embedder: DiskCachedEmbedder, texts: Sequence[str]
@@ -301,7 +311,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         data.conversations = data.conversations[:args.conversations]
     # absolute: the VectorIndex actor (--ingest actors) opens the same cache
     embedder = DiskCachedEmbedder(args.model, Path(args.cache_dir).resolve())
-    texts = [e for c in data.conversations for _, e in turn_texts(c, args.context)]
+    texts = [e for c in data.conversations
+             for _, e in turn_texts(c, args.context, args.context_turns, args.context_date)]
     questions = [q.question for q in data.questions]
     t0 = time.perf_counter()
     qv = await embedder.embed_query(questions)
@@ -313,10 +324,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": command(), "machine": machine(),
         "backend": args.backend, "ingest": args.ingest, "data": data.describe(),
         "context": args.context,
+        "context_shape": ({"turns": args.context_turns, "date": args.context_date}
+                          if args.context != "none" else None),
         "reference": "LoCoMo paper, DRAGON retriever, turns as units, 50-conversation "
                      "version (a different corpus): recall@5/10/25 = 58.8/67.5/79.9",
     }
-    bm25 = bm25_rows(data, args.context)
+    bm25 = bm25_rows(data, args.context, args.context_turns, args.context_date)
     corpora: dict[str, Any] = {}
     thresholds = [args.dedup_threshold]
     tuned: dict[str, Any] = {}

@@ -38,6 +38,7 @@ from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.embedding import CachedEmbedder
 from dream_memory_actor.engine import MemoryEngine
 from dream_memory_actor.scoring import Weights
+from dream_memory_actor.text import with_context
 
 from .bm25 import BM25
 from .corpus import bench_settings
@@ -91,12 +92,15 @@ async def evaluate(data: MadialSet, model: str | None, args: Any) -> dict[str, A
     if model is None:
         settings = settings.model_copy(update={"embedding_model": None})
     engine = await _engine(settings, embedder)
+    fields = [f.strip() for f in args.context_fields.split(",") if f.strip()]
     try:
         ids_of: dict[str, set[str]] = {}
         merges = 0
         t0 = time.perf_counter()
         for m in data.memories:
-            r = await engine.store(data.owner, m.text, now=m.at, metadata={"madial_id": m.id})
+            around = m.context(fields) if args.context == "beside" else None
+            r = await engine.store(data.owner, m.text, now=m.at, context=around,
+                                   metadata={"madial_id": m.id})
             ids_of.setdefault(r.memory.id, set()).add(m.id)
             merges += int(r.merged)
         ingest_s = time.perf_counter() - t0
@@ -126,7 +130,8 @@ async def evaluate(data: MadialSet, model: str | None, args: Any) -> dict[str, A
                 data.owner, d.query, limit=DEPTH, weights=engine.weights, now=data.now,
                 keyword_k=settings.keyword_candidates)
             rows.setdefault("keyword_mode", []).append(dialogue_metrics(_ranked(hits, ids_of), d))
-        index = BM25([m.text for m in data.memories])
+        index = BM25([with_context(m.text, m.context(fields) if args.context == "beside"
+                                   else None) for m in data.memories])
         rows["bm25"] = [dialogue_metrics([data.memories[i].id for i in index.top(d.query, DEPTH)],
                                          d) for d in data.dialogues]
         out = _summary(rows, args, merges=merges, ingest_s=ingest_s, latency=latency,
@@ -232,5 +237,7 @@ async def run(args: Any) -> dict[str, Any]:
             }
     out = {"benchmark": "retrieval", "dataset": "madial", "path": args.path,
            "backend": args.backend, "models": [m or "none" for m in models],
+           "context": args.context,
+           "context_fields": args.context_fields if args.context == "beside" else None,
            "languages": results, "targets": targets}
     return {**out, **per_question_files(args, dialogues, per_dialogue, "gold@5")}

@@ -45,12 +45,13 @@ from ..scoring import (
     Candidate,
     TermStats,
     Weights,
+    keyword_score_folded,
     rank,
     strongest_terms,
     term_weights,
     to_hit,
 )
-from ..text import query_terms, with_context
+from ..text import fold, query_terms, with_context
 from ..validation import l2 as check_l2
 from . import versions
 from .dedup import Cuts
@@ -243,7 +244,7 @@ class VectorStore(_Lifecycle, ABC):
         at = now or utcnow()
 
         async def plan() -> tuple[str, Any]:
-            p = Plan(owner, self._rows)
+            p = Plan(owner, self._rows, self._keyword_nearest)
             result = await p.store(text, vec, meta, cuts, at, self.limits, around)
             return result.model_dump_json(), p.writes
 
@@ -287,7 +288,7 @@ class VectorStore(_Lifecycle, ABC):
         at = now or utcnow()
 
         async def plan() -> tuple[str, Any]:
-            p = Plan(owner, self._rows)
+            p = Plan(owner, self._rows, self._keyword_nearest)
             results = [await p.store(text, vec, meta, cuts, at, self.limits, around)
                        for (text, meta, around), vec in zip(batch, vecs, strict=True)]
             return json.dumps([r.model_dump(mode="json") for r in results]), p.writes
@@ -644,6 +645,20 @@ class VectorStore(_Lifecycle, ABC):
                                        keyword_k=keyword_k, weights=t_weights, stats=stats,
                                        where=where)
         return q_terms, t_weights, cands
+
+    async def _keyword_nearest(self, owner: str, text: str, k: int
+                               ) -> builtins.list[VectorMemory]:
+        """The owner's ``k`` memories with the highest keyword score for ``text`` (the
+        search's keyword signal: rarity-weighted words it shares), best first; for the
+        judgement of a memory stored without a vector."""
+        terms, weights, stats = await self.weighted_terms([owner], text)
+        if not terms:
+            return []
+        cands = await self._candidates([owner], terms, None, vector_k=0, keyword_k=k,
+                                       weights=weights, stats=stats)
+        scored = sorted(((keyword_score_folded(terms, c.folded or fold(c.content), weights), c)
+                         for c in cands), key=lambda sc: (-sc[0], sc[1].id))
+        return [self._materialize(c.payload) for score, c in scored[:k] if score > 0]
 
     def _materialize(self, payload: Any) -> VectorMemory:
         """The memory a candidate's payload stands for (backends with raw rows override)."""

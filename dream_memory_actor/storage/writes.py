@@ -24,8 +24,8 @@ from typing import Any, Final, NamedTuple
 
 from ..limits import Limits
 from ..models import MemoryVersion, StoreResult, VectorMemory
-from ..scoring import cosine
-from ..text import content_hash, with_context
+from ..scoring import cosine, keyword_score
+from ..text import content_hash, query_terms, with_context
 from .dedup import Cuts, Neighbour, decide, df_delta, outcome_of
 
 
@@ -107,15 +107,19 @@ Planner = Callable[[], Awaitable["tuple[str, Writes]"]]
 
 #: The backend's read of an owner's rows (``VectorStore._rows``), as a plan uses it.
 ReadRows = Callable[..., Awaitable["builtins.list[Row]"]]
+#: The owner's ``k`` memories that share the most (rarity-weighted) words with a text,
+#: best first (``VectorStore._keyword_nearest``).
+ReadWords = Callable[[str, str, int], Awaitable["builtins.list[VectorMemory]"]]
 
 
 class Plan:
     """An owner's memories as a write plan sees them: the backend's rows (``read``)
     under the writes planned so far."""
 
-    def __init__(self, owner: str, read: ReadRows) -> None:
+    def __init__(self, owner: str, read: ReadRows, words: ReadWords | None = None) -> None:
         self.owner = owner
         self._read = read
+        self._words = words
         self.writes = Writes()
         self._put: dict[str, Put] = {}  # the live rows this plan wrote, by id
         self._gone: set[str] = set()  # stored rows this plan dropped
@@ -154,6 +158,17 @@ class Plan:
                     found.append((sim, _near(p.memory, sim, context)))
             found.sort(key=lambda f: -f[0])  # stable: the backend's order among equals
         near = [n for _, n in found[:nearest]]
+        if vector is None and nearest > 0 and self._words is not None:
+            # Without a vector, the memories that share the most words with it (this plan's
+            # own, the newest, first): only their texts can judge them (no similarity), so
+            # only an aligned text merges or updates.
+            wanted = query_terms(content)
+            mine = [p.memory for p in reversed(self._put.values())
+                    if keyword_score(wanted, searched(p.memory)) > 0]
+            worded = await self._words(self.owner, content, nearest + len(self._gone))
+            for mem in [*mine, *(m for m in worded if m.id not in self._put)]:
+                if mem.id not in self._gone and len(near) < nearest:
+                    near.append(_near(mem, None, context))
         same = await self._same_text(content)
         if same is not None and all(n.id != same.id for n in near):
             near.append(_near(same, None, context))

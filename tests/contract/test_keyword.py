@@ -12,6 +12,7 @@ import pytest
 
 from dream_memory_actor.models import utcnow
 from dream_memory_actor.scoring import idf
+from dream_memory_actor.storage.dedup import Cuts
 from tests.conftest import Stores
 from tests.contract.test_vector import vec
 
@@ -135,7 +136,10 @@ async def test_terms_match_where_a_word_starts_and_cjk_anywhere(keyword_stores: 
 async def test_keyword_cut_keeps_the_smallest_ids_among_equals(stores: Stores) -> None:
     v = stores.vector
     now = utcnow()
-    ids = [(await v.store("alice", f"standup note number {i}", now=now)).memory.id
+    # (stored unjudged: a note that differs from another only in its number would
+    # supersede it, and these are 55 notes of their own)
+    ids = [(await v.store("alice", f"standup note number {i}", now=now,
+                          threshold=Cuts.off())).memory.id
            for i in range(55)]
     # 55 memories of equal weight and time: the cut at 10 keeps the 10 smallest ids
     hits = await v.search("alice", "standup", now=now, limit=10, keyword_k=10)
