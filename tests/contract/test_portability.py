@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -20,7 +20,7 @@ from dream_memory_actor.errors import (
     OwnerNotEmpty,
 )
 from dream_memory_actor.models import MemoryPendingItem, utcnow
-from dream_memory_actor.storage.ops import AddPending, SetStatus
+from dream_memory_actor.storage.ops import AddFact, AddPending, AddRule, RemoveFact, SetStatus
 from tests.conftest import BACKENDS, DIM, make_stores
 
 OWNER = "porter"
@@ -441,3 +441,48 @@ async def test_two_imports_of_one_owner_take_turns(backend: str,
     finally:
         await stores.structured.close()
         await stores.vector.close()
+
+
+@pytest.mark.parametrize("target", BACKENDS)
+async def test_histories_that_need_more_than_a_chain_replayed(
+        request: pytest.FixtureRequest, target: str) -> None:
+    """What an import rebuilds besides plain chains: a status value that lapsed, a rule
+    closed in favour of a rule that was there before, a fact whose successor was
+    deleted since. Each stays in the history, at its times."""
+    source = await MemoryEngine.open(MemorySettings(backend="memory"))
+    other = await make_stores(target, request)
+    try:
+        s = source.structured
+        t0 = utcnow() - timedelta(days=1)
+
+        def at(minutes: float) -> datetime:
+            return t0 + timedelta(minutes=minutes)
+
+        await s.apply(OWNER, [SetStatus("sprint", "41", ttl_s=60)], now=at(0))
+        english, chinese = AddRule("Reply in English"), AddRule("Reply in Chinese")
+        await s.apply(OWNER, [english], now=at(1))
+        await s.apply(OWNER, [chinese], now=at(2))
+        await s.supersede(OWNER, english.id, "Reply in Chinese", by="alice", now=at(3))
+        java = AddFact("The user is a Java developer")
+        await s.apply(OWNER, [java], now=at(4))
+        go = await s.supersede(OWNER, java.id, "The user is a Go developer", by="bob",
+                               reason="moved", now=at(5))
+        await s.apply(OWNER, [RemoveFact(go.id)], now=at(6))
+
+        dest = engine_on(other)
+        await import_owner(dest, await export_owner(source, OWNER))
+        d = dest.structured
+        assert await d.status_history(OWNER, "sprint") == await s.status_history(
+            OWNER, "sprint") != []
+        for item in (english.id, chinese.id, java.id):
+            assert await d.history(OWNER, item) == await s.history(OWNER, item)
+        for minutes in (0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 7):
+            a, b = await s.load_as_of(OWNER, at(minutes)), await d.load_as_of(OWNER, at(minutes))
+            assert comparable(a) == comparable(b), minutes
+        assert comparable(await s.load(OWNER)) == comparable(await d.load(OWNER))
+        chinese_now = (await d.load(OWNER)).rules[0]
+        assert (chinese_now.id, chinese_now.created_at) == (chinese.id, at(2))
+    finally:
+        await source.close()
+        await other.structured.close()
+        await other.vector.close()
