@@ -19,7 +19,13 @@ from dream_memory_actor.errors import (
     InvalidOwnerId,
     OwnerNotEmpty,
 )
-from dream_memory_actor.models import ChatMessage, MemoryPendingItem, SearchHit, utcnow
+from dream_memory_actor.models import (
+    ChatMessage,
+    MemoryPendingItem,
+    MemorySnapshot,
+    SearchHit,
+    utcnow,
+)
 from dream_memory_actor.storage.ops import AddFact, AddPending, AddRule, RemoveFact, SetStatus
 from tests.conftest import BACKENDS, DIM, make_stores
 
@@ -70,7 +76,7 @@ async def fill(engine: MemoryEngine) -> None:
                                              for i in range(5)], window=3)
 
 
-def comparable(snap):  # type: ignore[no-untyped-def]
+def comparable(snap: MemorySnapshot) -> tuple[object, ...]:
     return (snap.rules, snap.facts, dict(snap.status), snap.pending)
 
 
