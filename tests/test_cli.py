@@ -237,11 +237,18 @@ def test_system_start_status_stop_and_ray_metrics(ray_runtime: None,
     name = f"cli-{uuid.uuid4().hex[:8]}"
     rc, out, _ = _run(capsys, "system", "status", "--name", name)
     assert rc == 1 and "is not running" in out
+    rc, out, err = _run(capsys, "system", "status", "--name", name, "--json")
+    assert rc == 1 and json.loads(out)["running"] is False and "Traceback" not in err
+    rc, out, _ = _run(capsys, "system", "stop", "--name", name, "--json")  # nothing to stop
+    assert rc == 0 and json.loads(out) == {"name": name, "running": False,
+                                           "state": "is not running"}
     rc, out, _ = _run(capsys, "system", "start", "--name", name)
     assert rc == 0 and "started" in out
     try:
         rc, out, _ = _run(capsys, "system", "start", "--name", name)  # idempotent
         assert rc == 0 and "is running" in out
+        status = _json(capsys, "system", "status", "--name", name)
+        assert status == {"name": name, "running": True, "state": "is running"}
     finally:
         rc, out, _ = _run(capsys, "system", "stop", "--name", name)
     assert rc == 0 and "stopped" in out

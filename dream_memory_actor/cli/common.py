@@ -15,6 +15,7 @@ import json
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..engine.doors import LocalBackend, MemoryBackend
@@ -147,6 +148,28 @@ def json_value(text: str | None, option: str, error: type[InvalidInput] = Invali
         return json.loads(text)
     except ValueError as exc:
         raise error(f"{option} is not JSON: {exc}") from None
+
+
+def read_text(path: str, what: str) -> str:
+    """The UTF-8 text of the file ``path`` (``-``: standard input); ``InvalidQuery``
+    naming ``what`` and the path when it cannot be read or is not UTF-8 text."""
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        return Path(path).read_text("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidQuery(f"the {what} {path!r} is not UTF-8 text") from None
+    except OSError as exc:
+        raise InvalidQuery(f"cannot read the {what} {path!r}: {exc.strerror or exc}") from None
+
+
+def write_text(path: str, text: str, what: str) -> None:
+    """Write ``text`` to the file ``path`` in UTF-8; ``InvalidQuery`` naming ``what``
+    and the path when it cannot be written (nothing of the memory changed then)."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InvalidQuery(f"cannot write the {what} {path!r}: {exc.strerror or exc}") from None
 
 
 async def current_id(m: MemoryBackend, owner: str, prefix: str,

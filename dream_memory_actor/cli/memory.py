@@ -10,8 +10,6 @@ starts so.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import validation as check
@@ -30,7 +28,16 @@ from ..storage.ops import (
     added,
 )
 from ..validation import l1 as check_l1
-from .common import current_id, emit, item_kinds, json_value, memory_options, resolve, with_memory
+from .common import (
+    current_id,
+    emit,
+    item_kinds,
+    json_value,
+    memory_options,
+    read_text,
+    resolve,
+    with_memory,
+)
 
 if TYPE_CHECKING:
     from ..models import StoreResult
@@ -134,7 +141,7 @@ def _store(args: argparse.Namespace) -> int:
 
 
 def _store_many(args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
+    text = read_text(args.file, "batch")
     items = [json_value(line, f"line {n}", InvalidBatch) if line.lstrip().startswith("{")
              else line for n, line in enumerate(text.splitlines(), 1) if line.strip()]
 

@@ -147,7 +147,8 @@ def _pending(args: argparse.Namespace) -> int:
 
 def _snapshot(args: argparse.Namespace) -> int:
     snap = with_memory(args, lambda m: m.snapshot(check.owner_id(args.owner)))
-    prompt = snap.to_prompt().strip() or "(no rules, facts or status)"
+    held = snap.rules or snap.facts or snap.status
+    prompt = snap.to_prompt().strip() if held else "(no rules, facts or status)"
     text = f"owner {args.owner}, version {snap.version}\n{prompt}"
     if snap.pending:
         text += f"\n{len(snap.pending)} pending item(s):"

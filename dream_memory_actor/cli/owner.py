@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..engine import operations as ops
 from . import route
-from .common import default_by, emit, json_option, memory_options, with_memory
+from .common import (
+    default_by,
+    emit,
+    json_option,
+    memory_options,
+    read_text,
+    with_memory,
+    write_text,
+)
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -64,7 +71,7 @@ def _export(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.write(text)
         return 0
-    Path(args.output).write_text(text, encoding="utf-8")
+    write_text(args.output, text, "export file")
     emit(args, {"owner": args.owner, "records": len(lines) - 2, "output": args.output},
          f"exported {args.owner}: {len(lines) - 2} record(s) to {args.output}")
     return 0
@@ -73,7 +80,7 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from ..engine.portability import parse, renamed
 
-    raw = sys.stdin.read() if args.input == "-" else Path(args.input).read_text("utf-8")
+    raw = read_text(args.input, "export file")
     lines = raw.splitlines()
     if args.as_owner is not None:
         lines = renamed(lines, args.as_owner)

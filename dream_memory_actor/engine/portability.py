@@ -11,6 +11,8 @@ The document is versioned and self-describing, one JSON object a line::
     {"type": "status_change", "owner": "alice", "item": {...}}   a kept status value
     {"type": "memory", "owner": "alice", "item": {...}, "embedding": [...] | null}
     {"type": "memory_version", "owner": "alice", "item": {...}}   an earlier version
+    {"type": "window", "owner": "alice", "conversation": "c1",
+     "messages": [{"role": "user", "content": ..., "created_at": ...}, ...]}
     {"type": "end", "counts": {"rule": 2, ...}}
 
 Every record names its owner, and an import refuses a record of another owner than
@@ -19,6 +21,11 @@ the header's: a document cannot write into someone else's memory. The closing
 checked before anything is written, and the target owner must be empty (forget it
 first). Ids, times, sources and metadata are kept; embeddings are kept when the
 importing system uses the model that made them, and made again otherwise.
+
+A ``window`` record is the chat window of one open conversation, its messages oldest
+first: an owner moved mid-conversation keeps what its extraction has not read yet. An
+import appends them to the conversation as they were (roles, texts, times); documents
+written before windows were exported have none and import as before.
 """
 
 from __future__ import annotations
@@ -32,10 +39,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from .. import validation as check
-from ..errors import InvalidImport, OwnerNotEmpty
+from ..errors import InvalidImport, InvalidInput, OwnerNotEmpty
 from ..history import ItemVersion, StatusChange
 from ..models import (
     AuditEntry,
+    ChatMessage,
     MemoryFact,
     MemoryPendingItem,
     MemoryRule,
@@ -101,6 +109,11 @@ async def export_owner(engine: Stores, owner: str) -> list[str]:
                 for m, emb in memories]
     records += [{"type": "memory_version", "item": v.model_dump(mode="json")}
                 for v in await engine.vector.versions(owner)]
+    for conversation in await engine.structured.conversations(owner):
+        window = await engine.structured.load_window(owner, conversation)
+        if window:
+            records.append({"type": "window", "conversation": conversation,
+                            "messages": [m.model_dump(mode="json") for m in window]})
     header = {"type": "header", "format": FORMAT, "version": VERSION, "owner": owner,
               "exported_at": utcnow().isoformat(),
               "embedding_model": _model(engine),
@@ -124,6 +137,10 @@ class _Document:
 
     def items(self, kind: str) -> list[Any]:
         return [r["item"] for r in self.records if r["type"] == kind]
+
+    def windows(self) -> list[tuple[str, list[ChatMessage]]]:
+        return [(r["conversation"], r["messages"]) for r in self.records
+                if r["type"] == "window"]
 
 
 def _json_records(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -217,6 +234,13 @@ def _unique_ids(records: list[dict[str, Any]]) -> None:
     would be imported as less than it says is refused, not silently shortened."""
     seen: dict[tuple[str, str], str] = {}
     for rec in records:
+        if rec["type"] == "window":
+            key = ("window", rec["conversation"])
+            if key in seen:
+                raise InvalidImport(f"conversation {rec['conversation']!r} has two window "
+                                    "records in the document")
+            seen[key] = "window"
+            continue
         space = _ID_SPACES.get(rec["type"])
         if space is None:
             continue
@@ -278,6 +302,8 @@ def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
         if at is not None and at.tzinfo is None:
             raise InvalidImport(f"line {n}: expires_at has no UTC offset")
         return {"type": kind, "key": rec["key"], "value": rec["value"], "expires_at": at}
+    if kind == "window":
+        return _window(rec, n)
     model = _ITEMS.get(kind)
     if model is None:
         raise InvalidImport(f"line {n}: unknown record type {kind!r}")
@@ -303,6 +329,33 @@ def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
     return out
 
 
+def _window(rec: dict[str, Any], n: int) -> dict[str, Any]:
+    """A window record checked: a conversation id, and 1 to ``MAX_WINDOW`` messages,
+    each a chat message whose time says its zone (their contents are checked against
+    the importing store's limit before anything is written)."""
+    conversation = rec.get("conversation")
+    try:
+        check.conversation_id(conversation)
+    except InvalidInput as exc:
+        raise InvalidImport(f"line {n}: a window record's {exc}") from None
+    raw = rec.get("messages")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= check.MAX_WINDOW:
+        raise InvalidImport(f"line {n}: a window record needs a list of 1 to "
+                            f"{check.MAX_WINDOW} messages")
+    messages = []
+    for i, m in enumerate(raw):
+        try:
+            msg = ChatMessage.model_validate(m)
+        except ValidationError as exc:
+            raise InvalidImport(f"line {n}: invalid message {i} of window {conversation!r}: "
+                                f"{exc.errors()[0]['msg']}") from None
+        if msg.created_at.tzinfo is None:
+            raise InvalidImport(f"line {n}: message {i} of window {conversation!r}: "
+                                "created_at has no UTC offset")
+        messages.append(msg)
+    return {"type": "window", "conversation": conversation, "messages": messages}
+
+
 async def import_owner(engine: Stores, lines: Iterable[str | bytes]) -> dict[str, int]:
     """Import a document into its owner, which must be empty; how many of each kind
     were written. Nothing is written when the document or the owner is refused; the
@@ -319,10 +372,10 @@ async def import_owner(engine: Stores, lines: Iterable[str | bytes]) -> dict[str
 async def _import(engine: Stores, doc: _Document, embeddings: list[list[float] | None]
                   ) -> dict[str, int]:
     owner = doc.owner
-    snap = await engine.structured.load(owner)
-    if snap.version or await engine.vector.count(owner):
-        raise OwnerNotEmpty(f"owner {owner!r} holds data already; forget it first")
     st = engine.structured
+    snap = await st.load(owner)
+    if snap.version or await engine.vector.count(owner) or await st.conversations(owner):
+        raise OwnerNotEmpty(f"owner {owner!r} holds data already; forget it first")
     now = utcnow()
     status = [r for r in doc.records if r["type"] == "status"]
     writes = l1_writes(doc.items("rule"), doc.items("fact"), doc.items("version"), status,
@@ -331,6 +384,8 @@ async def _import(engine: Stores, doc: _Document, embeddings: list[list[float] |
     memories = engine.vector.check_restore(
         owner, list(zip(doc.items("memory"), embeddings, strict=True)))
     engine.vector.check_versions(owner, doc.items("memory_version"))
+    windows = [(conversation, [check.message(m, st.max_content_bytes) for m in messages])
+               for conversation, messages in doc.windows()]
     # A rehearsal on the reference backend first: any write the target would refuse
     # (limits, ids, a broken chain) is refused here, before the target has anything.
     rehearsal = InMemoryStructuredStore(max_content_bytes=st.max_content_bytes)
@@ -341,6 +396,8 @@ async def _import(engine: Stores, doc: _Document, embeddings: list[list[float] |
             await target.apply(owner, [op], now=at)
     if audit:  # the decisions as they were taken (``apply`` refuses to write audit entries)
         await st._apply(owner, [AddAudit(e) for e in audit], now, None)
+    for conversation, messages in windows:  # a window as large as what it held
+        await st.append_messages(owner, conversation, messages, window=len(messages))
     written = await engine.vector.restore(owner, memories, doc.items("memory_version"))
     counts = Counter(r["type"] for r in doc.records)
     counts["status"] = sum(isinstance(op, SetStatus) for _, op in writes)

@@ -1,11 +1,12 @@
 """The two storage interfaces business code depends on.
 
-``StructuredStore`` (L1) has seven primitives: ``load`` a snapshot, ``_apply`` a list
+``StructuredStore`` (L1) has eight primitives: ``load`` a snapshot, ``_apply`` a list
 of operations atomically (``ops.apply_ops`` is their meaning), read the owner's
 ``_history`` (closed rules and facts, kept status values), keep the L3 chat
-``_window``s, read the ``_audit`` trail of decisions, ``_forget`` an owner and read
-the ``_tombstones`` erasures leave. Superseding, histories, past snapshots,
-decisions and the chat operations are composed here, once. ``VectorStore`` (L2,
+``_window``s and list an owner's ``_conversations``, read the ``_audit`` trail of
+decisions, ``_forget`` an owner and read the ``_tombstones`` erasures leave.
+Superseding, histories, past snapshots, decisions and the chat operations are
+composed here, once. ``VectorStore`` (L2,
 defined in ``storage.vector`` and re-exported here) does the same for semantic
 memories, so every backend stores, ranks and remembers alike.
 
@@ -112,6 +113,10 @@ class StructuredStore(_Lifecycle, ABC):
         (by arrival, not by ``created_at``). With an ``op_id`` already recorded for
         ``owner``, change nothing and return ``(window, [])``; otherwise record it in the
         same transaction (one op id space per owner, shared with ``_apply``'s)."""
+
+    @abstractmethod
+    async def _conversations(self, owner: str) -> list[str]:
+        """The conversations of ``owner`` that have a chat window, in any order."""
 
     @abstractmethod
     async def _audit(self, owner: str, limit: int, pending_id: str | None
@@ -294,6 +299,10 @@ class StructuredStore(_Lifecycle, ABC):
         _, removed = await self._window(owner, check.conversation_id(conversation), [], 0,
                                         None)
         return tuple(removed)
+
+    async def conversations(self, owner: str) -> list[str]:
+        """The conversations of ``owner`` that have a chat window now, sorted."""
+        return sorted(await self._conversations(check.owner_id(owner)))
 
     async def audit(self, owner: str, *, limit: int | None = 100,
                     pending_id: str | None = None) -> list[AuditEntry]:

@@ -106,6 +106,9 @@ class InMemoryStructuredStore(StructuredStore):
             self._windows.pop(key, None)
         return msgs[cut:], msgs[:cut]
 
+    async def _conversations(self, owner: str) -> list[str]:
+        return [c for (o, c), window in self._windows.items() if o == owner and window]
+
     async def _audit(self, owner: str, limit: int, pending_id: str | None
                      ) -> list[AuditEntry]:
         entries = [e for e in reversed(self._audit_log.get(owner, []))

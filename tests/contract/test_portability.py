@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -19,8 +19,14 @@ from dream_memory_actor.errors import (
     InvalidOwnerId,
     OwnerNotEmpty,
 )
-from dream_memory_actor.models import MemoryPendingItem, utcnow
-from dream_memory_actor.storage.ops import AddPending, SetStatus
+from dream_memory_actor.models import (
+    ChatMessage,
+    MemoryPendingItem,
+    MemorySnapshot,
+    SearchHit,
+    utcnow,
+)
+from dream_memory_actor.storage.ops import AddFact, AddPending, AddRule, RemoveFact, SetStatus
 from tests.conftest import BACKENDS, DIM, make_stores
 
 OWNER = "porter"
@@ -63,10 +69,45 @@ async def fill(engine: MemoryEngine) -> None:
     await v.update(OWNER, kept.memory.id, "the sprint ends on Thursday", embedding=vec(3))
     await v.supersede_memory(OWNER, kept.memory.id, "the sprint ends on Wednesday",
                              embedding=vec(4), by="alice", reason="moved")
+    # two open conversations, one of them past its first window
+    await s.append_messages(OWNER, "c1", [ChatMessage(role="user", content="我们周五上线"),
+                                          ChatMessage(role="assistant", content="Friday, ok")],
+                            window=10)
+    await s.append_messages(OWNER, "web:2", [ChatMessage(role="user", content=f"m{i}")
+                                             for i in range(5)], window=3)
 
 
-def comparable(snap):  # type: ignore[no-untyped-def]
+def comparable(snap: MemorySnapshot) -> tuple[object, ...]:
     return (snap.rules, snap.facts, dict(snap.status), snap.pending)
+
+
+def assert_same_hits(a: list[SearchHit], b: list[SearchHit]) -> None:
+    """The same hits in the same order, with the same scores; PostgreSQL keeps embeddings
+    in single precision, so a score may differ in its eighth digit (and rounding both
+    to six digits would still tell two apart now and then)."""
+    assert [h.memory.id for h in a] == [h.memory.id for h in b]
+    for ha, hb in zip(a, b, strict=True):
+        for x, y in ((ha.score, hb.score), (ha.vector_score, hb.vector_score),
+                     (ha.keyword_score, hb.keyword_score), (ha.time_score, hb.time_score)):
+            assert (x is None) == (y is None), (ha, hb)
+            if x is not None and y is not None:
+                assert abs(x - y) < 1e-5, (ha, hb)
+
+
+def assert_same_document(first: list[str], again: list[str]) -> None:
+    """The two documents hold the same records but for the header's time stamp; records
+    of equal times may come in another order from another backend, and PostgreSQL keeps
+    embeddings in single precision."""
+    def records(lines: list[str]) -> list[dict[str, object]]:
+        return sorted((json.loads(line) for line in lines[1:]), key=lambda r: json.dumps(
+            {k: v for k, v in r.items() if k != "embedding"}, sort_keys=True))
+
+    for a_rec, b_rec in zip(records(first), records(again), strict=True):
+        ea, eb = a_rec.pop("embedding", None), b_rec.pop("embedding", None)
+        assert a_rec == b_rec
+        assert (ea is None) == (eb is None)
+        if ea is not None:
+            assert max(abs(x - y) for x, y in zip(ea, eb, strict=True)) < 1e-6  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("target", BACKENDS)
@@ -82,7 +123,12 @@ async def test_round_trip(stores, request: pytest.FixtureRequest, target: str) -
         counts = await import_owner(dest, lines)
         assert counts == {"audit": 1, "fact": 1, "memory": 4, "memory_version": 2,
                           "pending": 1, "rule": 3, "status": 3, "status_change": 3,
-                          "version": 2}
+                          "version": 2, "window": 2}
+        for conversation, texts in (("c1", ["我们周五上线", "Friday, ok"]),
+                                    ("web:2", ["m2", "m3", "m4"])):
+            window = await dest.structured.load_window(OWNER, conversation)
+            assert window == await source.structured.load_window(OWNER, conversation)
+            assert [m.content for m in window] == texts
         wed = next(m for m in await dest.vector.list(OWNER) if "Wednesday" in m.content)
         assert ([x.content for x in await source.vector.memory_history(OWNER, wed.id)]
                 == [x.content for x in await dest.vector.memory_history(OWNER, wed.id)]
@@ -107,24 +153,12 @@ async def test_round_trip(stores, request: pytest.FixtureRequest, target: str) -
             now = utcnow()
             ha = await source.vector.search(OWNER, query, embedding=emb, now=now)
             hb = await dest.vector.search(OWNER, query, embedding=emb, now=now)
-            assert [(h.memory.id, round(h.score, 6)) for h in ha] == [
-                (h.memory.id, round(h.score, 6)) for h in hb]
+            assert_same_hits(ha, hb)
         # an import never writes over what is there
         with pytest.raises(OwnerNotEmpty):
             await import_owner(dest, lines)
         # and the imported owner exports the same document, but for its time stamp
-        # (records of equal times may come in another order from another backend)
-        again = sorted((json.loads(line) for line in (await export_owner(dest, OWNER))[1:]),
-                       key=lambda r: json.dumps(r.get("item"), sort_keys=True))
-        first = sorted((json.loads(line) for line in lines[1:]),
-                       key=lambda r: json.dumps(r.get("item"), sort_keys=True))
-        # (PostgreSQL keeps embeddings in single precision)
-        for a_rec, b_rec in zip(first, again, strict=True):
-            ea, eb = a_rec.pop("embedding", None), b_rec.pop("embedding", None)
-            assert a_rec == b_rec
-            assert (ea is None) == (eb is None)
-            if ea is not None:
-                assert max(abs(x - y) for x, y in zip(ea, eb, strict=True)) < 1e-6
+        assert_same_document(lines, await export_owner(dest, OWNER))
     finally:
         await other.structured.close()
         await other.vector.close()
@@ -338,6 +372,8 @@ async def test_import_as_another_owner_beside_the_original(stores) -> None:  # t
     assert [x.content for x in await source.vector.memory_history(copy, wed.id)] == [
         "the sprint ends on Friday", "the sprint ends on Thursday",
         "the sprint ends on Wednesday"]
+    assert (await source.structured.load_window(copy, "web:2")
+            == await source.structured.load_window(OWNER, "web:2") != ())
     hits = await source.vector.search(copy, "Kubernetes helm deploy", embedding=vec(1))
     assert hits and all(h.memory.owner == copy for h in hits)
     # the original is untouched, and the copy is refused as a copy twice
@@ -398,6 +434,7 @@ async def test_an_import_refused_at_its_memories_writes_nothing(
         assert (snap.version, snap.rules, snap.facts, dict(snap.status), snap.pending) == (
             0, (), (), {}, ())
         assert await stores.structured.audit("twin") == []
+        assert await stores.structured.load_window("twin", "c1") == ()
         assert await stores.vector.count("twin") == 0
         counts = await import_owner(source, renamed(lines, "twin"))  # the retry
         assert counts["memory"] == 4
@@ -444,3 +481,148 @@ async def test_two_imports_of_one_owner_take_turns(backend: str,
     finally:
         await stores.structured.close()
         await stores.vector.close()
+
+
+def _window_record(lines: list[str]) -> int:
+    return next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "window")
+
+
+@pytest.mark.parametrize(("case", "change"), [
+    ("no conversation", {"conversation": None}),
+    ("a bad conversation id", {"conversation": "not an id!"}),
+    ("no messages", {"messages": None}),
+    ("no message", {"messages": []}),
+    ("messages not a list", {"messages": {"role": "user", "content": "hi"}}),
+    ("more than a window holds", {"messages": [{"role": "user", "content": "x"}] * 10_001}),
+    ("a message without a role", {"messages": [{"content": "hi"}]}),
+    ("a message of an unknown role", {"messages": [{"role": "robot", "content": "hi"}]}),
+    ("a message not an object", {"messages": ["hi"]}),
+    ("a time without an offset",
+     {"messages": [{"role": "user", "content": "hi", "created_at": "2026-01-01T00:00:00"}]}),
+    ("a second window of one conversation", None),
+])
+async def test_a_malformed_window_record_is_refused_by_its_line(
+        case: str, change: dict[str, object] | None) -> None:
+    source = await MemoryEngine.open(MemorySettings(backend="memory"))
+    dest = await MemoryEngine.open(MemorySettings(backend="memory"))
+    try:
+        await source.structured.add_rule(OWNER, "Reply in Chinese")
+        await source.structured.append_messages(
+            OWNER, "c1", [ChatMessage(role="user", content="hi")], window=5)
+        lines = await export_owner(source, OWNER)
+        i = _window_record(lines)
+        if change is None:
+            rec = json.loads(lines[i])
+            document = [*lines[:i + 1], lines[i], *lines[i + 1:-1],
+                        json.dumps({"type": "end", "counts": {
+                            **json.loads(lines[-1])["counts"], "window": 2}})]
+            with pytest.raises(InvalidImport, match="two window records"):
+                await import_owner(dest, document)
+            assert rec["conversation"] == "c1"
+        else:
+            with pytest.raises(InvalidImport, match=f"line {i + 1}: "):
+                await import_owner(dest, doc(lines, i, **change))
+        assert (await dest.snapshot(OWNER)).version == 0
+        assert await dest.structured.load_window(OWNER, "c1") == ()
+    finally:
+        await source.close()
+        await dest.close()
+
+
+async def test_an_oversized_message_is_refused_before_anything_is_written() -> None:
+    source = await MemoryEngine.open(MemorySettings(backend="memory"))
+    dest = await MemoryEngine.open(MemorySettings(backend="memory"))
+    try:
+        await source.structured.add_rule(OWNER, "Reply in Chinese")
+        await source.structured.append_messages(
+            OWNER, "c1", [ChatMessage(role="user", content="hi")], window=5)
+        lines = await export_owner(source, OWNER)
+        i = _window_record(lines)
+        big = [{"role": "user", "content": "x" * 40_000,
+                "created_at": utcnow().isoformat()}]
+        with pytest.raises(InvalidContent):
+            await import_owner(dest, doc(lines, i, messages=big))
+        assert (await dest.snapshot(OWNER)).version == 0
+        assert await dest.structured.load_window(OWNER, "c1") == ()
+    finally:
+        await source.close()
+        await dest.close()
+
+
+async def test_a_document_without_windows_imports(stores) -> None:  # type: ignore[no-untyped-def]
+    """Documents written before chat windows were exported have no window record."""
+    source = engine_on(stores)
+    await fill(source)
+    lines = [line for line in await export_owner(source, OWNER)
+             if json.loads(line)["type"] != "window"]
+    end = json.loads(lines[-1])
+    del end["counts"]["window"]
+    lines[-1] = json.dumps(end)
+    target = await make_stores("memory", None)  # type: ignore[arg-type]
+    counts = await import_owner(engine_on(target), lines)
+    assert "window" not in counts and counts["memory"] == 4
+    assert await target.structured.load_window(OWNER, "c1") == ()
+
+
+async def test_an_owner_with_an_open_conversation_is_not_empty(stores) -> None:  # type: ignore[no-untyped-def]
+    """An import would write its windows beside the owner's: refused as for any data."""
+    source = await MemoryEngine.open(MemorySettings(backend="memory"))
+    try:
+        await source.structured.add_rule(OWNER, "Reply in Chinese")
+        await source.structured.append_messages(
+            OWNER, "c1", [ChatMessage(role="user", content="from the document")], window=5)
+        lines = await export_owner(source, OWNER)
+    finally:
+        await source.close()
+    await stores.structured.append_messages(
+        OWNER, "c1", [ChatMessage(role="user", content="already here")], window=5)
+    with pytest.raises(OwnerNotEmpty):
+        await import_owner(engine_on(stores), lines)
+    assert [m.content for m in await stores.structured.load_window(OWNER, "c1")] == [
+        "already here"]
+    assert (await stores.structured.load(OWNER)).version == 0
+
+
+@pytest.mark.parametrize("target", BACKENDS)
+async def test_histories_that_need_more_than_a_chain_replayed(
+        request: pytest.FixtureRequest, target: str) -> None:
+    """What an import rebuilds besides plain chains: a status value that lapsed, a rule
+    closed in favour of a rule that was there before, a fact whose successor was
+    deleted since. Each stays in the history, at its times."""
+    source = await MemoryEngine.open(MemorySettings(backend="memory"))
+    other = await make_stores(target, request)
+    try:
+        s = source.structured
+        t0 = utcnow() - timedelta(days=1)
+
+        def at(minutes: float) -> datetime:
+            return t0 + timedelta(minutes=minutes)
+
+        await s.apply(OWNER, [SetStatus("sprint", "41", ttl_s=60)], now=at(0))
+        english, chinese = AddRule("Reply in English"), AddRule("Reply in Chinese")
+        await s.apply(OWNER, [english], now=at(1))
+        await s.apply(OWNER, [chinese], now=at(2))
+        await s.supersede(OWNER, english.id, "Reply in Chinese", by="alice", now=at(3))
+        java = AddFact("The user is a Java developer")
+        await s.apply(OWNER, [java], now=at(4))
+        go = await s.supersede(OWNER, java.id, "The user is a Go developer", by="bob",
+                               reason="moved", now=at(5))
+        await s.apply(OWNER, [RemoveFact(go.id)], now=at(6))
+
+        dest = engine_on(other)
+        await import_owner(dest, await export_owner(source, OWNER))
+        d = dest.structured
+        assert await d.status_history(OWNER, "sprint") == await s.status_history(
+            OWNER, "sprint") != []
+        for item in (english.id, chinese.id, java.id):
+            assert await d.history(OWNER, item) == await s.history(OWNER, item)
+        for minutes in (0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 7):
+            a, b = await s.load_as_of(OWNER, at(minutes)), await d.load_as_of(OWNER, at(minutes))
+            assert comparable(a) == comparable(b), minutes
+        assert comparable(await s.load(OWNER)) == comparable(await d.load(OWNER))
+        chinese_now = (await d.load(OWNER)).rules[0]
+        assert (chinese_now.id, chinese_now.created_at) == (chinese.id, at(2))
+    finally:
+        await source.close()
+        await other.structured.close()
+        await other.vector.close()

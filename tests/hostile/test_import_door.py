@@ -61,7 +61,8 @@ def _mutate(rng: random.Random, lines: list[str]) -> list[str]:
 
 async def _state(engine: MemoryEngine) -> tuple[Any, ...]:
     snap = await engine.snapshot(OWNER)
-    return snap.version, await engine.vector.count(OWNER)
+    return (snap.version, await engine.vector.count(OWNER),
+            len(await engine.structured.load_window(OWNER, "c1")))
 
 
 def test_mutated_documents() -> None:
@@ -78,7 +79,7 @@ def test_mutated_documents() -> None:
                     imported += 1
                 except InvalidInput:
                     refused += 1
-                    assert await _state(engine) == (0, 0), doc
+                    assert await _state(engine) == (0, 0, 0), doc
             finally:
                 await engine.close()
         return refused, imported

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from dream_memory_actor.errors import InvalidQuery
@@ -57,20 +60,28 @@ def test_a_cached_snapshot_of_the_same_version_is_not_confirmed(system: MemorySy
     assert [r.content for r in owner.snapshot().rules] == ["the rule after"]
 
 
+def windows_of(lines: list[str]) -> list[dict[str, Any]]:
+    return [r for r in map(json.loads, lines) if r["type"] == "window"]
+
+
 def test_export_and_import_through_the_owner_actor(system: MemorySystem) -> None:
     from dream_memory_actor.errors import InvalidImport, OwnerNotEmpty
 
     owner = system.owner("rt-porter")
     owner.add_rule("Reply in Chinese")
     owner.store("went live on Kubernetes with helm", {"agent": "deploy"})
+    owner.append_messages("c1", [ChatMessage(role="user", content="we deploy on Friday")])
     before, memories = owner.snapshot(), owner.list()
     lines = owner.export()
+    assert [(w["conversation"], [m["content"] for m in w["messages"]])
+            for w in windows_of(lines)] == [("c1", ["we deploy on Friday"])]
     with pytest.raises(OwnerNotEmpty):
         owner.import_document(lines)
     with pytest.raises(InvalidImport):  # another owner's document, refused here
         system.owner("rt-someone-else").import_document(lines)
     owner.forget(by="admin")
     assert owner.import_document(lines)["memory"] == 1
+    assert windows_of(owner.export()) == windows_of(lines)  # the open conversation too
     after = owner.snapshot()  # the actor holds the imported state, not the erased one
     assert (after.rules, after.facts, dict(after.status)) == (
         before.rules, before.facts, dict(before.status))

@@ -253,6 +253,13 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
             kept = [] if keep == 0 else await conn.fetch(read, owner, conversation)
         return _messages(kept), _messages(removed)
 
+    async def _conversations(self, owner: str) -> list[str]:
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(f"""SELECT DISTINCT conversation_id
+                                        FROM {self._s}.chat_messages WHERE owner_id = $1""",
+                                    owner)
+        return [r["conversation_id"] for r in rows]
+
     async def _audit(self, owner: str, limit: int, pending_id: str | None
                      ) -> list[AuditEntry]:
         async with self.backend.connection() as conn:

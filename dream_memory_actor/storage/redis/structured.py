@@ -357,6 +357,20 @@ class RedisStructuredStore(StructuredStore):
         raise BackendError(f"owner {owner!r}: too many concurrent writers of a chat window "
                            "gave up")
 
+    async def _conversations(self, owner: str) -> list[str]:
+        """The window keys under the owner's prefix (one slot: one node's SCAN on a
+        cluster)."""
+        from .erase import glob_escaped
+
+        start = self._keys.l3_window(owner, "")
+        found = []
+        with translate("conversations"):
+            node = await self._r.node_for(start) if hasattr(self._r, "node_for") else self._r
+            async for key in node.scan_iter(match=glob_escaped(start) + "*", count=1000):
+                name = key.decode() if isinstance(key, bytes) else key
+                found.append(name[len(start):])
+        return found
+
     # -- audit trail ------------------------------------------------------------------
 
     async def _audit(self, owner: str, limit: int, pending_id: str | None
