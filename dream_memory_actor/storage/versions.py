@@ -13,6 +13,7 @@ A filter keeps the memories whose metadata has each of its keys equal to its val
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from datetime import datetime
@@ -109,8 +110,11 @@ def closed(
 
 
 def current(memory: VectorMemory) -> MemoryVersion:
-    """The live version of ``memory`` (``valid_to`` ``None``)."""
+    """The live version of ``memory`` (``valid_to`` ``None``). Its id is made from the
+    memory's id and the time it last changed, so a history reads the same twice and a
+    version, once closed, is another."""
     return MemoryVersion(
+        id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{memory.id}@{memory.updated_at.isoformat()}")),
         memory_id=memory.id,
         owner=memory.owner,
         content=memory.content,

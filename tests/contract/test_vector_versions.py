@@ -183,3 +183,14 @@ async def test_history_keeps_merge_records_out_of_successor(stores: Stores) -> N
     assert [(h.change, h.content) for h in hist[:2]] == [
         ("merge", "went live on Kubernetes"), ("supersede", "went live on K8s")]
     assert hist[1].metadata["merged_from"] == ["went live on Kubernetes"]
+
+
+async def test_a_memory_history_reads_the_same_twice(stores: Stores) -> None:
+    v = stores.vector
+    kept = await v.store("alice", "the sprint ends on Friday", embedding=vec(1))
+    await v.update("alice", kept.memory.id, "the sprint ends on Thursday", embedding=vec(1))
+    first = await v.memory_history("alice", kept.memory.id)
+    assert first == await v.memory_history("alice", kept.memory.id)
+    await v.update("alice", kept.memory.id, "the sprint ends on Monday", embedding=vec(1))
+    # the version that was current is closed now: another version, with another id
+    assert first[-1].id not in {h.id for h in await v.memory_history("alice", kept.memory.id)}
