@@ -21,7 +21,13 @@ from ..config import MemorySettings
 from ..embedding import CachedEmbedder, open_embedder
 from ..embedding.base import Embedder
 from ..embedding.calibration import Calibration
-from ..errors import ItemNotFound, ItemSuperseded, MemoryNotFound, SystemClosed
+from ..errors import (
+    ConfigurationError,
+    ItemNotFound,
+    ItemSuperseded,
+    MemoryNotFound,
+    SystemClosed,
+)
 from ..history import ItemHistory, StatusChange
 from ..metrics import get_metrics
 from ..models import (
@@ -143,11 +149,26 @@ class MemoryEngine:
 
     @classmethod
     async def open(cls, settings: MemorySettings | None = None, *, setup: bool = True,
-                   embedder: Embedder | None = None) -> MemoryEngine:
+                   embedder: Embedder | None = None, adopt: bool = False) -> MemoryEngine:
         """Open the configured stores and embedder; ``setup`` applies migrations.
         ``embedder``: embed with this one instead of the settings' model; its ``model``
-        and ``dim`` are what the store records, and must agree with what it recorded."""
+        and ``dim`` are what the store records, and must agree with what it recorded.
+        ``adopt``: the settings' model replaces the one recorded with the data, at once
+        (to embed the memories again with it, :meth:`reembed`)."""
         settings = settings or MemorySettings()
+        if adopt:
+            if settings.embedding_model is None:
+                raise ConfigurationError("a re-embedding needs embedding_model: the model "
+                                         "to embed the memories with")
+            cached = await open_embedder(settings)
+            structured, vector = await open_stores(settings, cached.dim if cached else None)
+            if setup:
+                await structured.setup()
+                await vector.setup()
+            engine = cls(settings, structured, vector, cached)
+            if vector.embedding_model is not None:
+                await vector._model(vector.embedding_model, replace=True)
+            return engine
         if embedder is None:
             settings, cached = await open_embedding(settings)
         else:
@@ -423,6 +444,13 @@ class MemoryEngine:
             return await self.vector.supersede_memory(
                 owner, memory_id, content, metadata=metadata, by=by, reason=reason, now=now,
                 op_id=op_id, embed=self.embed, context=context)
+
+    async def reembed(self, owner: str) -> int:
+        """Embed every memory of ``owner`` again with this engine's model (an engine
+        opened with ``adopt=True``); how many. See ``VectorStore.reembed``."""
+        self._open()
+        with self.metrics.operation("reembed", self.settings.backend):
+            return await self.vector.reembed(check_owner(owner), self.embed_many)
 
     async def memory_history(self, owner: str, memory_id: str
                              ) -> builtins.list[MemoryVersion]:

@@ -154,10 +154,14 @@ class InMemoryVectorStore(VectorStore):
         self._closed_versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
         self._recorded_model: EmbeddingModel | None = None
 
-    async def _model(self, record: EmbeddingModel | None) -> EmbeddingModel | None:
-        if self._recorded_model is None:
+    async def _model(self, record: EmbeddingModel | None, *, replace: bool = False
+                     ) -> EmbeddingModel | None:
+        if self._recorded_model is None or (replace and record is not None):
             self._recorded_model = record
         return self._recorded_model
+
+    async def _owners(self) -> list[str]:
+        return [o for o, rows in self._rows_of.items() if rows]
 
     async def _write(self, owner: str, what: str, op_id: str | None, plan: Planner) -> str:
         async with self._locks[owner]:

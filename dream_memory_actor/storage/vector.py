@@ -166,10 +166,16 @@ class VectorStore(_Lifecycle, ABC):
         the ``k`` cuts."""
 
     @abstractmethod
-    async def _model(self, record: EmbeddingModel | None) -> EmbeddingModel | None:
+    async def _model(self, record: EmbeddingModel | None, *, replace: bool = False
+                     ) -> EmbeddingModel | None:
         """The model recorded with this store's data (``None``: none, or a store not set
         up yet), after recording ``record`` unless one is recorded already (atomically:
-        of two processes recording at once, one wins)."""
+        of two processes recording at once, one wins); with ``replace``, in place of the
+        one recorded (a re-embedding)."""
+
+    @abstractmethod
+    async def _owners(self) -> builtins.list[str]:
+        """The owners that have memories, in any order."""
 
     @abstractmethod
     async def _forget(self, owner: str) -> int:
@@ -177,6 +183,42 @@ class VectorStore(_Lifecycle, ABC):
         and operation ids; return how many memories went. Safe to repeat."""
 
     # -- the embedding model ------------------------------------------------------
+
+    async def reembed(self, owner: str, embed_many: EmbedMany, *, batch: int = 64) -> int:
+        """Embed every memory of ``owner`` again with ``embed_many`` (its content with its
+        context, as a store does), a batch of ``batch`` memories a write, each under the
+        owner's writer; a memory changed meanwhile keeps the vector its change gave it.
+        How many memories were embedded again. Nothing else changes (no version is
+        closed: the memories say what they said). Safe to run again after a stop."""
+        check.owner_id(owner)
+        rows = await self._rows(owner)
+        done = 0
+        for start in range(0, len(rows), batch):
+            part = [r.memory for r in rows[start:start + batch]]
+            found = await embed_many([with_context(m.content, m.context) for m in part])
+            if found is None:
+                return done
+            vecs = [self._check_embedding(v) for v in found]
+
+            async def plan(part: builtins.list[VectorMemory] = part,
+                           vecs: builtins.list[Vector] = vecs) -> tuple[str, Any]:
+                p = Plan(owner, self._rows)
+                n = 0
+                for mem, vec in zip(part, vecs, strict=True):
+                    now = await p.live(mem.id)
+                    if now is not None and (now.content, now.context) == (mem.content,
+                                                                          mem.context):
+                        p.put(now.model_copy(update={"has_embedding": vec is not None}), vec,
+                              before=now)
+                        n += 1
+                return str(n), p.writes
+
+            done += int(await self._write(owner, "reembed", None, plan))
+        return done
+
+    async def owners(self) -> builtins.list[str]:
+        """The owners that have memories, sorted."""
+        return sorted(await self._owners())
 
     async def recorded_model(self) -> EmbeddingModel | None:
         """The model this store's memory vectors were made with (``None``: none recorded;

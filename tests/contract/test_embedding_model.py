@@ -144,3 +144,70 @@ async def test_engines_on_one_store_embed_with_its_model(
         await reader.close()
     with pytest.raises(EmbeddingModelMismatch, match=MODEL_A):
         await MemoryEngine.open(with_embedder(MODEL_B))
+
+
+# -- moving a store to another model -----------------------------------------------------
+
+
+async def test_reembed_gives_every_memory_the_new_model_s_vector(stores: Stores) -> None:
+    v = stores.vector
+    v.embedding_model = EmbeddingModel(model=MODEL_A, dim=DIM)
+    a = await v.store(OWNER, "went live on Kubernetes", embedding=vec(0), context="the launch")
+    b = await v.store(OWNER, "the sprint ends on Friday", embedding=vec(1))
+    await v.store("bob", "bob's only memory", embedding=vec(2))
+    assert await v.owners() == ["alice", "bob"]
+    seen: list[str] = []
+
+    async def model_b(texts: list[str]) -> list[list[float]]:
+        seen.extend(texts)
+        return [vec(5)] * len(texts)
+
+    recorded = await v._model(EmbeddingModel(model=MODEL_B, dim=DIM), replace=True)
+    assert recorded is not None and recorded.model == MODEL_B
+    assert await v.reembed(OWNER, model_b, batch=1) == 2
+    assert sorted(seen) == ["the launch\nwent live on Kubernetes", "the sprint ends on Friday"]
+    after = {m.id: (m, e) for m, e in await v.dump(OWNER)}
+    for mem in (a.memory, b.memory):
+        got, emb = after[mem.id]
+        assert (got.content, got.context, got.metadata) == (mem.content, mem.context,
+                                                           mem.metadata)
+        assert emb == pytest.approx(vec(5))
+    assert await v.versions(OWNER) == []  # a memory re-embedded says what it said
+    assert [e for _, e in await v.dump("bob")] == [pytest.approx(vec(2))]
+    hits = await v.search(OWNER, "sprint", embedding=vec(5))
+    assert {h.memory.id for h in hits} == {a.memory.id, b.memory.id}
+    # run again (after a stop): the same vectors, nothing else moves
+    assert await v.reembed(OWNER, model_b) == 2
+    assert await v.count(OWNER) == 2
+
+
+@pytest.mark.parametrize("backend", ["postgres", "redis"])
+async def test_an_engine_adopting_another_model_reembeds_a_store(
+        backend: str, api: ScriptedOpenAIServer, request: pytest.FixtureRequest) -> None:
+    base = backend_settings(backend, request)
+
+    def with_embedder(model: str | None) -> MemorySettings:
+        return base.model_copy(update={
+            "embedding_model": model, "embedding_api_base": api.base_url,
+            "embedding_api_key": SecretStr("sk-test"), "embedding_dim": None})
+
+    writer = await MemoryEngine.open(with_embedder(MODEL_A))
+    try:
+        stored = await writer.store(OWNER, "went live on Kubernetes with helm")
+    finally:
+        await writer.close()
+    mover = await MemoryEngine.open(with_embedder(MODEL_B), adopt=True)
+    try:
+        assert [await mover.reembed(o) for o in await mover.vector.owners()] == [1]
+    finally:
+        await mover.close()
+    # every door now opens with the new model, and the old one is refused
+    reader = await MemoryEngine.open(with_embedder(None))
+    try:
+        assert reader.settings.embedding_model == MODEL_B
+        hits = await reader.search(OWNER, "went live on Kubernetes with helm")
+        assert [h.memory.id for h in hits] == [stored.memory.id]
+    finally:
+        await reader.close()
+    with pytest.raises(EmbeddingModelMismatch, match=MODEL_B):
+        await MemoryEngine.open(with_embedder(MODEL_A))

@@ -113,13 +113,16 @@ class PostgresVectorStore(PostgresStore, VectorStore):
 
     # -- the embedding model ------------------------------------------------------------
 
-    async def _model(self, record: EmbeddingModel | None) -> EmbeddingModel | None:
+    async def _model(self, record: EmbeddingModel | None, *, replace: bool = False
+                     ) -> EmbeddingModel | None:
         if record is not None:
+            conflict = ("DO UPDATE SET model = $1, dim = $2, calibration = $3::jsonb, "
+                        "recorded_at = $4" if replace else "DO NOTHING")
             async with self.backend.connection() as conn:
                 await conn.execute(
                     f"""INSERT INTO {self._s}.embedding_model (model, dim, calibration,
                             recorded_at)
-                        VALUES ($1, $2, $3::jsonb, $4) ON CONFLICT (only_row) DO NOTHING""",
+                        VALUES ($1, $2, $3::jsonb, $4) ON CONFLICT (only_row) {conflict}""",
                     record.model, record.dim,
                     None if record.calibration is None else json.dumps(record.calibration),
                     record.recorded_at)
@@ -135,6 +138,12 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         return EmbeddingModel(model=row["model"], dim=row["dim"],
                               calibration=None if cal is None else json.loads(cal),
                               recorded_at=row["recorded_at"])
+
+    async def _owners(self) -> list[str]:
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(f"""SELECT owner_id FROM {self._s}.owner_memory_counts
+                                        WHERE memories > 0""")
+        return [r["owner_id"] for r in rows]
 
     # -- writes -----------------------------------------------------------------------
 

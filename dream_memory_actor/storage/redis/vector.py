@@ -138,13 +138,30 @@ class RedisVectorStore(VectorStore):
             self._module = module
         return self._module
 
-    async def _model(self, record: EmbeddingModel | None) -> EmbeddingModel | None:
+    async def _model(self, record: EmbeddingModel | None, *, replace: bool = False
+                     ) -> EmbeddingModel | None:
         key = self._keys.embedding_model()
         with translate("embedding model"):
             if record is not None:
-                await self._r.set(key, record.model_dump_json(), nx=True)
+                await self._r.set(key, record.model_dump_json(), nx=not replace)
             raw = await self._r.get(key)
         return None if raw is None else EmbeddingModel.model_validate_json(raw)
+
+    async def _owners(self) -> list[str]:
+        """The owners whose id sets exist: every master's keys on a cluster."""
+        from .erase import glob_escaped
+
+        head, tail = self._keys.l2_ids("\x00").split("\x00")
+        pattern = glob_escaped(head) + "*" + glob_escaped(tail)
+        nodes = ([self._r.node(a) for a in await self._r.masters()]
+                 if hasattr(self._r, "masters") else [self._r])
+        found: set[str] = set()
+        with translate("owners"):
+            for node in nodes:
+                async for key in node.scan_iter(match=pattern, count=1000):
+                    name = key.decode() if isinstance(key, bytes) else key
+                    found.add(name[len(head):len(name) - len(tail)])
+        return list(found)
 
     # -- rows ------------------------------------------------------------------------
 
