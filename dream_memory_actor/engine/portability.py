@@ -361,21 +361,31 @@ async def import_owner(engine: Stores, lines: Iterable[str | bytes]) -> dict[str
     were written. Nothing is written when the document or the owner is refused; the
     writes are one unit of the owner (``StructuredStore.owner_unit``: on PostgreSQL one
     transaction, so an import refused or killed at any record leaves the owner as it
-    was, and two imports of one owner take turns: the second finds it not empty)."""
+    was, and two imports of one owner take turns: the second finds it not empty).
+    Where the unit is not a transaction (Redis, the in-process store), an import
+    refused at any record empties the owner again (``StructuredStore.clear``); a process
+    killed in the middle leaves what it wrote."""
     doc = parse(lines)
     owner = doc.owner
     embeddings = await _embeddings(engine, doc)
-    async with engine.structured.owner_unit(owner):
-        return await _import(engine, doc, embeddings)
+    st = engine.structured
+    async with st.owner_unit(owner):
+        snap = await st.load(owner)
+        if snap.version or await engine.vector.count(owner) or await st.conversations(owner):
+            raise OwnerNotEmpty(f"owner {owner!r} holds data already; forget it first")
+        try:
+            return await _import(engine, doc, embeddings)
+        except BaseException:
+            if not st.atomic_units:  # the owner was empty: what was written goes again
+                await engine.vector.forget(owner)
+                await st.clear(owner)
+            raise
 
 
 async def _import(engine: Stores, doc: _Document, embeddings: list[list[float] | None]
                   ) -> dict[str, int]:
     owner = doc.owner
     st = engine.structured
-    snap = await st.load(owner)
-    if snap.version or await engine.vector.count(owner) or await st.conversations(owner):
-        raise OwnerNotEmpty(f"owner {owner!r} holds data already; forget it first")
     now = utcnow()
     status = [r for r in doc.records if r["type"] == "status"]
     writes = l1_writes(doc.items("rule"), doc.items("fact"), doc.items("version"), status,

@@ -61,6 +61,9 @@ class StructuredStore(_Lifecycle, ABC):
     supports_ttl: ClassVar[bool] = True
     #: ``watch`` reports the L1 writes of every process on this storage (see ``changes``).
     supports_change_feed: ClassVar[bool] = False
+    #: ``owner_unit`` is one transaction: what is written inside it is kept together or
+    #: not at all (else the writes apply one by one, and a caller undoes them itself).
+    atomic_units: ClassVar[bool] = False
 
     def owner_unit(self, owner: str) -> AbstractAsyncContextManager[object]:
         """A unit of work on ``owner`` across its layers (an import): where the backend
@@ -124,11 +127,11 @@ class StructuredStore(_Lifecycle, ABC):
         """Audit entries of ``owner`` (only those of ``pending_id`` if given), newest first."""
 
     @abstractmethod
-    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
-                      ) -> Tombstone:
+    async def _forget(self, owner: str, tombstone: Tombstone | None, op_key: str | None
+                      ) -> Tombstone | None:
         """Delete every record of ``owner``; then record ``tombstone`` unless one is
-        recorded under ``op_key`` already (return that one). Atomic where the backend
-        has transactions; otherwise safe to repeat."""
+        recorded under ``op_key`` already (return that one; ``None``: record none).
+        Atomic where the backend has transactions; otherwise safe to repeat."""
 
     @abstractmethod
     async def _tombstones(self, limit: int) -> list[Tombstone]:
@@ -328,7 +331,15 @@ class StructuredStore(_Lifecycle, ABC):
         if op_id is not None:
             check.op_id(op_id)
         tombstone = Tombstone(by=tombstones.actor(who, owner), counts=dict(counts or {}))
-        return await self._forget(owner, tombstone, tombstones.op_key(owner, op_id))
+        recorded = await self._forget(owner, tombstone, tombstones.op_key(owner, op_id))
+        assert recorded is not None
+        return recorded
+
+    async def clear(self, owner: str) -> None:
+        """Remove every record of ``owner`` and leave no tombstone: what an import that
+        failed had written into an owner that was empty before it (``atomic_units``
+        False). Not a way to forget an owner: ``forget`` is, and it leaves its trace."""
+        await self._forget(check.owner_id(owner), None, None)
 
     async def tombstones(self, *, limit: int = 100) -> list[Tombstone]:
         """The tombstones of forgotten owners, newest first."""

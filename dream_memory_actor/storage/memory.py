@@ -115,8 +115,8 @@ class InMemoryStructuredStore(StructuredStore):
                    if pending_id is None or e.pending_id == pending_id]
         return entries[:limit]
 
-    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
-                      ) -> Tombstone:
+    async def _forget(self, owner: str, tombstone: Tombstone | None, op_key: str | None
+                      ) -> Tombstone | None:
         async with self._locks[owner]:
             self._snapshots.pop(owner, None)
             self._ops = {k for k in self._ops if k[0] != owner}
@@ -125,6 +125,8 @@ class InMemoryStructuredStore(StructuredStore):
             self._audit_log.pop(owner, None)
             self._closed.pop(owner, None)
             self._status_log.pop(owner, None)
+            if tombstone is None:
+                return None
             return self._erased.setdefault(op_key or tombstone.id, tombstone)
 
     async def _tombstones(self, limit: int) -> list[Tombstone]:

@@ -64,6 +64,7 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
     """L1 in PostgreSQL tables."""
 
     supports_change_feed = True
+    atomic_units = True
 
     async def watch(self, callback: ChangeCallback) -> Unwatch:
         return await self.backend.watch(callback)
@@ -283,8 +284,8 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                 await self._lock(conn, layer, owner)
             yield conn
 
-    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
-                      ) -> Tombstone:
+    async def _forget(self, owner: str, tombstone: Tombstone | None, op_key: str | None
+                      ) -> Tombstone | None:
         from . import erase
 
         s = self._s
@@ -294,7 +295,8 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
             await erase.erase(conn, s, owner, await erase.owner_tables(conn, s))
             await conn.execute("SELECT pg_notify($1, $2)", self.backend.channel,
                                erase.forgotten(owner).encode())
-            return await erase.record(conn, s, tombstone, op_key)
+            return None if tombstone is None else await erase.record(conn, s, tombstone,
+                                                                     op_key)
 
     async def _tombstones(self, limit: int) -> list[Tombstone]:
         from .erase import from_row

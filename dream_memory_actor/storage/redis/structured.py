@@ -384,15 +384,16 @@ class RedisStructuredStore(StructuredStore):
                                                [limit, k.l1_audit_prefix(owner)])
         return [AuditEntry.model_validate_json(r) for r in raw if r is not None]
 
-    async def _forget(self, owner: str, tombstone: Tombstone, op_key: str | None
-                      ) -> Tombstone:
+    async def _forget(self, owner: str, tombstone: Tombstone | None, op_key: str | None
+                      ) -> Tombstone | None:
         from ..tombstones import forgotten
         from . import erase
 
         async with self._locks.hold(owner):
             with translate("forget"):
                 await erase.erase(self._r, self._keys.owner(owner))
-                recorded = await erase.record(self._r, self._keys.prefix, tombstone, op_key)
+                recorded = None if tombstone is None else await erase.record(
+                    self._r, self._keys.prefix, tombstone, op_key)
                 await self._r.publish(self._channel, forgotten(owner).encode())
                 return recorded
 
