@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..engine.doors import LocalBackend, MemoryBackend
 from ..errors import InvalidInput, InvalidQuery
-from . import route
+from ..process import route_options
 
 T = TypeVar("T")
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def owner_option() -> argparse.ArgumentParser:
 
 def memory_options() -> list[argparse.ArgumentParser]:
     """The parents of a command on one owner's memory: --json, --owner, --system."""
-    return [json_option(), owner_option(), route.route_options()]
+    return [json_option(), owner_option(), route_options()]
 
 
 def default_by() -> str:

@@ -2,7 +2,7 @@
 system, doctor (in ``doctor``) and mcp.
 
 ``pending``, ``snapshot`` and ``search`` go through a running memory system when one
-is named (``--system``, ``DREAM_MEMORY_SYSTEM``; see ``route``) and otherwise open
+is named (``--system``, ``DREAM_MEMORY_SYSTEM``; see ``process``) and otherwise open
 the configured storage in this process. Errors of the memory (bad owner id, unknown
 pending item, a backend that is down, no such system running) are printed as one
 line on stderr with exit status 1 (``cli.main``).

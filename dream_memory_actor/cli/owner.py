@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..engine import operations as ops
-from . import route
+from ..process import route_options
 from .common import default_by, emit, json_option, memory_options, with_memory
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def register(sub: Subparsers) -> None:
     export.add_argument("--output", required=True, help="the file to write ('-': stdout)")
     export.set_defaults(run=_export)
 
-    imp = sub.add_parser("import", parents=[json_option(), route.route_options()],
+    imp = sub.add_parser("import", parents=[json_option(), route_options()],
                          help="read an export file into its owner, which must be empty")
     imp.add_argument("--input", required=True, help="the file to read ('-': stdin)")
     imp.add_argument("--as", dest="as_owner", metavar="OWNER", default=None,

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from .. import validation as check
+from ..engine.auth import Grant
 from ..engine.doors import MemoryBackend
 from ..engine.operations import Operation
 from ..models import MemorySnapshot
 from ..storage.ops import L1Op
 from ..validation import l1 as check_l1
-from .auth import Grant
 from .params import Param
 
 P = ParamSpec("P")

@@ -7,7 +7,7 @@ every owner, ``memory://{owner}/snapshot`` (JSON). Prompt: ``memory_prompt``, th
 owner's rules, facts and status as a system-prompt block.
 
 Every owner argument is checked (``validation``) and then authorized: over HTTP
-against the caller's bearer token (see :mod:`.auth`; no or an unknown token is
+against the caller's bearer token (see :mod:`..engine.auth`; no or an unknown token is
 answered with HTTP 401 before any tool runs), over stdio not at all (the local user
 owns the process). A server without a token map has no HTTP app unless the caller
 opts in for loopback (``http_app(..., allow_unauthenticated=True)``). Our typed
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import ipaddress
 import json
 import socket
 from collections.abc import Iterator
@@ -39,10 +38,10 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import MemorySettings
+from ..engine.auth import LOCAL, AccessDenied, Grant, TokenMap, hash_token, is_loopback
 from ..engine.doors import LocalBackend, MemoryBackend
 from ..errors import ConfigurationError, DreamMemoryError
 from ..metrics import get_metrics
-from .auth import LOCAL, AccessDenied, Grant, TokenMap, hash_token
 from .params import document, plain, plain_schema
 from .tools import TOOLS, Door, ToolEntry
 
@@ -214,16 +213,6 @@ def _add_prompt(server: MCPServer, door: Door) -> None:
 class UnauthenticatedHTTP(ConfigurationError):
     """An HTTP app of a server without a token map, not explicitly allowed on loopback:
     it would serve every owner's memory to whoever can reach it."""
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class _LoopbackOnly:

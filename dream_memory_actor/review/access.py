@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .. import validation as check
+from ..engine.auth import LOCAL, Grant, TokenMap
 from ..errors import DreamMemoryError
-from ..mcp.auth import LOCAL, Grant, TokenMap
 from .backend import ReviewBackend
 from .sessions import (
     COOKIE,

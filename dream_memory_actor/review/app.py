@@ -22,8 +22,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from .. import validation as check
+from ..engine.auth import TokenMap
 from ..errors import DreamMemoryError, InvalidInput
-from ..mcp.auth import TokenMap
 from ..models import AuditAction, MemoryPendingItem, MemorySnapshot, utcnow
 from .access import (
     Review,

@@ -16,10 +16,12 @@ the local user and may only be bound to a loopback address.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 from collections.abc import Sequence
 from typing import Any
+
+from ..engine.auth import is_loopback
+from ..process import route_options
 
 DEFAULT_PORT = 8780
 
@@ -39,16 +41,6 @@ the local user and may only be bound to a loopback address.
 """
 
 
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``review`` to ``sub`` (``cli.COMMAND_MODULES``)."""
     add_parser(sub).set_defaults(run=run)
@@ -56,8 +48,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
                ) -> argparse.ArgumentParser:
-    from ..cli.route import route_options
-
     p = sub.add_parser(
         "review",
         parents=[route_options()],
@@ -107,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from ..config import MemorySettings
+    from ..engine.auth import TokenMap
     from ..errors import DreamMemoryError
-    from ..mcp.auth import TokenMap
 
     try:
         settings = MemorySettings.from_yaml(args.config) if args.config else MemorySettings()

@@ -1,6 +1,6 @@
 """Who is looking: login by token, server-side sessions, CSRF and one-time forms.
 
-A reviewer logs in with a token of the MCP server's token map (:mod:`..mcp.auth`);
+A reviewer logs in with a token of the MCP server's token map (:mod:`..engine.auth`);
 the session keeps the token's grant (its name and owners), never the token. The
 browser holds only a random session id in a cookie that is ``HttpOnly``,
 ``SameSite=Strict`` and, when served over https, ``Secure``. A session ends after
@@ -22,8 +22,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..engine.auth import Grant
 from ..errors import DreamMemoryError
-from ..mcp.auth import Grant
 
 COOKIE = "dm_review"
 LOGIN_COOKIE = "dm_review_login"
