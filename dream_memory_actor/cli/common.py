@@ -3,7 +3,7 @@ open, and short ids.
 
 A command module (``ops``, ``memory``, ...) has a ``register(sub)`` that adds
 its subcommands to ``sub`` and gives each a handler with ``set_defaults(run=...)``;
-``cli.COMMAND_MODULES`` lists the modules.
+the ``dream-memory`` program (``cli``) calls each one's.
 """
 
 from __future__ import annotations

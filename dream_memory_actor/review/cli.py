@@ -42,12 +42,7 @@ the local user and may only be bound to a loopback address.
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``review`` to ``sub`` (``cli.COMMAND_MODULES``)."""
-    add_parser(sub).set_defaults(run=run)
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
-               ) -> argparse.ArgumentParser:
+    """Add ``review`` to ``sub`` (the ``dream-memory`` program's subcommands)."""
     p = sub.add_parser(
         "review",
         parents=[route_options()],
@@ -89,7 +84,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     p.add_argument("--ssl-certfile", metavar="FILE", help="serve https with this certificate")
     p.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's private key")
-    return p
+    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
