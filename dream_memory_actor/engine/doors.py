@@ -42,6 +42,9 @@ class MemoryBackend(abc.ABC):
     """The memory operations the doors need, each with the owner first."""
 
     settings: MemorySettings
+    #: Where the operations go, for people: ``"storage"`` (opened in this process) or
+    #: ``"system NAME"`` (a running memory system).
+    route: str
 
     @abc.abstractmethod
     async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
@@ -89,6 +92,8 @@ class LocalBackend(MemoryBackend):
     service's. What leaves a chat window, and a conversation's last window when it
     ends, is extracted here, in the server process, before the tool answers.
     """
+
+    route = "storage"
 
     def __init__(self, engine: MemoryEngine, service: ExtractionService | None = None,
                  *, owns_engine: bool = False) -> None:

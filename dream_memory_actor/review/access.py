@@ -10,8 +10,8 @@ from starlette.responses import RedirectResponse, Response
 
 from .. import validation as check
 from ..engine.auth import LOCAL, Grant, TokenMap
+from ..engine.doors import MemoryBackend
 from ..errors import DreamMemoryError
-from .backend import ReviewBackend
 from .sessions import (
     COOKIE,
     LOGIN_COOKIE,
@@ -28,7 +28,7 @@ from .web import page, read_form, same_origin, set_cookie, status_of, wants_frag
 class Review:
     """The app's state: where decisions go, who may log in, and the live sessions."""
 
-    backend: ReviewBackend
+    backend: MemoryBackend
     tokens: TokenMap | None
     sessions: SessionStore
     #: owners listed on the overview for a token granting every owner ("*")

@@ -169,13 +169,17 @@ async def _serve(
 ) -> None:
     import uvicorn
 
+    from ..engine.doors import LocalBackend, MemoryBackend
     from .app import create_app
-    from .backend import EngineReview, ReviewBackend, SystemReview
     from .sessions import SessionStore
 
-    backend: ReviewBackend = (
-        SystemReview.connect(system, ray_address) if system else await EngineReview.open(settings)
-    )
+    backend: MemoryBackend
+    if system:
+        from ..runtime.doors import RayBackend
+
+        backend = RayBackend.connect(system, ray_address)
+    else:
+        backend = await LocalBackend.open(settings)
     try:
         app = create_app(backend, tokens, owners=owners, sessions=SessionStore(idle_s=idle_s),
                          allowed_hosts=allowed_hosts)

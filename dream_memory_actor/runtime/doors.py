@@ -35,6 +35,7 @@ class RayBackend(MemoryBackend):
     def __init__(self, system: MemorySystem) -> None:
         self.system = system
         self.settings = system.settings
+        self.route = f"system {system.name}"
         self._metrics = get_metrics()
 
     @classmethod
