@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..config import MemorySettings
 from ..engine.doors import LocalBackend, MemoryBackend
 from ..errors import InvalidInput, InvalidQuery
 from ..process import route_options
@@ -70,28 +71,14 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 def with_memory(args: argparse.Namespace, fn: Callable[[MemoryBackend], Awaitable[T]]) -> T:
     """Run ``fn`` on the memory: the running system ``args.system`` if one is named,
     else the configured storage opened in this process (and closed again)."""
-    if getattr(args, "system", None):
-        from ..runtime import MemorySystem
-        from ..runtime.doors import RayBackend
-
-        system = MemorySystem.connect(args.system, ray_address=args.route_ray_address)
-
-        async def remote() -> T:
-            return await fn(RayBackend(system))
-
-        return asyncio.run(remote())
-
     async def go() -> T:
-        from ..config import MemorySettings
-        from ..engine import MemoryEngine
-        from ..extraction.rules import RuleBasedExtractor
-        from ..extraction.service import ExtractionService
+        backend: MemoryBackend
+        if getattr(args, "system", None):
+            from ..runtime.doors import RayBackend
 
-        engine = await MemoryEngine.open(MemorySettings())
-        # the commands decide and read; the rule-based extractor is never called here
-        service = ExtractionService(engine, engine.structured, RuleBasedExtractor(),
-                                    engine.settings)
-        backend = LocalBackend(engine, service, owns_engine=True)
+            backend = RayBackend.connect(args.system, args.route_ray_address)
+        else:
+            backend = await LocalBackend.open(MemorySettings())
         try:
             return await fn(backend)
         finally:
