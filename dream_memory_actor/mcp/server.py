@@ -42,6 +42,7 @@ from ..engine.auth import LOCAL, AccessDenied, Grant, TokenMap, hash_token, is_l
 from ..engine.doors import LocalBackend, MemoryBackend
 from ..errors import ConfigurationError, DreamMemoryError
 from ..metrics import get_metrics
+from ..process import version
 from .params import document, plain, plain_schema
 from .tools import TOOLS, Door, ToolEntry
 
@@ -59,18 +60,6 @@ INSTRUCTIONS = (
     "later with store and find it with search. Send the conversation with "
     "append_messages and end_conversation so that what the user said is extracted; "
     "uncertain extractions wait for a person in list_pending.")
-
-
-def server_version() -> str:
-    """The installed package's version (its metadata), else the package's own."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("dream-memory-actor")
-    except PackageNotFoundError:
-        from .. import __version__
-
-        return __version__
 
 
 class _Verifier:
@@ -175,7 +164,7 @@ def build_server(backend: MemoryBackend, token_map: TokenMap | None = None, *,
 
     door = Door(backend, grant)
     server: MCPServer = MCPServer(
-        SERVER_NAME, title="dream-memory", version=server_version(),
+        SERVER_NAME, title="dream-memory", version=version(),
         description="Shared long-term memory for LLM agents: rules, facts, status, "
                     "semantic search and a human-in-the-loop queue.",
         instructions=INSTRUCTIONS, auth=auth, token_verifier=verifier, log_level="WARNING",
