@@ -65,7 +65,6 @@ class OwnerHolder(abc.ABC):
         self._extraction: ExtractionService | None = None
         #: Background extractions of overflowing chat windows, per owner.
         self._extracting: dict[str, set[asyncio.Task[None]]] = {}
-        self._extraction_failures = 0
         self._follower = Follower(self._held, self._all_held)
 
     async def _open(self) -> MemoryEngine:
@@ -204,7 +203,7 @@ class OwnerHolder(abc.ABC):
                               messages: Sequence[ChatMessage], op_id: str | None = None
                               ) -> ChatAppend:
         """Append to the (owner, conversation) window; what leaves it is extracted in the
-        background (an extraction failure is counted and logged, the append stands).
+        background (an extraction failure is logged, the append stands).
 
         The background extraction holds the owner as a call does, taken over before
         this call lets go: a busy owner is not passivated (sharded), and passivating
@@ -230,8 +229,7 @@ class OwnerHolder(abc.ABC):
             async with self._use(owner):
                 held.set()
                 await self._extract_quietly(svc, owner, messages)
-        except Exception:  # could not hold the owner (shutting down): counted, logged
-            self._extraction_failures += 1
+        except Exception:  # could not hold the owner (shutting down): logged
             log.exception("extraction for owner %r could not start", owner)
         finally:
             held.set()
@@ -248,10 +246,8 @@ class OwnerHolder(abc.ABC):
         try:
             await svc.extract(owner, messages)
         except ExtractionError as exc:
-            self._extraction_failures += 1
             log.warning("extraction for owner %r failed: %s", owner, exc)
         except Exception:  # never lost silently: the task has no one awaiting it
-            self._extraction_failures += 1
             log.exception("extraction for owner %r failed", owner)
 
     async def flush_extractions(self, owner: str) -> int:
@@ -274,7 +270,6 @@ class OwnerHolder(abc.ABC):
         try:
             return await svc.extract(owner, window)
         except ExtractionError:
-            self._extraction_failures += 1
             async with self._use(owner):
                 await svc.append_messages(owner, conversation, window)
             raise
@@ -283,11 +278,7 @@ class OwnerHolder(abc.ABC):
         """Extract from ``messages`` now and apply the result through the gate."""
         async with self._use(owner):
             svc = await self._service()
-        try:
-            return await svc.extract(owner, messages)
-        except ExtractionError:
-            self._extraction_failures += 1
-            raise
+        return await svc.extract(owner, messages)
 
     async def confirm(self, owner: str, pending_id: str, by: str, edited_content: str | None
                       ) -> HitlDecision:
@@ -304,13 +295,6 @@ class OwnerHolder(abc.ABC):
         async with self._use(owner):
             svc = await self._service()
             return await svc.audit(owner, limit=limit)
-
-    async def extraction_stats(self) -> dict[str, Any]:
-        """This actor's extraction totals (outcomes, failures, tokens, cost)."""
-        out: dict[str, Any] = {} if self._extraction is None else self._extraction.stats()
-        out["background_failures"] = self._extraction_failures
-        out["background_running"] = sum(len(t) for t in self._extracting.values())
-        return out
 
 
 def _lineage(mem: OwnerMemory, snap: MemorySnapshot) -> str:
