@@ -147,56 +147,43 @@ def serve(
         raise ConfigurationError("--ssl-certfile and --ssl-keyfile go together")
     if ssl[0] and not os.path.exists(ssl[0]):
         raise ConfigurationError(f"no certificate file {ssl[0]!r}")
-    from .app import LOOPBACK_HOSTS
-
-    names = [*LOOPBACK_HOSTS, *([] if host in ("0.0.0.0", "::", "") else [host]),
-             *allowed_hosts]
-    asyncio.run(_serve(settings, host, port, tokens, system, ray_address, owners, idle_s, ssl,
-                       names))
-
-
-async def _serve(
-    settings: Any,
-    host: str,
-    port: int,
-    tokens: Any,
-    system: str | None,
-    ray_address: str | None,
-    owners: Sequence[str],
-    idle_s: float,
-    ssl: tuple[str | None, str | None],
-    allowed_hosts: Sequence[str],
-) -> None:
     import uvicorn
 
     from ..engine.doors import LocalBackend, MemoryBackend
-    from .app import create_app
+    from .app import LOOPBACK_HOSTS, create_app
     from .sessions import SessionStore
 
-    backend: MemoryBackend
-    if system:
-        from ..runtime.doors import RayBackend
+    names = [*LOOPBACK_HOSTS, *([] if host in ("0.0.0.0", "::", "") else [host]),
+             *allowed_hosts]
 
-        backend = RayBackend.connect(system, ray_address)
-    else:
-        backend = await LocalBackend.open(settings)
-    try:
-        app = create_app(backend, tokens, owners=owners, sessions=SessionStore(idle_s=idle_s),
-                         allowed_hosts=allowed_hosts)
-        scheme = "https" if ssl[0] else "http"
-        print(
-            f"review pages on {scheme}://{host}:{port}/ (decisions through the {backend.route})",
-            flush=True,
-        )
-        config = uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_level="warning",
-            lifespan="off",
-            ssl_certfile=ssl[0],
-            ssl_keyfile=ssl[1],
-        )
-        await uvicorn.Server(config).serve()
-    finally:
-        await backend.close()
+    async def run() -> None:
+        backend: MemoryBackend
+        if system:
+            from ..runtime.doors import RayBackend
+
+            backend = RayBackend.connect(system, ray_address)
+        else:
+            backend = await LocalBackend.open(settings)
+        try:
+            app = create_app(backend, tokens, owners=owners,
+                             sessions=SessionStore(idle_s=idle_s), allowed_hosts=names)
+            scheme = "https" if ssl[0] else "http"
+            print(
+                f"review pages on {scheme}://{host}:{port}/ (decisions through the "
+                f"{backend.route})",
+                flush=True,
+            )
+            config = uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                lifespan="off",
+                ssl_certfile=ssl[0],
+                ssl_keyfile=ssl[1],
+            )
+            await uvicorn.Server(config).serve()
+        finally:
+            await backend.close()
+
+    asyncio.run(run())
