@@ -36,16 +36,14 @@ defaults to ``false`` (no tokenizer thread pool, no fork warnings under Ray).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError, EmbeddingError, missing_dependency, require
-from .base import check_embeddable, checked_rows, texts_of
+from .base import InProcessEmbedder, checked_rows
 from .calibration import IDENTITY, shipped_calibration
 
 __all__ = ["BUNDLED_MODEL_NAMES", "LocalEmbedder"]
@@ -167,7 +165,7 @@ def load_model(kind: str, target: str, what: str, **options: Any
         return entry
 
 
-class LocalEmbedder:
+class LocalEmbedder(InProcessEmbedder):
     """sentence-transformers in this process; normalized vectors (see the module doc)."""
 
     def __init__(self, model_name: str) -> None:
@@ -194,9 +192,6 @@ class LocalEmbedder:
                 )
         self.dim = dim
 
-    def __repr__(self) -> str:
-        return f"LocalEmbedder(model={self.model!r}, dim={self.dim})"
-
     def _load(self) -> tuple[Any, threading.Lock]:
         return load_model("SentenceTransformer", self._target, "the sentence-transformers model")
 
@@ -210,14 +205,7 @@ class LocalEmbedder:
             )
         return model, lock
 
-    async def load(self) -> None:
-        """Load the model now (in a worker thread) instead of on the first ``embed``."""
-        try:
-            await asyncio.to_thread(self._loaded)
-        except ConfigurationError as exc:
-            raise EmbeddingError(str(exc)) from exc
-
-    def _encode(self, texts: list[str]) -> list[list[float]]:
+    def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
         model, lock = self._loaded()
         with lock:
             array = model.encode(
@@ -228,18 +216,3 @@ class LocalEmbedder:
                 show_progress_bar=False,
             )
         return checked_rows(array, self.dim, self.model)
-
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One normalized vector per text, in order; ``EmbeddingError`` on failure."""
-        batch = texts_of(texts)
-        if not batch:
-            return []
-        check_embeddable(batch)
-        try:
-            return await asyncio.to_thread(self._encode, batch)
-        except EmbeddingError:
-            raise
-        except ConfigurationError as exc:  # the model could not be loaded
-            raise EmbeddingError(str(exc)) from exc
-        except Exception as exc:
-            raise EmbeddingError(f"local model {self.model!r} failed: {exc}") from exc
