@@ -1,17 +1,5 @@
-"""``dream-memory review``: serve the review pages.
-
-::
-
-    dream-memory review                                   # http://127.0.0.1:8780, local user
-    dream-memory review --tokens tokens.json --system prod --host 0.0.0.0 \\
-        --ssl-certfile cert.pem --ssl-keyfile key.pem
-
-Decisions go through the running memory system ``--system NAME`` (or
-``DREAM_MEMORY_SYSTEM``) when one is named, otherwise through the storage opened in
-this process. ``--tokens`` (default ``$DREAM_MEMORY_MCP_TOKENS``) is the MCP server's
-token map: each token sees and decides only its owners. Without one the pages serve
-the local user and may only be bound to a loopback address.
-"""
+"""``dream-memory review``: serve the review pages (what it does and its options:
+:data:`HELP`, its ``--help``)."""
 
 from __future__ import annotations
 

@@ -19,14 +19,14 @@ import abc
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 import ray
 
 from ..engine import MemoryEngine, operations
+from ..engine.doors import LocalBackend
 from ..errors import ExtractionError
-from ..extraction import ExtractionReport, ExtractionService, HitlDecision, open_extractor
+from ..extraction import ExtractionReport, ExtractionService, open_extractor
 from ..metrics import get_metrics
 from ..models import (
     AuditAction,
@@ -63,6 +63,7 @@ class OwnerHolder(abc.ABC):
         self._engine: MemoryEngine | None = None
         self._opening = asyncio.Lock()
         self._extraction: ExtractionService | None = None
+        self._backend: LocalBackend | None = None
         #: Background extractions of overflowing chat windows, per owner.
         self._extracting: dict[str, set[asyncio.Task[None]]] = {}
         self._follower = Follower(self._held, self._all_held)
@@ -176,11 +177,6 @@ class OwnerHolder(abc.ABC):
                 f"{what} in a memory system needs a shared storage (postgres or redis): "
                 "backend 'memory' keeps L1 in the owner actors and L2 in the VectorIndex")
 
-    async def snapshot_as_of(self, owner: str, at: datetime) -> MemorySnapshot:
-        """What the owner held at ``at`` (rules, facts, status), read from the backend."""
-        async with self._use(owner):
-            return await (await self._open()).snapshot(owner, as_of=at)
-
     async def ping(self) -> None:
         """A no-op (benchmarks compare against it; the registry probes with it)."""
         return None
@@ -198,6 +194,12 @@ class OwnerHolder(abc.ABC):
                 self._extraction = ExtractionService(_OwnerWriter(self), engine.structured,
                                                      extractor, self._spec.settings)
         return self._extraction
+
+    async def _local(self) -> LocalBackend:
+        """This actor's engine and extraction service as a process of its own serves them."""
+        if self._backend is None:
+            self._backend = LocalBackend(await self._open(), await self._service())
+        return self._backend
 
     async def append_messages(self, owner: str, conversation: str,
                               messages: Sequence[ChatMessage], op_id: str | None = None
@@ -280,22 +282,6 @@ class OwnerHolder(abc.ABC):
             svc = await self._service()
         return await svc.extract(owner, messages)
 
-    async def confirm(self, owner: str, pending_id: str, by: str, edited_content: str | None
-                      ) -> HitlDecision:
-        async with self._use(owner):
-            svc = await self._service()
-        return await svc.confirm(owner, pending_id, by=by, edited_content=edited_content)
-
-    async def reject(self, owner: str, pending_id: str, by: str) -> HitlDecision:
-        async with self._use(owner):
-            svc = await self._service()
-        return await svc.reject(owner, pending_id, by=by)
-
-    async def audit(self, owner: str, limit: int) -> list[AuditEntry]:
-        async with self._use(owner):
-            svc = await self._service()
-            return await svc.audit(owner, limit=limit)
-
 
 def _lineage(mem: OwnerMemory, snap: MemorySnapshot) -> str:
     """What a reader's cached copy is valid for besides the version: this live instance
@@ -350,19 +336,22 @@ def _writer_method(op: operations.Operation[Any, Any]) -> Any:
     return method
 
 
-def _read_method(op: operations.Operation[Any, Any]) -> Any:
-    """A read of the engine's, holding the owner as a call does."""
+def _owner_method(op: operations.Operation[Any, Any]) -> Any:
+    """An owner operation served as a process of its own serves it (``LocalBackend``,
+    over this actor's engine and extraction service), holding the owner as a call does."""
 
     async def method(self: OwnerHolder, owner: str, *values: Any) -> Any:
         async with self._use(owner):
-            return await getattr(await self._open(), op.name)(owner, **op.named(values))
+            return await (await self._local()).perform(op, owner, (), op.named(values))
 
     return method
 
 
-# The described operations this actor serves that need nothing of their own here:
-# an L2 write goes through the owner's writer, the owner's other reads to the engine.
+# The described operations this actor serves that need nothing of their own here: an
+# L2 write goes through the owner's writer, the owner's other operations (the history,
+# a past snapshot, the decisions on pending items and their audit trail) as in a
+# process of its own.
 for _op in operations.serving("writer", "owner"):
     if _op.name not in vars(OwnerHolder):
         _op.install(OwnerHolder, _writer_method(_op) if _op.serves == "writer"
-                    else _read_method(_op))
+                    else _owner_method(_op))
