@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from ..errors import DreamMemoryError
 from ..process import quiet_platform_warnings, version
@@ -75,8 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.global_system is not None and getattr(args, "system", None) is None:
         args.system = args.global_system
-    handled: Any = ops.run(args)
-    return 2 if handled is None else int(handled)
+    return ops.run(args)
 
 
 def run_mcp(argv: list[str]) -> int:

@@ -80,14 +80,10 @@ def register(sub: Subparsers) -> None:
     system.set_defaults(run=_system)
 
 
-def run(args: argparse.Namespace) -> int | None:
-    """Run the subcommand in ``args``; ``None`` if it has no handler."""
-    handler = getattr(args, "run", None)
-    if handler is None:
-        return None
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand in ``args`` (each one's parser names its handler)."""
     try:
-        result: int = handler(args)
-        return result
+        return int(args.run(args))
     except DreamMemoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -194,13 +194,10 @@ class DreamMemoryStore(BaseStore):
     async def _open(self) -> Any:
         async with self._opening:  # concurrent first calls open one memory
             if self._engine is None:
-                self._engine = await self._open_engine()
+                from ..engine import MemoryEngine
+
+                self._engine = await MemoryEngine.open(self.settings, embedder=self._embedder)
             return self._engine
-
-    async def _open_engine(self) -> Any:
-        from ..engine import MemoryEngine
-
-        return await MemoryEngine.open(self.settings, embedder=self._embedder)
 
     def close(self) -> None:
         """Close the memory and stop the store's thread. Safe to call twice."""

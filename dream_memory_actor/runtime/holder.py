@@ -4,7 +4,7 @@
 comes back empty and reloads each owner from the backend on first use: nothing
 acknowledged is lost, since every write was written through before it was
 acknowledged. Subclasses (``owner_actor``) say where an owner's
-:class:`~.owner.OwnerMemory` lives: ``_use`` and ``_live``. Once its engine is
+:class:`~.owner.OwnerMemory` lives: ``_use``, ``_held`` and ``_used``. Once its engine is
 open, each actor follows the store's change feed (``follow``): an owner written
 behind it (by the CLI, another engine) is reloaded within moments.
 
@@ -84,19 +84,26 @@ class OwnerHolder(abc.ABC):
         """An async context manager yielding the owner's OwnerMemory (activated if needed)."""
 
     @abc.abstractmethod
-    def _live(self, owner: str) -> OwnerMemory | None:
-        """The owner's memory if it is live here (recording the use), else ``None``."""
-
-    @abc.abstractmethod
     def _held(self, owner: str) -> OwnerMemory | None:
         """The owner's memory if it is live here, without recording a use."""
+
+    @abc.abstractmethod
+    def _used(self, owner: str) -> None:
+        """Record a use of ``owner``, live here: what keeps it from passivation as idle."""
+
+    def _live(self, owner: str) -> OwnerMemory | None:
+        """The owner's memory if it is live here (recording the use), else ``None``."""
+        mem = self._held(owner)
+        if mem is not None:
+            self._used(owner)
+        return mem
 
     @abc.abstractmethod
     def _all_held(self) -> Iterable[OwnerMemory]:
         """Every owner memory live here (none recorded as used)."""
 
-    async def _close(self) -> None:
-        """Stop following the change feed and close the engine (``close`` of the actors)."""
+    async def close(self) -> None:
+        """Stop following the change feed and close the engine."""
         await self._follower.close()
         if self._engine is not None:
             await self._engine.close()
