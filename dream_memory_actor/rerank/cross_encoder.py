@@ -27,7 +27,6 @@ from typing import Any
 
 from ..embedding.local import load_model
 from ..errors import ConfigurationError, RerankError, require
-from .scores import checked_scores
 
 __all__ = ["BATCH_SIZE", "CrossEncoderReranker"]
 
@@ -71,7 +70,7 @@ class CrossEncoderReranker:
         if getattr(scores, "ndim", 1) != 1:
             raise RerankError(f"cross-encoder {self.model!r} gives {scores.shape[-1]} labels per "
                               "pair; a reranker needs a model with one")
-        return checked_scores([float(s) for s in scores], len(documents), self.model)
+        return [float(s) for s in scores]  # checked with every reranker's (rerank_hits)
 
     async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
         """One relevance score per document, in the documents' order."""
