@@ -19,6 +19,7 @@ import abc
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import ray
@@ -80,8 +81,8 @@ class OwnerHolder(abc.ABC):
         return self._engine
 
     @abc.abstractmethod
-    def _use(self, owner: str) -> Any:
-        """An async context manager yielding the owner's OwnerMemory (activated if needed)."""
+    def _use(self, owner: str) -> AbstractAsyncContextManager[OwnerMemory]:
+        """The owner's memory (activated if needed), counted as busy while in use."""
 
     @abc.abstractmethod
     def _held(self, owner: str) -> OwnerMemory | None:
@@ -145,8 +146,7 @@ class OwnerHolder(abc.ABC):
     async def apply(self, owner: str, ops: Sequence[L1Op], op_id: str | None
                     ) -> MemorySnapshot:
         async with self._use(owner) as mem:
-            snap: MemorySnapshot = await mem.apply(ops, op_id)
-            return snap
+            return await mem.apply(ops, op_id)
 
     async def forget(self, owner: str, by: str, op_id: str | None) -> Tombstone:
         """Erase the owner. Its background extractions are cancelled first: what they
@@ -155,8 +155,7 @@ class OwnerHolder(abc.ABC):
             task.cancel()
         await self.flush_extractions(owner)
         async with self._use(owner) as mem:
-            tombstone: Tombstone = await mem.forget(by, op_id)
-            return tombstone
+            return await mem.forget(by, op_id)
 
     async def export(self, owner: str) -> list[str]:
         """The owner's export document, read while no write of the owner runs. The
@@ -308,22 +307,18 @@ class _OwnerWriter:
 
     async def snapshot(self, owner: str) -> MemorySnapshot:
         async with self._holder._use(owner) as mem:
-            snap: MemorySnapshot = await mem.snapshot()
-            return snap
+            return await mem.snapshot()
 
     async def apply(self, owner: str, ops: Sequence[L1Op], *, op_id: str | None = None
                     ) -> MemorySnapshot:
         async with self._holder._use(owner) as mem:
-            snap: MemorySnapshot = await mem.apply(ops, op_id)
-            return snap
+            return await mem.apply(ops, op_id)
 
     async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
                      edited: str | None = None, op_id: str | None = None
                      ) -> tuple[MemorySnapshot, AuditEntry] | None:
         async with self._holder._use(owner) as mem:
-            done: tuple[MemorySnapshot, AuditEntry] | None = await mem.decide(
-                pending_id, action, by, edited, op_id)
-            return done
+            return await mem.decide(pending_id, action, by, edited, op_id)
 
     async def store(self, owner: str, content: str, *,
                     metadata: Mapping[str, Any] | None = None, op_id: str | None = None
