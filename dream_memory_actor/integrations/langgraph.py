@@ -517,11 +517,9 @@ def _under(namespace: tuple[str, ...], prefix: tuple[str, ...]) -> bool:
 
 def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
     path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    pairs = (zip(namespace, path, strict=False) if condition.match_type == "prefix"
-             else zip(reversed(namespace), reversed(path), strict=False))
-    return all(p == "*" or n == p for n, p in pairs)
+    if condition.match_type == "prefix":
+        return _under(namespace, path)
+    return _under(namespace[::-1], path[::-1])
 
 
 def _matches(value: dict[str, Any], filters: dict[str, Any]) -> bool:
