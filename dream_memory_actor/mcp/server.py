@@ -18,11 +18,9 @@ a traceback.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import socket
-from collections.abc import Iterator
 from typing import Any, Literal
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -77,15 +75,6 @@ class _Verifier:
                            claims={_OWNERS_CLAIM: sorted(grant.owners)})
 
 
-@contextlib.contextmanager
-def _tool_errors() -> Iterator[None]:
-    """Our errors -> an MCP tool error with a clear message (no traceback, no chain)."""
-    try:
-        yield
-    except DreamMemoryError as exc:
-        raise ToolError(public_message(exc)) from None
-
-
 def public_message(exc: BaseException) -> str:
     """``"<ErrorType>: <message>"`` without any traceback text.
 
@@ -104,12 +93,6 @@ def public_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def _annotations(entry: ToolEntry) -> ToolAnnotations:
-    return ToolAnnotations(readOnlyHint=entry.effect == "read",
-                           destructiveHint=entry.effect == "destructive",
-                           idempotentHint=entry.idempotent, openWorldHint=False)
-
-
 def make_tool(entry: ToolEntry, door: Door, settings: MemorySettings) -> Tool:
     """The SDK tool of ``entry``: its function with the door bound, errors made tool
     errors, each call counted; parameters described and bounded, descriptions plain."""
@@ -120,10 +103,11 @@ def make_tool(entry: ToolEntry, door: Door, settings: MemorySettings) -> Tool:
     async def run(**kwargs: Any) -> Any:
         ok = False
         try:
-            with _tool_errors():
-                result = await fn(door, **kwargs)
+            result = await fn(door, **kwargs)
             ok = True
             return result
+        except DreamMemoryError as exc:  # a tool error with a clear message, no traceback
+            raise ToolError(public_message(exc)) from None
         finally:
             metrics.tool_call(entry.name, ok, known)
 
@@ -133,7 +117,10 @@ def make_tool(entry: ToolEntry, door: Door, settings: MemorySettings) -> Tool:
     run.__doc__ = fn.__doc__
     tool = Tool.from_function(run, name=entry.name, title=entry.title,
                               description=plain(inspect.cleandoc(fn.__doc__ or "")),
-                              annotations=_annotations(entry))
+                              annotations=ToolAnnotations(
+                                  readOnlyHint=entry.effect == "read",
+                                  destructiveHint=entry.effect == "destructive",
+                                  idempotentHint=entry.idempotent, openWorldHint=False))
     document(tool.parameters, settings, entry.params)
     plain_schema(tool.parameters)
     if tool.output_schema is not None:
