@@ -70,6 +70,12 @@ class Grant:
         if refused:
             raise AccessDenied(f"this token may not access owner(s) {refused}")
 
+    def owner(self, owner: object) -> str:
+        """``owner`` checked (``InvalidOwnerId``) and granted (``AccessDenied``)."""
+        checked = check.owner_id(owner)
+        self.check([checked])
+        return checked
+
 
 #: The grant without tokens: the local user owns the process.
 LOCAL = Grant(name="local", owners=frozenset({ALL_OWNERS}))

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import validation as check
 from ..engine.auth import LOCAL, Grant, TokenMap
 from ..engine.doors import MemoryBackend
 from ..errors import DreamMemoryError
@@ -59,12 +58,6 @@ def with_session(response: Response, request: Request, session: Session) -> Resp
     if request.cookies.get(COOKIE) != session.id:
         set_cookie(response, request, COOKIE, session.id)
     return response
-
-
-def granted_owner(session: Session, owner: str) -> str:
-    checked = check.owner_id(owner)
-    session.grant.check([checked])
-    return checked
 
 
 def refusal(request: Request, exc: BaseException, session: Session | None = None) -> Response:

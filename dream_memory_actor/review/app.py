@@ -33,7 +33,6 @@ from . import decisions
 from .access import (
     Review,
     current_session,
-    granted_owner,
     login,
     login_page,
     logout,
@@ -152,7 +151,7 @@ async def owner_page(request: Request) -> Response:
     session = None
     try:
         session = current_session(review, request)
-        owner = granted_owner(session, request.path_params["owner"])
+        owner = session.grant.owner(request.path_params["owner"])
         context = await _owner_context(review, session, owner, request)
     except DreamMemoryError as exc:
         return refusal(request, exc, session)
@@ -169,7 +168,7 @@ async def decide(request: Request) -> Response:
     pending_id = request.path_params["pending_id"]
     try:
         session = current_session(review, request)
-        owner = granted_owner(session, request.path_params["owner"])
+        owner = session.grant.owner(request.path_params["owner"])
         check.ids([pending_id], "pending item id")
         same_origin(request)
         form = await read_form(request)
