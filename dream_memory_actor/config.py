@@ -18,7 +18,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -32,6 +39,8 @@ from .scoring import Weights
 
 BACKENDS = ("memory", "postgres", "redis")
 PLACEMENTS = ("dedicated", "sharded")
+#: The settings that take one of a few names, and the names.
+CHOICES = {"backend": BACKENDS, "placement": PLACEMENTS, "rerank_on_error": ("fallback", "raise")}
 
 
 def default_data_dir() -> Path:
@@ -158,32 +167,16 @@ class MemorySettings(BaseSettings):
         except ValidationError as exc:
             raise ConfigurationError(f"invalid settings: {_problems(exc)}") from None
 
-    @field_validator("backend")
+    @field_validator(*CHOICES)
     @classmethod
-    def _known_backend(cls, value: str) -> str:
+    def _known(cls, value: str, info: ValidationInfo) -> str:
         # Not a ValueError on purpose: pydantic lets it through unwrapped, so the
         # caller sees our typed error rather than a pydantic ValidationError.
-        if value not in BACKENDS:
-            raise UnsupportedBackend(
-                f"unsupported backend {value!r}; choose one of: {', '.join(BACKENDS)}"
-            )
-        return value
-
-    @field_validator("placement")
-    @classmethod
-    def _known_placement(cls, value: str) -> str:
-        if value not in PLACEMENTS:
-            raise ConfigurationError(
-                f"unsupported placement {value!r}; choose one of: {', '.join(PLACEMENTS)}"
-            )
-        return value
-
-    @field_validator("rerank_on_error")
-    @classmethod
-    def _known_on_error(cls, value: str) -> str:
-        if value not in ("fallback", "raise"):
-            raise ConfigurationError(
-                f"unsupported rerank_on_error {value!r}; choose one of: fallback, raise")
+        name = info.field_name or ""
+        if value not in CHOICES[name]:
+            error = UnsupportedBackend if name == "backend" else ConfigurationError
+            raise error(f"unsupported {name} {value!r}; choose one of: "
+                        f"{', '.join(CHOICES[name])}")
         return value
 
     @field_validator("postgres_schema", "redis_prefix")

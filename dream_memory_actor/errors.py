@@ -43,6 +43,8 @@ translated at the boundary and chained (``raise ... from exc``)::
 
 from __future__ import annotations
 
+import importlib.util
+
 
 class DreamMemoryError(Exception):
     """Base class of every error raised by dream-memory-actor."""
@@ -208,6 +210,17 @@ class MalformedExtraction(ExtractionError):
 
 class ExtractionUnavailable(ExtractionError):
     """The extraction model could not answer in time: timeout, rate limit, 5xx, no connection."""
+
+
+def require(module: str, extra: str) -> None:
+    """``MissingDependency`` naming ``extra`` unless ``module`` is installed (looked up,
+    not imported: instant, where importing a model's stack takes seconds)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+        found = False
+    if not found:
+        raise missing_dependency(module, extra)
 
 
 def missing_dependency(module: str, extra: str) -> MissingDependency:

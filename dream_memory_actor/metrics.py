@@ -130,13 +130,13 @@ class _RayBound:
         self._metric.observe(value, tags=self._tags or None)
 
 
-class _RayMetric:
+class _RayMetric(_RayBound):
+    """A ``ray.util.metrics`` metric: used as it is without labels, or through ``labels``."""
+
     def __init__(self, metric: Any, kind: str, label_names: Sequence[str]) -> None:
-        self._metric = metric
-        self._kind = kind
+        super().__init__(metric, kind, {})
         self._names = tuple(label_names)
         self._bound: dict[tuple[str, ...], _RayBound] = {}
-        self._plain = _RayBound(metric, kind, {})
 
     def labels(self, *values: str) -> _RayBound:
         b = self._bound.get(values)
@@ -144,18 +144,6 @@ class _RayMetric:
             b = self._bound[values] = _RayBound(self._metric, self._kind,
                                                dict(zip(self._names, values, strict=True)))
         return b
-
-    def inc(self, amount: float = 1.0) -> None:
-        self._plain.inc(amount)
-
-    def dec(self, amount: float = 1.0) -> None:
-        self._plain.dec(amount)
-
-    def set(self, value: float) -> None:
-        self._plain.set(value)
-
-    def observe(self, value: float) -> None:
-        self._plain.observe(value)
 
 
 def _factory(mode: str, registry: Any) -> Any:

@@ -1,6 +1,15 @@
 """What every entry point (the CLI, the MCP server, the review page) shares about its
-process: the installed version, the environment variable naming the running memory
-system, the platform notes it silences, and a clean exit on SIGTERM.
+process: the installed version, the running memory system it goes through (named by an
+environment variable, or by the routing options), the platform notes it silences, and
+a clean exit on SIGTERM.
+
+A memory system's owner actors hold their owners' snapshots; a command that writes
+through the system (``--system NAME``, or ``DREAM_MEMORY_SYSTEM``) is applied by the
+actor that holds the owner, so agents read it at once. Without a system named, the
+command opens the storage in this process (no Ray import): the owner actors learn of
+the write from the store's change feed (``storage.changes``). The system is joined on
+the Ray cluster at ``--ray-address`` (default ``$RAY_ADDRESS``, else ``auto``: the one
+of this node).
 
 SIGTERM is the signal systemd, Docker and Kubernetes send to stop a process.
 Python's default for SIGTERM ends the process at once: no ``finally`` block and no
@@ -13,6 +22,8 @@ and raises it again once it has stopped, which then reaches this handler.
 
 from __future__ import annotations
 
+import argparse
+import os
 import signal
 import threading
 import warnings
@@ -23,6 +34,18 @@ __version__ = "0.1.0"
 
 #: The environment variable naming the running memory system the doors go through.
 SYSTEM_ENV = "DREAM_MEMORY_SYSTEM"
+
+
+def route_options() -> argparse.ArgumentParser:
+    """A parent parser with ``--system`` and ``--ray-address`` (see the module docstring)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--system", default=os.environ.get(SYSTEM_ENV) or None, metavar="NAME",
+                   help=f"go through the running memory system NAME (default: ${SYSTEM_ENV}; "
+                        "none: open the storage in this process)")
+    p.add_argument("--ray-address", dest="route_ray_address", metavar="ADDRESS",
+                   default=os.environ.get("RAY_ADDRESS") or "auto",
+                   help="the Ray cluster of --system (default: $RAY_ADDRESS, else auto)")
+    return p
 
 
 def version() -> str:

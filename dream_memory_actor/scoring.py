@@ -279,7 +279,8 @@ def rank(
     ``query_terms``; ``None``: every term 1) weight the keyword share.
     """
     # The formulas above, inlined: this loop runs for every candidate of every search
-    # (~80 each), and Scored objects are made only for the ``limit`` returned.
+    # (~80 each; calling the functions instead doubled its time, 0.6 -> 1.3 ms for 80
+    # texts of 30 words), and Scored objects are made only for the ``limit`` returned.
     rows: list[tuple[float, float, str, Candidate, float | None, float, float]] = []
     seen: set[str] = set()
     n_terms = len(query_terms)

@@ -3,7 +3,7 @@ open, and short ids.
 
 A command module (``ops``, ``memory``, ...) has a ``register(sub)`` that adds
 its subcommands to ``sub`` and gives each a handler with ``set_defaults(run=...)``;
-``cli.COMMAND_MODULES`` lists the modules.
+the ``dream-memory`` program (``cli``) calls each one's.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..config import MemorySettings
 from ..engine.doors import LocalBackend, MemoryBackend
 from ..errors import InvalidInput, InvalidQuery
-from . import route
+from ..process import route_options
 
 T = TypeVar("T")
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def owner_option() -> argparse.ArgumentParser:
 
 def memory_options() -> list[argparse.ArgumentParser]:
     """The parents of a command on one owner's memory: --json, --owner, --system."""
-    return [json_option(), owner_option(), route.route_options()]
+    return [json_option(), owner_option(), route_options()]
 
 
 def default_by() -> str:
@@ -71,28 +72,14 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 def with_memory(args: argparse.Namespace, fn: Callable[[MemoryBackend], Awaitable[T]]) -> T:
     """Run ``fn`` on the memory: the running system ``args.system`` if one is named,
     else the configured storage opened in this process (and closed again)."""
-    if getattr(args, "system", None):
-        from ..runtime import MemorySystem
-        from ..runtime.doors import RayBackend
-
-        system = MemorySystem.connect(args.system, ray_address=args.route_ray_address)
-
-        async def remote() -> T:
-            return await fn(RayBackend(system))
-
-        return asyncio.run(remote())
-
     async def go() -> T:
-        from ..config import MemorySettings
-        from ..engine import MemoryEngine
-        from ..extraction.rules import RuleBasedExtractor
-        from ..extraction.service import ExtractionService
+        backend: MemoryBackend
+        if getattr(args, "system", None):
+            from ..runtime.doors import RayBackend
 
-        engine = await MemoryEngine.open(MemorySettings())
-        # the commands decide and read; the rule-based extractor is never called here
-        service = ExtractionService(engine, engine.structured, RuleBasedExtractor(),
-                                    engine.settings)
-        backend = LocalBackend(engine, service, owns_engine=True)
+            backend = RayBackend.connect(args.system, args.route_ray_address)
+        else:
+            backend = await LocalBackend.open(MemorySettings())
         try:
             return await fn(backend)
         finally:

@@ -1,8 +1,8 @@
 """The operator's subcommands of ``dream-memory``: the pending queue, snapshot, search,
-system, doctor (in ``doctor``) and mcp.
+system and doctor (in ``doctor``).
 
 ``pending``, ``snapshot`` and ``search`` go through a running memory system when one
-is named (``--system``, ``DREAM_MEMORY_SYSTEM``; see ``route``) and otherwise open
+is named (``--system``, ``DREAM_MEMORY_SYSTEM``; see ``process``) and otherwise open
 the configured storage in this process. Errors of the memory (bad owner id, unknown
 pending item, a backend that is down, no such system running) are printed as one
 line on stderr with exit status 1 (``cli.main``).
@@ -28,16 +28,13 @@ from .common import (
     resolve,
     with_memory,
 )
-from .doctor import EXTRAS, Check, doctor
+from .doctor import doctor
 
 if TYPE_CHECKING:
     from .common import Subparsers
 
-__all__ = ["EXTRAS", "Check", "add_parsers", "register", "run", "run_mcp"]
-
-
 def register(sub: Subparsers) -> None:
-    """Add ``pending``, ``snapshot``, ``search``, ``doctor``, ``system`` and ``mcp``."""
+    """Add ``pending``, ``snapshot``, ``search``, ``doctor`` and ``system``."""
     parents = memory_options()
     pending = sub.add_parser("pending", help="work the human-in-the-loop queue",
                              description="List, confirm or reject the extracted memories "
@@ -82,24 +79,11 @@ def register(sub: Subparsers) -> None:
                         help="the cluster to join (default: auto, the one of this node)")
     system.set_defaults(run=_system)
 
-    mcp = sub.add_parser("mcp", help="run the MCP server (the arguments after it are its own; "
-                                     "see dream-memory mcp --help)", add_help=False)
-    mcp.add_argument("mcp_args", nargs=argparse.REMAINDER)
-    mcp.set_defaults(run=_mcp)
 
-
-#: The former name of :func:`register`.
-add_parsers = register
-
-
-def run(args: argparse.Namespace) -> int | None:
-    """Run the subcommand in ``args``; ``None`` if it has no handler."""
-    handler = getattr(args, "run", None)
-    if handler is None:
-        return None
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand in ``args`` (each one's parser names its handler)."""
     try:
-        result: int = handler(args)
-        return result
+        return int(args.run(args))
     except DreamMemoryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -199,28 +183,6 @@ def _system(args: argparse.Namespace) -> int:
     else:
         say("is running", True)
     return 0
-
-
-# -- mcp -------------------------------------------------------------------------------
-
-
-def _mcp(args: argparse.Namespace) -> int:
-    return run_mcp([a for a in args.mcp_args if a != "--"])
-
-
-def run_mcp(argv: list[str]) -> int:
-    """``dream_memory_actor.mcp.main(argv)``, or a clear message when the ``mcp`` extra
-    is not installed."""
-    try:
-        from ..mcp import main
-    except DreamMemoryError as exc:  # the mcp extra is not installed
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except ImportError as exc:  # a trimmed installation without the server
-        print(f"error: the MCP server is not part of this installation ({exc})",
-              file=sys.stderr)
-        return 1
-    return int(main(argv, prog="dream-memory mcp") or 0)
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..engine import operations as ops
-from . import route
+from ..process import route_options
 from .common import (
     default_by,
     emit,
@@ -44,7 +44,7 @@ def register(sub: Subparsers) -> None:
     export.add_argument("--output", required=True, help="the file to write ('-': stdout)")
     export.set_defaults(run=_export)
 
-    imp = sub.add_parser("import", parents=[json_option(), route.route_options()],
+    imp = sub.add_parser("import", parents=[json_option(), route_options()],
                          help="read an export file into its owner, which must be empty")
     imp.add_argument("--input", required=True, help="the file to read ('-': stdin)")
     imp.add_argument("--as", dest="as_owner", metavar="OWNER", default=None,

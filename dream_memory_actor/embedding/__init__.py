@@ -93,8 +93,10 @@ async def open_inner_embedder(settings: MemorySettings) -> Embedder | None:
     return inner
 
 
-async def open_embedder(settings: MemorySettings) -> CachedEmbedder | None:
-    """The configured embedder behind a cache, or ``None`` (keyword-only search).
+async def open_embedder(settings: MemorySettings, inner: Embedder | None = None
+                        ) -> CachedEmbedder | None:
+    """The configured embedder (or ``inner``) behind a cache, or ``None`` (keyword-only
+    search).
 
     ``embedding_model`` ``"local:<name>"`` runs in this process (see
     :data:`LOCAL_MODELS`); any other value is a litellm model name (extra
@@ -102,7 +104,8 @@ async def open_embedder(settings: MemorySettings) -> CachedEmbedder | None:
     the file named by ``embedding_calibration`` when set, else the one shipped
     for the model, else the identity (raw cosine).
     """
-    inner = await open_inner_embedder(settings)
+    if inner is None:
+        inner = await open_inner_embedder(settings)
     if inner is None:
         return None
     calibration = None

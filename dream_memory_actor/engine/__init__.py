@@ -3,6 +3,6 @@ operations every layer serves, each described once (``operations``), what the do
 talk to (``doors``), and moving an owner in and out (``portability``, rebuilt
 through ``replay``)."""
 
-from .memory_engine import MemoryEngine, judge_model, write_cuts
+from .memory_engine import MemoryEngine
 
-__all__ = ["MemoryEngine", "judge_model", "write_cuts"]
+__all__ = ["MemoryEngine"]

@@ -1,4 +1,4 @@
-"""What the doors (the MCP server, the CLI, the LangGraph store) talk to: one interface
+"""What the doors (the MCP server, the CLI, the review pages) talk to: one interface
 over the memory, in this process (:class:`LocalBackend`) or in a running memory system
 on Ray (``runtime.doors.RayBackend``).
 
@@ -7,6 +7,7 @@ A door runs a described operation (``engine.operations``) with
 :meth:`MemoryBackend.perform`; the rest (the snapshot, a search over several owners,
 the L1 writes, superseding an item of either layer) is written here, and takes
 already-checked arguments: its callers validate (and the MCP server authorizes) first.
+The pending queue is the snapshot's, read the same way over either backend.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class MemoryBackend(abc.ABC):
     """The memory operations the doors need, each with the owner first."""
 
     settings: MemorySettings
+    #: Where the operations go, for people: ``"storage"`` (opened in this process) or
+    #: ``"system NAME"`` (a running memory system).
+    route: str
 
     @abc.abstractmethod
     async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
@@ -60,12 +64,13 @@ class MemoryBackend(abc.ABC):
     async def apply(self, owner: str, ops: Sequence[L1Op]) -> MemorySnapshot: ...
 
     @abc.abstractmethod
-    async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]: ...
-
-    @abc.abstractmethod
     async def supersede(self, owner: str, item_id: str, content: str, by: str,
                         reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
         """Supersede the rule, fact or semantic memory ``item_id``; the new item."""
+
+    async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]:
+        """The items waiting for a person's decision: the snapshot's."""
+        return (await self.snapshot(owner)).pending
 
     async def call(self, op: Operation[P, R], owner: str, *args: P.args, **kwargs: P.kwargs
                    ) -> R:
@@ -89,6 +94,8 @@ class LocalBackend(MemoryBackend):
     service's. What leaves a chat window, and a conversation's last window when it
     ends, is extracted here, in the server process, before the tool answers.
     """
+
+    route = "storage"
 
     def __init__(self, engine: MemoryEngine, service: ExtractionService | None = None,
                  *, owns_engine: bool = False) -> None:
@@ -135,9 +142,6 @@ class LocalBackend(MemoryBackend):
 
     async def apply(self, owner: str, ops: Sequence[L1Op]) -> MemorySnapshot:
         return await self.engine.apply(owner, ops)
-
-    async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]:
-        return await self.service.pending(owner)
 
     async def supersede(self, owner: str, item_id: str, content: str, by: str,
                         reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:

@@ -40,7 +40,8 @@ from .candidates import ExtractedItem
 #: A reference by words fits an item when this share of its terms are the item's.
 MIN_OVERLAP = 0.6
 
-_TRAILING = " \t.,;:!。，；：！、"
+#: What a statement's words end with that is not part of them.
+TRAILING = " \t.,;:!。，；：！、"
 
 
 def resolve(snap: MemorySnapshot, kind: str, ref: str | None
@@ -90,17 +91,18 @@ def _rule_or_fact(new: str) -> str:
     return "fact" if re.match(r"(?i)(?:i|i'm|i am|my|we|our)\b", new) else "rule"
 
 
-def _cap(text: str) -> str:
+def capitalized(text: str) -> str:
+    """``text`` with its first character upper-cased."""
     return text[:1].upper() + text[1:]
 
 
 CORRECTIONS: tuple[Correction, ...] = (
     Correction(re.compile(r"^from now on\b[\s,:]*(?P<new>.+?)\s+instead of\s+(?P<old>.+)$",
                           re.IGNORECASE | re.DOTALL), 0.90, _rule,
-               lambda new, old: _cap(f"{new} instead of {old}")),
+               lambda new, old: capitalized(f"{new} instead of {old}")),
     Correction(re.compile(r"^(?P<new>.+?),\s*(?:but\s+)?not\s+(?P<old>.+?)\s+any\s?more$",
                           re.IGNORECASE | re.DOTALL), 0.75, _rule_or_fact,
-               lambda new, old: _cap(f"{new}, not {old}")),
+               lambda new, old: capitalized(f"{new}, not {old}")),
     Correction(re.compile(r"^(?:从现在开始|从现在起|从今以后|今后|以后)[，,：:\s]*(?P<new>.+?)"
                           r"[，,\s]*而不是(?P<old>.+)$", re.DOTALL), 0.90, _rule,
                lambda new, old: f"{new}，而不是{old}"),
@@ -119,8 +121,8 @@ def match_correction(body: str, evidence: str | None = None) -> ExtractedItem | 
         m = c.pattern.match(body)
         if m is None:
             continue
-        old = m.group("old").strip().rstrip(_TRAILING)
-        new = (m.groupdict().get("new") or old).strip().rstrip(_TRAILING)
+        old = m.group("old").strip().rstrip(TRAILING)
+        new = (m.groupdict().get("new") or old).strip().rstrip(TRAILING)
         if len(old) < 2 or len(new) < 2:
             return None
         return ExtractedItem(kind=c.kind_of(new), content=c.content(new, old),

@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..embedding.litellm import _litellm  # the one offline-safe, thread-imported litellm
+from ..embedding.litellm import _litellm, field, provider_detail  # the one litellm import
 from ..errors import ConfigurationError, ExtractionError, ExtractionUnavailable, MalformedExtraction
 from ..models import ChatMessage
 from .candidates import ExtractionResult, Usage, parse_reply
@@ -151,10 +151,10 @@ class LLMExtractor:
         usage = _usage(litellm, response)  # litellm's work: counted in llm_s
         llm_s = time.perf_counter() - t1
         choice = _first_choice(response)
-        if _field(choice, "finish_reason") == "length":
+        if field(choice, "finish_reason") == "length":
             raise MalformedExtraction(f"model {self.model!r} stopped at its token limit; "
                                       "the reply is cut off")
-        content = _field(_field(choice, "message"), "content")
+        content = field(field(choice, "message"), "content")
         items = parse_reply(content, max_content_bytes=self.max_content_bytes)
         return ExtractionResult(items=items, extractor=self.name, source=self.source,
                                 usage=usage, llm_s=llm_s,
@@ -164,11 +164,7 @@ class LLMExtractor:
         status = getattr(exc, "status_code", None)
         kind = type(exc).__name__
         where = f" at {self.api_base}" if self.api_base else ""
-        detail = str(exc)
-        if self._api_key:
-            detail = detail.replace(self._api_key, "***")
-        if len(detail) > MAX_DETAIL_CHARS:
-            detail = detail[:MAX_DETAIL_CHARS] + "..."
+        detail = provider_detail(exc, self._api_key, MAX_DETAIL_CHARS)
         head = f"extraction request to model {self.model!r}{where}"
         if "timeout" in kind.lower() or isinstance(exc, TimeoutError):
             return ExtractionUnavailable(f"{head} timed out after {self.timeout_s:g}s "
@@ -182,23 +178,17 @@ class LLMExtractor:
         return ExtractionError(f"{head} failed with {what}: {detail}")
 
 
-def _field(obj: Any, name: str) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
 def _first_choice(response: Any) -> Any:
-    choices = _field(response, "choices")
+    choices = field(response, "choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedExtraction("the extraction reply has no choices")
     return choices[0]
 
 
 def _usage(litellm: Any, response: Any) -> Usage:
-    usage = _field(response, "usage")
-    prompt = _field(usage, "prompt_tokens")
-    completion = _field(usage, "completion_tokens")
+    usage = field(response, "usage")
+    prompt = field(usage, "prompt_tokens")
+    completion = field(usage, "completion_tokens")
     try:
         cost: float | None = float(litellm.completion_cost(completion_response=response))
     except Exception:  # an unknown model has no price (litellm raises): cost not known

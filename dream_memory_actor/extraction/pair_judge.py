@@ -34,17 +34,15 @@ hold the store longer for an answer that is optional.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import re
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
-from ..embedding.litellm import _litellm  # the one offline-safe, thread-imported litellm
-from ..errors import ConfigurationError, missing_dependency
+from ..embedding.litellm import _litellm, field  # the one offline-safe litellm import
+from ..errors import ConfigurationError, require
 from ..metrics import get_metrics
 from .candidates import _no_constant, reply_body
-from .llm import _field
 
 if TYPE_CHECKING:
     from ..config import MemorySettings
@@ -98,8 +96,7 @@ class ModelJudge:
     def __init__(self, settings: MemorySettings) -> None:
         if not settings.judge_model:
             raise ConfigurationError("judge_model is not set")
-        if importlib.util.find_spec("litellm") is None:  # now, not at the first unsure pair
-            raise missing_dependency("litellm", "litellm")
+        require("litellm", "litellm")  # now, not at the first unsure pair
         self.model = settings.judge_model
         self.api_base = settings.judge_api_base
         self.timeout_s = float(settings.judge_timeout_s)
@@ -143,19 +140,19 @@ class ModelJudge:
             api_key=self._api_key, temperature=0.0, max_tokens=MAX_REPLY_TOKENS,
             timeout=self.timeout_s, max_retries=0, response_format={"type": "json_object"},
             drop_params=True)
-        choices = _field(response, "choices")
+        choices = field(response, "choices")
         if not isinstance(choices, list) or not choices:
             raise _Refused("the reply has no choices")
         choice = choices[0]
-        message = _field(choice, "message")
-        if _field(message, "refusal"):
+        message = field(choice, "message")
+        if field(message, "refusal"):
             raise _Refused("the model refused to answer")
-        finish = _field(choice, "finish_reason")
+        finish = field(choice, "finish_reason")
         if finish == "length":
             raise _Refused("the reply was cut off at its token limit")
         if finish == "content_filter":
             raise _Refused("the provider's content filter stopped the reply")
-        return _field(message, "content")
+        return field(message, "content")
 
     def _no_verdict(self, outcome: _Failure, why: str) -> None:
         get_metrics().judge_reply(outcome)

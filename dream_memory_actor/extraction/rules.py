@@ -40,13 +40,12 @@ from dataclasses import dataclass
 
 from ..models import ChatMessage, PendingKind
 from .candidates import ExtractedItem, ExtractionResult
-from .corrections import match_correction
+from .corrections import TRAILING, capitalized, match_correction
 
 # A sentence ends at . ! ? ; (ASCII or full-width) or a line break.
 _SENTENCE = re.compile(r"[^.!?;。！？；\n]+[.!?;。！？；]*")
 _LEADING = re.compile(r"^(?:(?:ok(?:ay)?|so|and|also|oh|hey|well|please|pls)\b[\s,]*)+",
                       re.IGNORECASE)
-_TRAILING = " \t.,;:!。，；：！、"
 
 
 @dataclass(frozen=True)
@@ -59,19 +58,15 @@ class Phrasing:
     content: Callable[[str], str]
 
 
-def _as_is(rest: str) -> str:
-    return rest[:1].upper() + rest[1:]
-
-
 PHRASINGS: tuple[Phrasing, ...] = (
     Phrasing(re.compile(r"^from now on\b[\s,:]*(?P<rest>.+)$", re.IGNORECASE | re.DOTALL),
-             "rule", 0.90, _as_is),
+             "rule", 0.90, capitalized),
     Phrasing(re.compile(r"^(?:从现在开始|从现在起|从今以后|今后)[，,：:\s]*(?P<rest>.+)$",
-                        re.DOTALL), "rule", 0.90, _as_is),
+                        re.DOTALL), "rule", 0.90, capitalized),
     Phrasing(re.compile(r"^remember(?: that)?\b[\s,:]*(?P<rest>.+)$", re.IGNORECASE | re.DOTALL),
-             "fact", 0.85, _as_is),
-    Phrasing(re.compile(r"^请?记住[，,：:\s]*(?P<rest>.+)$", re.DOTALL), "fact", 0.85, _as_is),
-    Phrasing(re.compile(r"^以后[，,：:\s]*(?P<rest>.+)$", re.DOTALL), "rule", 0.70, _as_is),
+             "fact", 0.85, capitalized),
+    Phrasing(re.compile(r"^请?记住[，,：:\s]*(?P<rest>.+)$", re.DOTALL), "fact", 0.85, capitalized),
+    Phrasing(re.compile(r"^以后[，,：:\s]*(?P<rest>.+)$", re.DOTALL), "rule", 0.70, capitalized),
     Phrasing(re.compile(r"^(?:i am|i'm|i’m)\s+(?P<rest>an?\s+.+)$", re.IGNORECASE | re.DOTALL),
              "fact", 0.70, lambda rest: f"The user is {rest}"),
     Phrasing(re.compile(r"^我是(?P<rest>.+)$", re.DOTALL), "fact", 0.70,
@@ -88,7 +83,7 @@ def match_sentence(sentence: str) -> ExtractedItem | None:
     """The item one sentence states explicitly, or ``None``."""
     if sentence.rstrip().endswith(("?", "？")):
         return None
-    body = _LEADING.sub("", sentence.strip()).rstrip(_TRAILING)
+    body = _LEADING.sub("", sentence.strip()).rstrip(TRAILING)
     correction = match_correction(body, sentence)
     if correction is not None:
         return correction
@@ -96,7 +91,7 @@ def match_sentence(sentence: str) -> ExtractedItem | None:
         m = p.pattern.match(body)
         if m is None:
             continue
-        rest = m.group("rest").strip().rstrip(_TRAILING)
+        rest = m.group("rest").strip().rstrip(TRAILING)
         if len(rest) < 2:
             return None
         return ExtractedItem(kind=p.kind, content=p.content(rest), confidence=p.confidence,

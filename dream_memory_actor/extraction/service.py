@@ -229,13 +229,9 @@ class ExtractionService:
 
     async def _decide(self, owner: str, pending_id: str, action: AuditAction, by: str,
                       edited: str | None) -> HitlDecision:
-        check.owner_id(owner)
-        check.ids([pending_id], "pending item id")
-        check.decider(by)
-        limit = self.settings.max_content_bytes
-        text = None if edited is None else check.content(edited, limit, "edited content")
+        # The arguments are checked where the decision is written (the store's decide).
         try:
-            done = await self.writer.decide(owner, pending_id, action, by, edited=text,
+            done = await self.writer.decide(owner, pending_id, action, by, edited=edited,
                                             op_id=f"hitl:{pending_id}")
         except PendingItemNotFound:
             done = None  # another decision removed it meanwhile: report that one

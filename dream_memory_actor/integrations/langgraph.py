@@ -194,13 +194,10 @@ class DreamMemoryStore(BaseStore):
     async def _open(self) -> Any:
         async with self._opening:  # concurrent first calls open one memory
             if self._engine is None:
-                self._engine = await self._open_engine()
+                from ..engine import MemoryEngine
+
+                self._engine = await MemoryEngine.open(self.settings, embedder=self._embedder)
             return self._engine
-
-    async def _open_engine(self) -> Any:
-        from ..engine import MemoryEngine
-
-        return await MemoryEngine.open(self.settings, embedder=self._embedder)
 
     def close(self) -> None:
         """Close the memory and stop the store's thread. Safe to call twice."""
@@ -520,11 +517,9 @@ def _under(namespace: tuple[str, ...], prefix: tuple[str, ...]) -> bool:
 
 def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
     path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    pairs = (zip(namespace, path, strict=False) if condition.match_type == "prefix"
-             else zip(reversed(namespace), reversed(path), strict=False))
-    return all(p == "*" or n == p for n, p in pairs)
+    if condition.match_type == "prefix":
+        return _under(namespace, path)
+    return _under(namespace[::-1], path[::-1])
 
 
 def _matches(value: dict[str, Any], filters: dict[str, Any]) -> bool:

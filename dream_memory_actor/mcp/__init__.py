@@ -6,7 +6,8 @@ Run it with ``python -m dream_memory_actor.mcp`` (see :mod:`.entry`), or from co
     serve(MemorySettings(), "http", "127.0.0.1", 8765, TokenMap.load("tokens.json"))
 
 Tools, resource and prompt: see :mod:`.server` and :mod:`.tools`.
-Over HTTP a bearer token maps to the owners it may read and write (:mod:`.auth`);
+Over HTTP a bearer token maps to the owners it may read and write
+(:mod:`..engine.auth`);
 over stdio there is no token: the local user who started the process owns it.
 """
 
@@ -17,8 +18,8 @@ except ImportError as exc:  # pragma: no cover - exercised via the extras messag
 
     raise missing_dependency("mcp", "mcp") from exc
 
+from ..engine.auth import AccessDenied, Grant, TokenMap, hash_token
 from ..engine.doors import LocalBackend, MemoryBackend
-from .auth import AccessDenied, Grant, TokenMap, hash_token
 from .entry import main
 from .server import UnauthenticatedHTTP, build_server, http_app, serve, serve_async
 

@@ -6,13 +6,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from .. import validation as check
+from ..engine.auth import Grant
 from ..engine.doors import MemoryBackend
 from ..engine.operations import Operation
 from ..models import MemorySnapshot
 from ..storage.ops import L1Op
 from ..validation import l1 as check_l1
-from .auth import Grant
 from .params import Param
 
 P = ParamSpec("P")
@@ -28,9 +27,7 @@ class Door:
 
     def owner(self, owner: object) -> str:
         """``owner`` checked and granted to the caller."""
-        checked = check.owner_id(owner)
-        self.grant().check([checked])
-        return checked
+        return self.grant().owner(owner)
 
     def by(self) -> str:
         """The caller's name, recorded as the decider of confirmations and rejections."""

@@ -20,9 +20,9 @@ import sys
 from collections.abc import Sequence
 
 from ..config import MemorySettings
+from ..engine.auth import ENV_VAR, TokenMap, hash_token
 from ..errors import DreamMemoryError
 from ..process import SYSTEM_ENV, Terminated, exit_on_sigterm, quiet_platform_warnings, version
-from .auth import ENV_VAR, TokenMap, hash_token
 from .server import serve
 
 

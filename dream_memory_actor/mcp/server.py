@@ -7,7 +7,7 @@ every owner, ``memory://{owner}/snapshot`` (JSON). Prompt: ``memory_prompt``, th
 owner's rules, facts and status as a system-prompt block.
 
 Every owner argument is checked (``validation``) and then authorized: over HTTP
-against the caller's bearer token (see :mod:`.auth`; no or an unknown token is
+against the caller's bearer token (see :mod:`..engine.auth`; no or an unknown token is
 answered with HTTP 401 before any tool runs), over stdio not at all (the local user
 owns the process). A server without a token map has no HTTP app unless the caller
 opts in for loopback (``http_app(..., allow_unauthenticated=True)``). Our typed
@@ -18,12 +18,9 @@ a traceback.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import ipaddress
 import json
 import socket
-from collections.abc import Iterator
 from typing import Any, Literal
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -39,10 +36,11 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import MemorySettings
+from ..engine.auth import LOCAL, AccessDenied, Grant, TokenMap, hash_token, is_loopback
 from ..engine.doors import LocalBackend, MemoryBackend
 from ..errors import ConfigurationError, DreamMemoryError
 from ..metrics import get_metrics
-from .auth import LOCAL, AccessDenied, Grant, TokenMap, hash_token
+from ..process import version
 from .params import document, plain, plain_schema
 from .tools import TOOLS, Door, ToolEntry
 
@@ -62,18 +60,6 @@ INSTRUCTIONS = (
     "uncertain extractions wait for a person in list_pending.")
 
 
-def server_version() -> str:
-    """The installed package's version (its metadata), else the package's own."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("dream-memory-actor")
-    except PackageNotFoundError:
-        from .. import __version__
-
-        return __version__
-
-
 class _Verifier:
     """The SDK's ``TokenVerifier`` over our token map."""
 
@@ -87,15 +73,6 @@ class _Verifier:
         return AccessToken(token=hash_token(token), client_id=grant.name, scopes=[],
                            subject=grant.name,
                            claims={_OWNERS_CLAIM: sorted(grant.owners)})
-
-
-@contextlib.contextmanager
-def _tool_errors() -> Iterator[None]:
-    """Our errors -> an MCP tool error with a clear message (no traceback, no chain)."""
-    try:
-        yield
-    except DreamMemoryError as exc:
-        raise ToolError(public_message(exc)) from None
 
 
 def public_message(exc: BaseException) -> str:
@@ -116,12 +93,6 @@ def public_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def _annotations(entry: ToolEntry) -> ToolAnnotations:
-    return ToolAnnotations(readOnlyHint=entry.effect == "read",
-                           destructiveHint=entry.effect == "destructive",
-                           idempotentHint=entry.idempotent, openWorldHint=False)
-
-
 def make_tool(entry: ToolEntry, door: Door, settings: MemorySettings) -> Tool:
     """The SDK tool of ``entry``: its function with the door bound, errors made tool
     errors, each call counted; parameters described and bounded, descriptions plain."""
@@ -132,10 +103,11 @@ def make_tool(entry: ToolEntry, door: Door, settings: MemorySettings) -> Tool:
     async def run(**kwargs: Any) -> Any:
         ok = False
         try:
-            with _tool_errors():
-                result = await fn(door, **kwargs)
+            result = await fn(door, **kwargs)
             ok = True
             return result
+        except DreamMemoryError as exc:  # a tool error with a clear message, no traceback
+            raise ToolError(public_message(exc)) from None
         finally:
             metrics.tool_call(entry.name, ok, known)
 
@@ -145,7 +117,10 @@ def make_tool(entry: ToolEntry, door: Door, settings: MemorySettings) -> Tool:
     run.__doc__ = fn.__doc__
     tool = Tool.from_function(run, name=entry.name, title=entry.title,
                               description=plain(inspect.cleandoc(fn.__doc__ or "")),
-                              annotations=_annotations(entry))
+                              annotations=ToolAnnotations(
+                                  readOnlyHint=entry.effect == "read",
+                                  destructiveHint=entry.effect == "destructive",
+                                  idempotentHint=entry.idempotent, openWorldHint=False))
     document(tool.parameters, settings, entry.params)
     plain_schema(tool.parameters)
     if tool.output_schema is not None:
@@ -176,7 +151,7 @@ def build_server(backend: MemoryBackend, token_map: TokenMap | None = None, *,
 
     door = Door(backend, grant)
     server: MCPServer = MCPServer(
-        SERVER_NAME, title="dream-memory", version=server_version(),
+        SERVER_NAME, title="dream-memory", version=version(),
         description="Shared long-term memory for LLM agents: rules, facts, status, "
                     "semantic search and a human-in-the-loop queue.",
         instructions=INSTRUCTIONS, auth=auth, token_verifier=verifier, log_level="WARNING",
@@ -214,16 +189,6 @@ def _add_prompt(server: MCPServer, door: Door) -> None:
 class UnauthenticatedHTTP(ConfigurationError):
     """An HTTP app of a server without a token map, not explicitly allowed on loopback:
     it would serve every owner's memory to whoever can reach it."""
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class _LoopbackOnly:

@@ -39,12 +39,12 @@ is a :class:`Reranker` and can be given to ``MemoryEngine(reranker=...)``.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError, RerankError
 from ..metrics import get_metrics
-from .scores import checked_scores
 
 if TYPE_CHECKING:
     from ..config import MemorySettings
@@ -75,6 +75,25 @@ class Reranker(Protocol):
 
     async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
         ...
+
+
+def checked_scores(scores: object, count: int, model: str) -> list[float]:
+    """``scores`` as ``count`` finite floats, or ``RerankError`` saying what is wrong: what
+    a reranker's reply must be, whichever reranker gave it."""
+    if isinstance(scores, (str, bytes)) or not isinstance(scores, Sequence):
+        raise RerankError(f"reranker {model!r} returned {type(scores).__name__}, "
+                          "not a list of scores")
+    if len(scores) != count:
+        raise RerankError(f"reranker {model!r} returned {len(scores)} scores for "
+                          f"{count} documents")
+    out = []
+    for i, value in enumerate(scores):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(float(value)):
+            raise RerankError(f"reranker {model!r} returned an unusable score for "
+                              f"document #{i}: {value!r}")
+        out.append(float(value))
+    return out
 
 
 def make_reranker(settings: MemorySettings) -> Reranker | None:

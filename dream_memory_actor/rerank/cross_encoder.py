@@ -21,53 +21,17 @@ loading or scoring is a :class:`~dream_memory_actor.rerank.RerankError`.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..embedding.local import _limit_torch_threads, _offline, _prepare_environment
-from ..errors import ConfigurationError, RerankError, missing_dependency
-from .scores import checked_scores
+from ..embedding.local import load_model
+from ..errors import ConfigurationError, RerankError, require
 
 __all__ = ["BATCH_SIZE", "CrossEncoderReranker"]
 
 #: Pairs per forward pass.
 BATCH_SIZE = 32
-
-_models: dict[tuple[str, int | None], tuple[Any, threading.Lock]] = {}
-_models_lock = threading.Lock()
-
-
-def _load(target: str, max_length: int | None) -> tuple[Any, threading.Lock]:
-    with _models_lock:
-        cached = _models.get((target, max_length))
-        if cached is not None:
-            return cached
-        _prepare_environment()
-        try:
-            import torch
-            from sentence_transformers import CrossEncoder
-        except ImportError as exc:
-            raise missing_dependency((getattr(exc, "name", None) or "sentence_transformers")
-                                     .split(".")[0], "local") from exc
-        _limit_torch_threads(torch)
-        try:
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
-            pass
-        try:
-            extra = {} if max_length is None else {"max_length": max_length}
-            model = CrossEncoder(target, device="cpu", local_files_only=_offline(), **extra)
-        except Exception as exc:
-            raise ConfigurationError(
-                f"cannot load the cross-encoder {target!r}: {exc}") from exc
-        model.eval()
-        entry = (model, threading.Lock())
-        _models[(target, max_length)] = entry
-        return entry
 
 
 class CrossEncoderReranker:
@@ -79,31 +43,34 @@ class CrossEncoderReranker:
                                      "(rerank_model='cross-encoder:<path or name>')")
         if max_length is not None and max_length < 8:
             raise ConfigurationError(f"rerank_max_length must be at least 8, got {max_length}")
-        for module in ("sentence_transformers", "torch"):
-            if importlib.util.find_spec(module) is None:
-                raise missing_dependency(module, "local")
+        require("sentence_transformers", "local")
+        require("torch", "local")
         self.model = model_name
         self.max_length = max_length
 
     def __repr__(self) -> str:
         return f"CrossEncoderReranker(model={self.model!r})"
 
+    def _load(self) -> tuple[Any, threading.Lock]:
+        options = {} if self.max_length is None else {"max_length": self.max_length}
+        return load_model("CrossEncoder", self.model, "the cross-encoder", **options)
+
     async def load(self) -> None:
         """Load the model now (in a worker thread) instead of on the first ``rerank``."""
         try:
-            await asyncio.to_thread(_load, self.model, self.max_length)
+            await asyncio.to_thread(self._load)
         except ConfigurationError as exc:
             raise RerankError(str(exc)) from exc
 
     def _predict(self, query: str, documents: list[str]) -> list[float]:
-        model, lock = _load(self.model, self.max_length)
+        model, lock = self._load()
         with lock:
             scores = model.predict([(query, d) for d in documents], batch_size=BATCH_SIZE,
                                    show_progress_bar=False, convert_to_numpy=True)
         if getattr(scores, "ndim", 1) != 1:
             raise RerankError(f"cross-encoder {self.model!r} gives {scores.shape[-1]} labels per "
                               "pair; a reranker needs a model with one")
-        return checked_scores([float(s) for s in scores], len(documents), self.model)
+        return [float(s) for s in scores]  # checked with every reranker's (rerank_hits)
 
     async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
         """One relevance score per document, in the documents' order."""

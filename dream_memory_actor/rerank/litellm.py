@@ -22,19 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from ..embedding.litellm import MAX_DETAIL_CHARS, _litellm
-from ..errors import ConfigurationError, RerankError
+from ..embedding.litellm import _litellm, field, provider_detail
+from ..errors import ConfigurationError, RerankError, require
 
 __all__ = ["LiteLLMReranker"]
-
-
-def _field(obj: Any, name: str) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
 
 
 class LiteLLMReranker:
@@ -46,12 +40,7 @@ class LiteLLMReranker:
             raise ConfigurationError("the rerank model name must not be empty")
         if not timeout_s > 0:
             raise ConfigurationError(f"rerank timeout must be positive, got {timeout_s!r}")
-        import importlib.util
-
-        if importlib.util.find_spec("litellm") is None:
-            from ..errors import missing_dependency
-
-            raise missing_dependency("litellm", "litellm")
+        require("litellm", "litellm")
         self.model = model
         self.api_base = api_base
         self.timeout_s = float(timeout_s)
@@ -91,16 +80,12 @@ class LiteLLMReranker:
             what = f"failed with HTTP {status} ({kind})"
         else:
             what = f"failed ({kind})"
-        detail = str(exc)
-        if self._api_key:
-            detail = detail.replace(self._api_key, "***")
-        if len(detail) > MAX_DETAIL_CHARS:
-            detail = detail[:MAX_DETAIL_CHARS] + "..."
         where = f" at {self.api_base}" if self.api_base else ""
-        return f"rerank request to model {self.model!r}{where} {what}: {detail}"
+        return (f"rerank request to model {self.model!r}{where} {what}: "
+                f"{provider_detail(exc, self._api_key)}")
 
     def _scores(self, response: Any, count: int) -> list[float]:
-        results = _field(response, "results")
+        results = field(response, "results")
         if not isinstance(results, list):
             raise RerankError(f"rerank model {self.model!r} returned a malformed reply: no "
                               f"'results' list (got {type(results).__name__})")
@@ -109,7 +94,7 @@ class LiteLLMReranker:
                               f"for {count} documents")
         scores: list[float | None] = [None] * count
         for item in results:
-            index, score = _field(item, "index"), _field(item, "relevance_score")
+            index, score = field(item, "index"), field(item, "relevance_score")
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count \
                     or scores[index] is not None:
                 raise RerankError(f"rerank model {self.model!r} returned a malformed reply: "

@@ -1,18 +1,18 @@
 """The review pages: a person confirms or rejects what waits in the pending queue.
 
 ``dream-memory review`` serves them (:mod:`.cli`); from code,
-``create_app(backend, tokens)`` (:mod:`.app`) is a Starlette app over an
-:class:`~.backend.EngineReview` (the storage in this process) or a
-:class:`~.backend.SystemReview` (a running memory system's owner actors).
-Pages are rendered on the server (:mod:`.render`, ``templates/``); a small script
-makes the decisions happen in place. Access, sessions and CSRF: :mod:`.sessions`.
+``create_app(backend, tokens)`` (:mod:`.app`) is a Starlette app over the doors'
+memory interface: ``engine.doors.LocalBackend`` (the storage in this process) or
+``runtime.doors.RayBackend`` (a running memory system's owner actors). Pages are
+rendered on the server (:mod:`.render`, ``templates/``); a small script makes the
+decisions happen in place. Access, sessions and CSRF: :mod:`.sessions`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EngineReview", "SystemReview", "create_app"]
+__all__ = ["create_app"]
 
 
 def __getattr__(name: str) -> Any:  # the web stack is imported when first used
@@ -20,8 +20,4 @@ def __getattr__(name: str) -> Any:  # the web stack is imported when first used
         from .app import create_app
 
         return create_app
-    if name in ("EngineReview", "SystemReview"):
-        from . import backend
-
-        return getattr(backend, name)
     raise AttributeError(name)

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import validation as check
+from ..engine.auth import LOCAL, Grant, TokenMap
+from ..engine.doors import MemoryBackend
 from ..errors import DreamMemoryError
-from ..mcp.auth import LOCAL, Grant, TokenMap
-from .backend import ReviewBackend
 from .sessions import (
     COOKIE,
     LOGIN_COOKIE,
@@ -28,7 +27,7 @@ from .web import page, read_form, same_origin, set_cookie, status_of, wants_frag
 class Review:
     """The app's state: where decisions go, who may log in, and the live sessions."""
 
-    backend: ReviewBackend
+    backend: MemoryBackend
     tokens: TokenMap | None
     sessions: SessionStore
     #: owners listed on the overview for a token granting every owner ("*")
@@ -59,12 +58,6 @@ def with_session(response: Response, request: Request, session: Session) -> Resp
     if request.cookies.get(COOKIE) != session.id:
         set_cookie(response, request, COOKIE, session.id)
     return response
-
-
-def granted_owner(session: Session, owner: str) -> str:
-    checked = check.owner_id(owner)
-    session.grant.check([checked])
-    return checked
 
 
 def refusal(request: Request, exc: BaseException, session: Session | None = None) -> Response:

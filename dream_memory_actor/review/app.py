@@ -1,4 +1,5 @@
-"""The review pages: routes of a Starlette app over a :class:`~.backend.ReviewBackend`.
+"""The review pages: routes of a Starlette app over the doors' memory interface
+(``engine.doors.MemoryBackend``).
 
 ``GET /`` lists the owners the reviewer may see with what waits for them;
 ``GET /owners/{owner}`` shows one owner's queue, snapshot, audit trail (``?page=``)
@@ -22,13 +23,16 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from .. import validation as check
+from ..engine import operations as ops
+from ..engine.auth import TokenMap
+from ..engine.doors import MemoryBackend
 from ..errors import DreamMemoryError, InvalidInput
-from ..mcp.auth import TokenMap
+from ..extraction.service import HitlDecision
 from ..models import AuditAction, MemoryPendingItem, MemorySnapshot, utcnow
+from . import decisions
 from .access import (
     Review,
     current_session,
-    granted_owner,
     login,
     login_page,
     logout,
@@ -36,7 +40,7 @@ from .access import (
     review_of,
     with_session,
 )
-from .backend import AUDIT_REACH, Outcome, ReviewBackend, decision_of
+from .decisions import AUDIT_REACH, decision_of
 from .render import proposed
 from .sessions import (
     Forbidden,
@@ -85,19 +89,20 @@ async def _owner_context(
     number = _page_number(request.query_params.get("page"))
     query = request.query_params.get("q", "").strip()
     snap = await review.backend.snapshot(owner)
-    entries = await review.backend.audit(owner, min(AUDIT_REACH, number * AUDIT_PAGE + 1))
+    entries = await review.backend.call(ops.audit, owner,
+                                        min(AUDIT_REACH, number * AUDIT_PAGE + 1))
     hits: list[Any] = []
     search_error = None
     earlier: list[list[Any]] = []
     if query:
         try:
-            hits = await review.backend.search(owner, query, SEARCH_LIMIT)
+            hits = await review.backend.search([owner], query, SEARCH_LIMIT)
         except InvalidInput as exc:
             search_error = str(exc)
         # What each found memory was before: the wordings merged into it, the versions
         # it replaced (its history without the current version).
         chains = await asyncio.gather(
-            *(review.backend.memory_history(owner, h.memory.id) for h in hits))
+            *(review.backend.call(ops.memory_history, owner, h.memory.id) for h in hits))
         earlier = [[v for v in chain if v.valid_to is not None] for chain in chains]
     return {
         "session": session,
@@ -146,7 +151,7 @@ async def owner_page(request: Request) -> Response:
     session = None
     try:
         session = current_session(review, request)
-        owner = granted_owner(session, request.path_params["owner"])
+        owner = session.grant.owner(request.path_params["owner"])
         context = await _owner_context(review, session, owner, request)
     except DreamMemoryError as exc:
         return refusal(request, exc, session)
@@ -163,7 +168,7 @@ async def decide(request: Request) -> Response:
     pending_id = request.path_params["pending_id"]
     try:
         session = current_session(review, request)
-        owner = granted_owner(session, request.path_params["owner"])
+        owner = session.grant.owner(request.path_params["owner"])
         check.ids([pending_id], "pending item id")
         same_origin(request)
         form = await read_form(request)
@@ -172,7 +177,8 @@ async def decide(request: Request) -> Response:
         if action is None:
             raise ReviewError("choose confirm or reject; nothing was done")
         edited = _edit(review, await review.backend.snapshot(owner), pending_id, action, form)
-        outcome = await review.backend.decide(owner, pending_id, action, session.grant.name, edited)
+        outcome = await decisions.decide(review.backend, owner, pending_id, action,
+                                         session.grant.name, edited)
     except ReplayedForm as exc:
         assert session is not None and owner is not None
         return await _replayed(request, review, session, owner, pending_id, exc)
@@ -198,7 +204,7 @@ def _edit(
 
 
 async def _result(
-    request: Request, review: Review, session: Session, owner: str, outcome: Outcome
+    request: Request, review: Review, session: Session, owner: str, outcome: HitlDecision
 ) -> Response:
     status = 200 if outcome.applied else 409
     if wants_fragment(request):
@@ -220,7 +226,8 @@ async def _replayed(
     entry = await decision_of(review.backend, owner, pending_id)
     if entry is None:
         return refusal(request, exc, session)
-    return await _result(request, review, session, owner, Outcome(entry=entry, applied=False))
+    return await _result(request, review, session, owner,
+                         HitlDecision(entry=entry, applied=False))
 
 
 async def _retry(
@@ -310,7 +317,7 @@ def _host_name(scope: Any) -> str:
 
 
 def create_app(
-    backend: ReviewBackend,
+    backend: MemoryBackend,
     tokens: TokenMap | None,
     *,
     owners: Iterable[str] = (),

@@ -1,25 +1,15 @@
-"""``dream-memory review``: serve the review pages.
-
-::
-
-    dream-memory review                                   # http://127.0.0.1:8780, local user
-    dream-memory review --tokens tokens.json --system prod --host 0.0.0.0 \\
-        --ssl-certfile cert.pem --ssl-keyfile key.pem
-
-Decisions go through the running memory system ``--system NAME`` (or
-``DREAM_MEMORY_SYSTEM``) when one is named, otherwise through the storage opened in
-this process. ``--tokens`` (default ``$DREAM_MEMORY_MCP_TOKENS``) is the MCP server's
-token map: each token sees and decides only its owners. Without one the pages serve
-the local user and may only be bound to a loopback address.
-"""
+"""``dream-memory review``: serve the review pages (what it does and its options:
+:data:`HELP`, its ``--help``)."""
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 from collections.abc import Sequence
 from typing import Any
+
+from ..engine.auth import is_loopback
+from ..process import route_options
 
 DEFAULT_PORT = 8780
 
@@ -39,25 +29,8 @@ the local user and may only be bound to a loopback address.
 """
 
 
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``review`` to ``sub`` (``cli.COMMAND_MODULES``)."""
-    add_parser(sub).set_defaults(run=run)
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
-               ) -> argparse.ArgumentParser:
-    from ..cli.route import route_options
-
+    """Add ``review`` to ``sub`` (the ``dream-memory`` program's subcommands)."""
     p = sub.add_parser(
         "review",
         parents=[route_options()],
@@ -99,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     p.add_argument("--ssl-certfile", metavar="FILE", help="serve https with this certificate")
     p.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's private key")
-    return p
+    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from ..config import MemorySettings
+    from ..engine.auth import TokenMap
     from ..errors import DreamMemoryError
-    from ..mcp.auth import TokenMap
 
     try:
         settings = MemorySettings.from_yaml(args.config) if args.config else MemorySettings()
@@ -162,52 +135,43 @@ def serve(
         raise ConfigurationError("--ssl-certfile and --ssl-keyfile go together")
     if ssl[0] and not os.path.exists(ssl[0]):
         raise ConfigurationError(f"no certificate file {ssl[0]!r}")
-    from .app import LOOPBACK_HOSTS
+    import uvicorn
+
+    from ..engine.doors import LocalBackend, MemoryBackend
+    from .app import LOOPBACK_HOSTS, create_app
+    from .sessions import SessionStore
 
     names = [*LOOPBACK_HOSTS, *([] if host in ("0.0.0.0", "::", "") else [host]),
              *allowed_hosts]
-    asyncio.run(_serve(settings, host, port, tokens, system, ray_address, owners, idle_s, ssl,
-                       names))
 
+    async def run() -> None:
+        backend: MemoryBackend
+        if system:
+            from ..runtime.doors import RayBackend
 
-async def _serve(
-    settings: Any,
-    host: str,
-    port: int,
-    tokens: Any,
-    system: str | None,
-    ray_address: str | None,
-    owners: Sequence[str],
-    idle_s: float,
-    ssl: tuple[str | None, str | None],
-    allowed_hosts: Sequence[str],
-) -> None:
-    import uvicorn
+            backend = RayBackend.connect(system, ray_address)
+        else:
+            backend = await LocalBackend.open(settings)
+        try:
+            app = create_app(backend, tokens, owners=owners,
+                             sessions=SessionStore(idle_s=idle_s), allowed_hosts=names)
+            scheme = "https" if ssl[0] else "http"
+            print(
+                f"review pages on {scheme}://{host}:{port}/ (decisions through the "
+                f"{backend.route})",
+                flush=True,
+            )
+            config = uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                lifespan="off",
+                ssl_certfile=ssl[0],
+                ssl_keyfile=ssl[1],
+            )
+            await uvicorn.Server(config).serve()
+        finally:
+            await backend.close()
 
-    from .app import create_app
-    from .backend import EngineReview, ReviewBackend, SystemReview
-    from .sessions import SessionStore
-
-    backend: ReviewBackend = (
-        SystemReview.connect(system, ray_address) if system else await EngineReview.open(settings)
-    )
-    try:
-        app = create_app(backend, tokens, owners=owners, sessions=SessionStore(idle_s=idle_s),
-                         allowed_hosts=allowed_hosts)
-        scheme = "https" if ssl[0] else "http"
-        print(
-            f"review pages on {scheme}://{host}:{port}/ (decisions through the {backend.route})",
-            flush=True,
-        )
-        config = uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_level="warning",
-            lifespan="off",
-            ssl_certfile=ssl[0],
-            ssl_keyfile=ssl[1],
-        )
-        await uvicorn.Server(config).serve()
-    finally:
-        await backend.close()
+    asyncio.run(run())

@@ -1,6 +1,6 @@
 """Who is looking: login by token, server-side sessions, CSRF and one-time forms.
 
-A reviewer logs in with a token of the MCP server's token map (:mod:`..mcp.auth`);
+A reviewer logs in with a token of the MCP server's token map (:mod:`..engine.auth`);
 the session keeps the token's grant (its name and owners), never the token. The
 browser holds only a random session id in a cookie that is ``HttpOnly``,
 ``SameSite=Strict`` and, when served over https, ``Secure``. A session ends after
@@ -22,8 +22,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..engine.auth import Grant
 from ..errors import DreamMemoryError
-from ..mcp.auth import Grant
 
 COOKIE = "dm_review"
 LOGIN_COOKIE = "dm_review_login"
@@ -114,7 +114,8 @@ class SessionStore:
 
     def create(self, grant: Grant) -> Session:
         now = self.clock()
-        self._expire(now)
+        for k in [k for k, s in self._sessions.items() if self._expired(s, now)]:
+            del self._sessions[k]
         s = Session(
             id=secrets.token_urlsafe(32),
             grant=grant,
@@ -131,8 +132,7 @@ class SessionStore:
         s = self._sessions.get(session_id or "")
         if s is None:
             raise NotLoggedIn("you are not logged in (or the server was restarted)")
-        if now - s.seen > self.idle_s or now - s.created > self.max_age_s:
-            # kept until the next login prunes it, so every page says why
+        if self._expired(s, now):  # kept until the next login prunes it, so every page says why
             raise NotLoggedIn("your session expired; log in again")
         s.seen = now
         return s
@@ -140,14 +140,8 @@ class SessionStore:
     def end(self, session_id: str | None) -> None:
         self._sessions.pop(session_id or "", None)
 
-    def _expire(self, now: float) -> None:
-        dead = [
-            k
-            for k, s in self._sessions.items()
-            if now - s.seen > self.idle_s or now - s.created > self.max_age_s
-        ]
-        for k in dead:
-            del self._sessions[k]
+    def _expired(self, s: Session, now: float) -> bool:
+        return now - s.seen > self.idle_s or now - s.created > self.max_age_s
 
 
 def same_token(a: str | None, b: str | None) -> bool:

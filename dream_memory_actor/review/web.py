@@ -8,8 +8,8 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from ..engine.auth import AccessDenied
 from ..errors import InvalidInput, NotFound
-from ..mcp.auth import AccessDenied
 from .render import render
 from .sessions import Forbidden, ReviewError
 

@@ -25,10 +25,6 @@ from .spec import ClientView
 
 T = TypeVar("T")
 
-#: The most messages one ``append_messages`` or ``extract`` call may carry.
-MAX_MESSAGES = check.MAX_MESSAGES
-
-
 def same(value: Any) -> Any:
     return value
 

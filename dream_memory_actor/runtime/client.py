@@ -35,9 +35,10 @@ from ..config import MemorySettings
 from ..embedding import Embedder
 from ..errors import ConfigurationError, SystemClosed
 from ..models import SearchHit
+from . import calls
 from .connection import Connection, connection
 from .errors import RuntimeUnavailable, ray_errors
-from .handle import OwnerHandle, search_call
+from .handle import OwnerHandle
 from .placement import NAMESPACE, registry_name
 from .registry import BASE_OPTIONS, RemoteRegistry
 from .spec import ClientView, SystemSpec
@@ -62,10 +63,6 @@ class MemorySystem:
     @property
     def connection(self) -> Connection:
         """This process's connection to the system: actor handles, snapshots held here."""
-        return connection(self._view)
-
-    @property
-    def _conn(self) -> Connection:
         return connection(self._view)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -154,7 +151,7 @@ class MemorySystem:
         ``SystemClosed``, here and in every handle of this system."""
         if not ray.is_initialized():  # Ray went first: the actors are gone with it
             return
-        conn = self._conn
+        conn = self.connection
         if conn.closed:
             return
         conn.closed = True
@@ -175,7 +172,7 @@ class MemorySystem:
     def owner(self, owner_id: str) -> OwnerHandle:
         """A handle on ``owner_id``'s memory (no remote call; the id is checked here)."""
         check.owner_id(owner_id)
-        self._conn.check_open()
+        self.connection.check_open()
         return OwnerHandle(self._view, owner_id)
 
     def search(self, owners: str | Iterable[str], query: str, limit: int = 10, *,
@@ -183,19 +180,19 @@ class MemorySystem:
                ) -> list[SearchHit]:
         """Hybrid search over the memories of several owners at once, best first;
         ``filter`` keeps the memories whose metadata has these values."""
-        return self._conn.call(search_call(self._view, owners, query, limit, min_score,
+        return self.connection.call(calls.search(self._view, owners, query, limit, min_score,
                                            filter))
 
     async def search_async(self, owners: str | Iterable[str], query: str, limit: int = 10, *,
                            min_score: float = 0.0, filter: Mapping[str, Any] | None = None
                            ) -> list[SearchHit]:
-        return await self._conn.call_async(
-            search_call(self._view, owners, query, limit, min_score, filter))
+        return await self.connection.call_async(
+            calls.search(self._view, owners, query, limit, min_score, filter))
 
     def stats(self, detail: bool = False) -> dict[str, Any]:
         """Live owners, the most ever live at once, passivations; ``detail`` adds each
         actor's pid and resident memory."""
-        conn = self._conn
+        conn = self.connection
         conn.check_open()
         out: dict[str, Any] = _registry_call(conn, "stats", detail)
         return out
@@ -203,7 +200,7 @@ class MemorySystem:
     def passivate(self, owners: Sequence[str]) -> int:
         """Passivate these owners now (their state stays in the backend); how many were live."""
         who = list(check.owner_ids(owners))
-        conn = self._conn
+        conn = self.connection
         conn.check_open()
         n: int = _registry_call(conn, "passivate", who)
         return n

@@ -13,7 +13,6 @@ from ..errors import ItemNotFound, ItemSuperseded, MemoryNotFound
 from ..metrics import get_metrics
 from ..models import (
     MemoryFact,
-    MemoryPendingItem,
     MemoryRule,
     MemorySnapshot,
     SearchHit,
@@ -35,6 +34,7 @@ class RayBackend(MemoryBackend):
     def __init__(self, system: MemorySystem) -> None:
         self.system = system
         self.settings = system.settings
+        self.route = f"system {system.name}"
         self._metrics = get_metrics()
 
     @classmethod
@@ -73,9 +73,6 @@ class RayBackend(MemoryBackend):
     async def apply(self, owner: str, ops: Sequence[L1Op]) -> MemorySnapshot:
         with self._op("apply"):
             return await self.system.owner(owner).apply_async(ops)
-
-    async def pending(self, owner: str) -> tuple[MemoryPendingItem, ...]:
-        return (await self.snapshot(owner)).pending
 
     async def supersede(self, owner: str, item_id: str, content: str, by: str,
                         reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:

@@ -23,13 +23,10 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import ray
+
 from .. import validation as check
-from ..errors import (
-    ConfigurationError,
-    ExtractionUnavailable,
-    SystemClosed,
-    missing_dependency,
-)
+from ..errors import ConfigurationError, ExtractionUnavailable, SystemClosed
 from ..extraction.candidates import ExtractionResult, Extractor
 from ..extraction.configured import open_extractor
 from ..models import ChatMessage
@@ -42,14 +39,6 @@ if TYPE_CHECKING:
 ExtractorFactory = Callable[["MemorySettings"], Extractor]
 
 MAX_POOL_SIZE = 256
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise missing_dependency("ray", "ray") from exc
-    return ray
 
 
 class _ExtractorActor:
@@ -76,7 +65,6 @@ class ExtractorPool:
                  factory: ExtractorFactory | None = None,
                  actor_options: dict[str, Any] | None = None, start_timeout_s: float = 120.0
                  ) -> None:
-        ray = _ray()
         n = settings.extraction_pool_size if size is None else size
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_POOL_SIZE:
             raise ConfigurationError(f"pool size must be an integer in 1..{MAX_POOL_SIZE}, "
@@ -87,7 +75,7 @@ class ExtractorPool:
         options = {"num_cpus": 0, "max_restarts": 2, "max_task_retries": 1}
         options.update(actor_options or {})
         cls = ray.remote(_ExtractorActor).options(**options)
-        self._actors = [cls.remote(settings, factory) for _ in range(n)]
+        self._actors: list[Any] = [cls.remote(settings, factory) for _ in range(n)]
         self._load = [0] * n
         self._calls = [0] * n
         self._refs: set[Any] = set()
@@ -142,7 +130,7 @@ class ExtractorPool:
         """Extract in one of the actors; blocks (use :meth:`extract_async` in async code)."""
         with self._call(messages) as ref:
             result: ExtractionResult = (self._empty() if ref is None
-                                        else _ray().get(ref, timeout=timeout_s))
+                                        else ray.get(ref, timeout=timeout_s))
             return result
 
     async def extract_async(self, messages: Sequence[ChatMessage]) -> ExtractionResult:
@@ -163,7 +151,6 @@ class ExtractorPool:
         self._closed = True
         if not self._owns:
             return  # a copy sent to another process: the creator ends the actors
-        ray = _ray()
         running = list(self._refs)
         if running and not force:
             with contextlib.suppress(Exception):

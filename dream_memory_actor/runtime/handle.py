@@ -28,7 +28,7 @@ from ..storage.ops import (
     Supersede,
 )
 from . import calls
-from .calls import MAX_MESSAGES, snapshot_of
+from .calls import snapshot_of
 from .connection import Call, connection
 from .spec import ClientView
 
@@ -37,10 +37,7 @@ T = TypeVar("T")
 Hits = list[SearchHit]
 Item = Union[MemoryRule, MemoryFact]  # noqa: UP007 - a runtime alias
 
-#: Kept importable from here: the search call ``MemorySystem.search`` makes too.
-search_call = calls.search
-
-__all__ = ["MAX_MESSAGES", "OwnerHandle", "search_call"]
+__all__ = ["OwnerHandle"]
 
 
 class OwnerHandle:

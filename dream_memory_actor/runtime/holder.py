@@ -4,7 +4,7 @@
 comes back empty and reloads each owner from the backend on first use: nothing
 acknowledged is lost, since every write was written through before it was
 acknowledged. Subclasses (``owner_actor``) say where an owner's
-:class:`~.owner.OwnerMemory` lives: ``_use`` and ``_live``. Once its engine is
+:class:`~.owner.OwnerMemory` lives: ``_use``, ``_held`` and ``_used``. Once its engine is
 open, each actor follows the store's change feed (``follow``): an owner written
 behind it (by the CLI, another engine) is reloaded within moments.
 
@@ -19,14 +19,15 @@ import abc
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import ray
 
 from ..engine import MemoryEngine, operations
+from ..engine.doors import LocalBackend
 from ..errors import ExtractionError
-from ..extraction import ExtractionReport, ExtractionService, HitlDecision, open_extractor
+from ..extraction import ExtractionReport, ExtractionService, open_extractor
 from ..metrics import get_metrics
 from ..models import (
     AuditAction,
@@ -63,9 +64,9 @@ class OwnerHolder(abc.ABC):
         self._engine: MemoryEngine | None = None
         self._opening = asyncio.Lock()
         self._extraction: ExtractionService | None = None
+        self._backend: LocalBackend | None = None
         #: Background extractions of overflowing chat windows, per owner.
         self._extracting: dict[str, set[asyncio.Task[None]]] = {}
-        self._extraction_failures = 0
         self._follower = Follower(self._held, self._all_held)
 
     async def _open(self) -> MemoryEngine:
@@ -80,23 +81,30 @@ class OwnerHolder(abc.ABC):
         return self._engine
 
     @abc.abstractmethod
-    def _use(self, owner: str) -> Any:
-        """An async context manager yielding the owner's OwnerMemory (activated if needed)."""
-
-    @abc.abstractmethod
-    def _live(self, owner: str) -> OwnerMemory | None:
-        """The owner's memory if it is live here (recording the use), else ``None``."""
+    def _use(self, owner: str) -> AbstractAsyncContextManager[OwnerMemory]:
+        """The owner's memory (activated if needed), counted as busy while in use."""
 
     @abc.abstractmethod
     def _held(self, owner: str) -> OwnerMemory | None:
         """The owner's memory if it is live here, without recording a use."""
 
     @abc.abstractmethod
+    def _used(self, owner: str) -> None:
+        """Record a use of ``owner``, live here: what keeps it from passivation as idle."""
+
+    def _live(self, owner: str) -> OwnerMemory | None:
+        """The owner's memory if it is live here (recording the use), else ``None``."""
+        mem = self._held(owner)
+        if mem is not None:
+            self._used(owner)
+        return mem
+
+    @abc.abstractmethod
     def _all_held(self) -> Iterable[OwnerMemory]:
         """Every owner memory live here (none recorded as used)."""
 
-    async def _close(self) -> None:
-        """Stop following the change feed and close the engine (``close`` of the actors)."""
+    async def close(self) -> None:
+        """Stop following the change feed and close the engine."""
         await self._follower.close()
         if self._engine is not None:
             await self._engine.close()
@@ -138,8 +146,7 @@ class OwnerHolder(abc.ABC):
     async def apply(self, owner: str, ops: Sequence[L1Op], op_id: str | None
                     ) -> MemorySnapshot:
         async with self._use(owner) as mem:
-            snap: MemorySnapshot = await mem.apply(ops, op_id)
-            return snap
+            return await mem.apply(ops, op_id)
 
     async def forget(self, owner: str, by: str, op_id: str | None) -> Tombstone:
         """Erase the owner. Its background extractions are cancelled first: what they
@@ -148,8 +155,7 @@ class OwnerHolder(abc.ABC):
             task.cancel()
         await self.flush_extractions(owner)
         async with self._use(owner) as mem:
-            tombstone: Tombstone = await mem.forget(by, op_id)
-            return tombstone
+            return await mem.forget(by, op_id)
 
     async def export(self, owner: str) -> list[str]:
         """The owner's export document, read while no write of the owner runs. The
@@ -177,11 +183,6 @@ class OwnerHolder(abc.ABC):
                 f"{what} in a memory system needs a shared storage (postgres or redis): "
                 "backend 'memory' keeps L1 in the owner actors and L2 in the VectorIndex")
 
-    async def snapshot_as_of(self, owner: str, at: datetime) -> MemorySnapshot:
-        """What the owner held at ``at`` (rules, facts, status), read from the backend."""
-        async with self._use(owner):
-            return await (await self._open()).snapshot(owner, as_of=at)
-
     async def ping(self) -> None:
         """A no-op (benchmarks compare against it; the registry probes with it)."""
         return None
@@ -200,11 +201,17 @@ class OwnerHolder(abc.ABC):
                                                      extractor, self._spec.settings)
         return self._extraction
 
+    async def _local(self) -> LocalBackend:
+        """This actor's engine and extraction service as a process of its own serves them."""
+        if self._backend is None:
+            self._backend = LocalBackend(await self._open(), await self._service())
+        return self._backend
+
     async def append_messages(self, owner: str, conversation: str,
                               messages: Sequence[ChatMessage], op_id: str | None = None
                               ) -> ChatAppend:
         """Append to the (owner, conversation) window; what leaves it is extracted in the
-        background (an extraction failure is counted and logged, the append stands).
+        background (an extraction failure is logged, the append stands).
 
         The background extraction holds the owner as a call does, taken over before
         this call lets go: a busy owner is not passivated (sharded), and passivating
@@ -230,8 +237,7 @@ class OwnerHolder(abc.ABC):
             async with self._use(owner):
                 held.set()
                 await self._extract_quietly(svc, owner, messages)
-        except Exception:  # could not hold the owner (shutting down): counted, logged
-            self._extraction_failures += 1
+        except Exception:  # could not hold the owner (shutting down): logged
             log.exception("extraction for owner %r could not start", owner)
         finally:
             held.set()
@@ -248,10 +254,8 @@ class OwnerHolder(abc.ABC):
         try:
             await svc.extract(owner, messages)
         except ExtractionError as exc:
-            self._extraction_failures += 1
             log.warning("extraction for owner %r failed: %s", owner, exc)
         except Exception:  # never lost silently: the task has no one awaiting it
-            self._extraction_failures += 1
             log.exception("extraction for owner %r failed", owner)
 
     async def flush_extractions(self, owner: str) -> int:
@@ -274,7 +278,6 @@ class OwnerHolder(abc.ABC):
         try:
             return await svc.extract(owner, window)
         except ExtractionError:
-            self._extraction_failures += 1
             async with self._use(owner):
                 await svc.append_messages(owner, conversation, window)
             raise
@@ -283,34 +286,7 @@ class OwnerHolder(abc.ABC):
         """Extract from ``messages`` now and apply the result through the gate."""
         async with self._use(owner):
             svc = await self._service()
-        try:
-            return await svc.extract(owner, messages)
-        except ExtractionError:
-            self._extraction_failures += 1
-            raise
-
-    async def confirm(self, owner: str, pending_id: str, by: str, edited_content: str | None
-                      ) -> HitlDecision:
-        async with self._use(owner):
-            svc = await self._service()
-        return await svc.confirm(owner, pending_id, by=by, edited_content=edited_content)
-
-    async def reject(self, owner: str, pending_id: str, by: str) -> HitlDecision:
-        async with self._use(owner):
-            svc = await self._service()
-        return await svc.reject(owner, pending_id, by=by)
-
-    async def audit(self, owner: str, limit: int) -> list[AuditEntry]:
-        async with self._use(owner):
-            svc = await self._service()
-            return await svc.audit(owner, limit=limit)
-
-    async def extraction_stats(self) -> dict[str, Any]:
-        """This actor's extraction totals (outcomes, failures, tokens, cost)."""
-        out: dict[str, Any] = {} if self._extraction is None else self._extraction.stats()
-        out["background_failures"] = self._extraction_failures
-        out["background_running"] = sum(len(t) for t in self._extracting.values())
-        return out
+        return await svc.extract(owner, messages)
 
 
 def _lineage(mem: OwnerMemory, snap: MemorySnapshot) -> str:
@@ -331,22 +307,18 @@ class _OwnerWriter:
 
     async def snapshot(self, owner: str) -> MemorySnapshot:
         async with self._holder._use(owner) as mem:
-            snap: MemorySnapshot = await mem.snapshot()
-            return snap
+            return await mem.snapshot()
 
     async def apply(self, owner: str, ops: Sequence[L1Op], *, op_id: str | None = None
                     ) -> MemorySnapshot:
         async with self._holder._use(owner) as mem:
-            snap: MemorySnapshot = await mem.apply(ops, op_id)
-            return snap
+            return await mem.apply(ops, op_id)
 
     async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
                      edited: str | None = None, op_id: str | None = None
                      ) -> tuple[MemorySnapshot, AuditEntry] | None:
         async with self._holder._use(owner) as mem:
-            done: tuple[MemorySnapshot, AuditEntry] | None = await mem.decide(
-                pending_id, action, by, edited, op_id)
-            return done
+            return await mem.decide(pending_id, action, by, edited, op_id)
 
     async def store(self, owner: str, content: str, *,
                     metadata: Mapping[str, Any] | None = None, op_id: str | None = None,
@@ -367,19 +339,22 @@ def _writer_method(op: operations.Operation[Any, Any]) -> Any:
     return method
 
 
-def _read_method(op: operations.Operation[Any, Any]) -> Any:
-    """A read of the engine's, holding the owner as a call does."""
+def _owner_method(op: operations.Operation[Any, Any]) -> Any:
+    """An owner operation served as a process of its own serves it (``LocalBackend``,
+    over this actor's engine and extraction service), holding the owner as a call does."""
 
     async def method(self: OwnerHolder, owner: str, *values: Any) -> Any:
         async with self._use(owner):
-            return await getattr(await self._open(), op.name)(owner, **op.named(values))
+            return await (await self._local()).perform(op, owner, (), op.named(values))
 
     return method
 
 
-# The described operations this actor serves that need nothing of their own here:
-# an L2 write goes through the owner's writer, the owner's other reads to the engine.
+# The described operations this actor serves that need nothing of their own here: an
+# L2 write goes through the owner's writer, the owner's other operations (the history,
+# a past snapshot, the decisions on pending items and their audit trail) as in a
+# process of its own.
 for _op in operations.serving("writer", "owner"):
     if _op.name not in vars(OwnerHolder):
         _op.install(OwnerHolder, _writer_method(_op) if _op.serves == "writer"
-                    else _read_method(_op))
+                    else _owner_method(_op))

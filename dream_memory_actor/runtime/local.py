@@ -32,9 +32,25 @@ def local_system(*, backend: str = "memory", placement: str = "sharded",
                  system_options: dict[str, Any] | None = None,
                  **settings: Any) -> Iterator[MemorySystem]:
     """A started system (see the module docstring); ``settings`` are MemorySettings fields."""
-    with local_ray(num_cpus), _system(backend, placement, postgres_dsn, name, system_options,
-                 settings) as system:
-        yield system
+    values: dict[str, Any] = {"backend": backend, "placement": placement, **settings}
+    schema = None
+    if backend == "postgres":
+        schema = f"local_{uuid.uuid4().hex[:10]}"
+        values.update(postgres_schema=schema, postgres_dsn=postgres_dsn)
+        values = {k: v for k, v in values.items() if v is not None}
+    with local_ray(num_cpus):
+        config = MemorySettings(**values)
+        if backend == "postgres":
+            from ..storage.postgres import with_embedded_dsn
+
+            config = with_embedded_dsn(config)
+        system = MemorySystem.start(config, name=name, **(system_options or {}))
+        try:
+            yield system
+        finally:
+            system.shutdown(grace_period_s=1)
+            if schema is not None and config.postgres_dsn is not None:
+                _drop_schema(config.postgres_dsn.get_secret_value(), schema)
 
 
 @contextlib.contextmanager
@@ -49,30 +65,6 @@ def local_ray(num_cpus: int = 2) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
-
-
-@contextlib.contextmanager
-def _system(backend: str, placement: str, postgres_dsn: str | None, name: str,
-            system_options: dict[str, Any] | None, settings: dict[str, Any]
-            ) -> Iterator[MemorySystem]:
-    values: dict[str, Any] = {"backend": backend, "placement": placement, **settings}
-    schema = None
-    if backend == "postgres":
-        from ..storage.postgres import with_embedded_dsn
-
-        schema = f"local_{uuid.uuid4().hex[:10]}"
-        values.update(postgres_schema=schema, postgres_dsn=postgres_dsn)
-        values = {k: v for k, v in values.items() if v is not None}
-    config = MemorySettings(**values)
-    if backend == "postgres":
-        config = with_embedded_dsn(config)
-    system = MemorySystem.start(config, name=name, **(system_options or {}))
-    try:
-        yield system
-    finally:
-        system.shutdown(grace_period_s=1)
-        if schema is not None and config.postgres_dsn is not None:
-            _drop_schema(config.postgres_dsn.get_secret_value(), schema)
 
 
 def _drop_schema(dsn: str, schema: str) -> None:

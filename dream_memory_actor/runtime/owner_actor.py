@@ -53,19 +53,13 @@ class OwnerActor(OwnerHolder):
             self._mem = OwnerMemory(owner, engine, self._l2)
         mem = self._mem
         mem.enter()
-        self._note_use()
+        self._used(owner)
         try:
             yield mem
         finally:
             mem.leave()
 
-    def _live(self, owner: str) -> OwnerMemory | None:
-        if owner != self._owner or self._closed or self._mem is None:
-            return None
-        self._note_use()
-        return self._mem
-
-    def _note_use(self) -> None:
+    def _used(self, owner: str) -> None:
         now = time.monotonic()
         if now - self._touched >= self._touch_every:
             self._touched = now
@@ -94,9 +88,6 @@ class OwnerActor(OwnerHolder):
 
     def _all_held(self) -> list[OwnerMemory]:
         return [] if self._mem is None or self._closed else [self._mem]
-
-    async def close(self) -> None:
-        await self._close()
 
 
 class HostActor(OwnerHolder):
@@ -131,13 +122,8 @@ class HostActor(OwnerHolder):
         async with self._table.use(owner) as mem:
             yield mem
 
-    def _live(self, owner: str) -> OwnerMemory | None:
-        if self._closed:
-            return None
-        mem = self._table.live.get(owner)
-        if mem is not None:
-            self._table.live.touch(owner)
-        return mem
+    def _used(self, owner: str) -> None:
+        self._table.live.touch(owner)
 
     async def _sweep(self) -> None:
         every = sweep_interval(self._spec.settings.idle_timeout_s)
@@ -170,4 +156,4 @@ class HostActor(OwnerHolder):
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-        await self._close()
+        await super().close()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import MemorySettings
-from ..embedding import CachedEmbedder, Embedder, load_calibration
+from ..embedding import CachedEmbedder, Embedder, open_embedder
 from ..engine import MemoryEngine
 from ..engine.memory_engine import open_embedding
 from ..errors import ConfigurationError
@@ -114,10 +114,7 @@ async def open_index_engine(spec: SystemSpec, *, setup: bool) -> MemoryEngine:
     settings = spec.settings
     embedder: CachedEmbedder | None
     if spec.embedder_factory is not None:
-        calibration = (load_calibration(settings.embedding_calibration)
-                       if settings.embedding_calibration is not None else None)
-        embedder = CachedEmbedder(spec.embedder_factory(), settings.embedding_cache_size,
-                                  calibration=calibration)
+        embedder = await open_embedder(settings, spec.embedder_factory())
     else:
         settings, embedder = await open_embedding(settings)
     structured, vector = await open_stores(settings, embedder.dim if embedder else None)

@@ -18,8 +18,9 @@ from mcp import Client, StdioServerParameters
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.mcp import LocalBackend, RayBackend, TokenMap, build_server, hash_token
-from dream_memory_actor.mcp.server import http_app, server_version
+from dream_memory_actor.mcp.server import http_app
 from dream_memory_actor.mcp.tools import TOOLS
+from dream_memory_actor.process import version
 from tests.support.servers import free_ports
 
 from .conftest import HttpServer, free_port, serving
@@ -129,7 +130,7 @@ def _owner() -> str:
 async def test_tools_resource_and_prompt_are_described(target: Target) -> None:
     async with target.connect(None) as c:
         info = c.server_info  # type: ignore[attr-defined]
-        assert info.name == "dream-memory" and info.version == server_version() != ""
+        assert info.name == "dream-memory" and info.version == version() != ""
         tools = {t.name: t for t in (await c.list_tools()).tools}
         assert set(tools) == {e.name for e in TOOLS} and set(tools) >= REQUIRED
         for t in tools.values():

@@ -14,7 +14,7 @@ from typing import Any
 
 import uvicorn
 
-from dream_memory_actor.mcp.auth import TokenMap, hash_token
+from dream_memory_actor.engine.auth import TokenMap, hash_token
 from dream_memory_actor.models import MemoryPendingItem, utcnow
 
 TOKEN_ALICE = "review-alice-3f9c2b7d"

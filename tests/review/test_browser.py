@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect, sync_playwright  # the dev extras hold it
 
+from dream_memory_actor.engine import operations as ops
 from dream_memory_actor.review.app import create_app
-from dream_memory_actor.review.backend import SystemReview
+from dream_memory_actor.review.decisions import decide
 from dream_memory_actor.runtime import MemorySystem
+from dream_memory_actor.runtime.doors import RayBackend
 from dream_memory_actor.storage.ops import AddPending
 from tests.runtime.conftest import start_system
 
@@ -87,7 +89,7 @@ def test_review_in_a_browser(browser: Any, system: MemorySystem) -> None:
     for owner, queued in items.items():
         system.owner(owner).apply([AddPending(i) for i in queued])
     rule, fact, status, memory = items["alice"]
-    app = create_app(SystemReview(MemorySystem.connect(SYSTEM), SYSTEM), tokens())
+    app = create_app(RayBackend(MemorySystem.connect(SYSTEM)), tokens())
     with served(app) as base:
         ctx = browser.new_context(viewport={"width": 1280, "height": 900})
         page = log_in(ctx, base, TOKEN_ALICE)
@@ -192,17 +194,17 @@ async def test_system_decisions_are_written_once(system: MemorySystem) -> None:
     from dream_memory_actor.errors import PendingItemNotFound
     from dream_memory_actor.models import MemoryPendingItem
 
-    review = SystemReview(MemorySystem.connect(SYSTEM), SYSTEM)
+    review = RayBackend(MemorySystem.connect(SYSTEM))
     item = MemoryPendingItem(kind="fact", content="Carol is on call this week", confidence=0.5)
     carol = system.owner("carol")
     await carol.apply_async([AddPending(item)])
-    first = await review.decide("carol", item.id, "confirmed", "ana", None)
+    first = await decide(review, "carol", item.id, "confirmed", "ana", None)
     assert first.applied and first.entry.by == "ana"
     version = (await carol.snapshot_async()).version
     for action in ("confirmed", "rejected"):
-        again = await review.decide("carol", item.id, action, "ops", None)  # type: ignore[arg-type]
+        again = await decide(review, "carol", item.id, action, "ops", None)  # type: ignore[arg-type]
         assert not again.applied and again.entry == first.entry
     assert (await carol.snapshot_async()).version == version
     with pytest.raises(PendingItemNotFound):
-        await review.decide("carol", "no-such-item", "confirmed", "ana", None)
-    assert [e.pending_id for e in await review.audit("carol", 10)] == [item.id]
+        await decide(review, "carol", "no-such-item", "confirmed", "ana", None)
+    assert [e.pending_id for e in await review.call(ops.audit, "carol", 10)] == [item.id]

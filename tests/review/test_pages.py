@@ -13,11 +13,13 @@ from starlette.testclient import TestClient
 
 from dream_memory_actor.cli import main as cli_main
 from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.engine import operations as ops
+from dream_memory_actor.engine.doors import LocalBackend
 from dream_memory_actor.errors import ConfigurationError
 from dream_memory_actor.models import MemorySnapshot
 from dream_memory_actor.review import cli as review_cli
+from dream_memory_actor.review import decisions
 from dream_memory_actor.review.app import AUDIT_PAGE, LOOPBACK_HOSTS, create_app
-from dream_memory_actor.review.backend import EngineReview
 from dream_memory_actor.review.sessions import SessionStore
 from dream_memory_actor.storage.ops import AddPending, SetStatus
 
@@ -38,7 +40,7 @@ class Site:
     """One review app over a fresh in-process memory, with the test queue seeded."""
 
     def __init__(self, **app_options: Any) -> None:
-        self.backend = asyncio.run(EngineReview.open(MemorySettings(backend="memory")))
+        self.backend = asyncio.run(LocalBackend.open(MemorySettings(backend="memory")))
         self.items = queue()
         self.clock = Clock()
         token_map = app_options.pop("tokens", tokens())
@@ -56,7 +58,7 @@ class Site:
 
     def state(self, client: TestClient, owner: str = "alice") -> tuple[MemorySnapshot, list[Any]]:
         snap = client.portal.call(self.backend.engine.snapshot, owner)
-        audit = client.portal.call(self.backend.audit, owner, 1000)
+        audit = client.portal.call(self.backend.call, ops.audit, owner, 1000)
         return snap, audit
 
 
@@ -335,7 +337,7 @@ def test_audit_trail_is_paginated_and_search_shows_the_signals(
     ]
     alice.portal.call(site.backend.engine.apply, "alice", [AddPending(i) for i in extra])
     for item in extra:
-        alice.portal.call(site.backend.decide, "alice", item.id, "rejected", "ana", None)
+        alice.portal.call(decisions.decide, site.backend, "alice", item.id, "rejected", "ana", None)
     first, second = alice.get("/owners/alice").text, alice.get("/owners/alice?page=2").text
     assert first.count("data-audit=") == AUDIT_PAGE and "older →" in first
     assert second.count("data-audit=") == 3 and "← newer" in second

@@ -1,4 +1,5 @@
-"""Bearer tokens of the MCP server over HTTP: which owners each token may read and write.
+"""Who may use which owners: the token map the doors check (the MCP server over HTTP,
+the review pages), and the loopback rule of a door that has none.
 
 The token map holds only SHA-256 hashes of the tokens (hex), each with the owners
 it grants (``"*"``: every owner) and an optional name recorded as the decider of
@@ -13,14 +14,16 @@ variable ``DREAM_MEMORY_MCP_TOKENS``::
 ``python -m dream_memory_actor.mcp --hash-token`` (reads the token on stdin).
 
 A presented token is hashed and compared with every stored hash in constant time
-(``hmac.compare_digest``, no early exit). Over stdio there are no tokens: the local
-user who started the process owns it and may use every owner.
+(``hmac.compare_digest``, no early exit). Without tokens (the MCP server over stdio,
+the review pages of the local user) the local user owns the process and may use
+every owner, so such a door serves this machine's loopback only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import os
 import re
@@ -67,9 +70,25 @@ class Grant:
         if refused:
             raise AccessDenied(f"this token may not access owner(s) {refused}")
 
+    def owner(self, owner: object) -> str:
+        """``owner`` checked (``InvalidOwnerId``) and granted (``AccessDenied``)."""
+        checked = check.owner_id(owner)
+        self.check([checked])
+        return checked
 
-#: The grant over stdio: the local user owns the process.
+
+#: The grant without tokens: the local user owns the process.
 LOCAL = Grant(name="local", owners=frozenset({ALL_OWNERS}))
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class TokenMap:
