@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from dream_memory_actor import validation as check
+from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.embedding import IDENTITY, Calibration
 from dream_memory_actor.scoring import Weights
 
@@ -73,6 +74,10 @@ Rows = list[tuple[int, Mapping[str, float]]]
 TARGET_RECALL10 = 0.70
 
 
+#: How many earlier turns a memory extracted from a conversation carries by default.
+EXTRACTION_TURNS = MemorySettings.model_fields["extraction_context_turns"].default
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", choices=["locomo", "madial"], default="locomo")
     p.add_argument("--path", default=None,
@@ -97,9 +102,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "previous turn written into its text (text), or stored as its "
                         "context, embedded and searched with it while its content stays the "
                         "turn (beside)")
-    p.add_argument("--context-turns", type=int, default=1,
+    p.add_argument("--context-turns", type=int, default=EXTRACTION_TURNS,
                    help="LoCoMo, --context text or beside: how many previous turns of the "
-                        "session the context holds (default 1)")
+                        "session the context holds (default: as the extraction path's, "
+                        f"extraction_context_turns={EXTRACTION_TURNS})")
     p.add_argument("--no-context-date", dest="context_date", action="store_false",
                    help="LoCoMo: leave the session's date out of the context")
     p.add_argument("--context-fields", default="time",

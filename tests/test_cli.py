@@ -331,3 +331,14 @@ def test_cli_embeds_with_the_model_recorded_with_the_data(
         embedder = next(c for c in report["checks"] if c["name"] == "embedder")
         assert embedder["ok"] is True and "openai/model-a (the store's recorded model" in (
             embedder["detail"])
+        # the way out the refusal names: the store moves to model-b in place
+        _env(monkeypatch, **base, **api_env)
+        rc, _, err = _run(capsys, "reembed", "--model", "openai/model-b")
+        assert rc == 2 and "--yes" in err
+        done = _json(capsys, "reembed", "--model", "openai/model-b", "--yes")
+        assert done == {"model": "openai/model-b", "owners": {"alice": 1}}
+        _env(monkeypatch, **base, **api_env, embedding_model="openai/model-b")
+        assert _json(capsys, "store", "--owner", "alice", "deployed with helm")["memory"]
+        _env(monkeypatch, **base, **api_env, embedding_model="openai/model-a")
+        rc, _, err = _run(capsys, "list", "--owner", "alice")
+        assert rc == 1 and "reembed --model openai/model-a" in err

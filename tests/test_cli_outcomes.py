@@ -149,8 +149,8 @@ def test_store_with_an_embedder(embedded_cli: Outcomes) -> None:
 
 
 def test_store_on_a_keyword_only_store(cli: Outcomes) -> None:
-    """Without an embedder no similarity is measured: the same text is merged, and a
-    near one is stored without a judgement."""
+    """Without an embedder no similarity is measured: the same text is merged, a changed
+    value supersedes, and a near one is judged by its words alone and kept apart."""
     text, data = cli.play(lambda o, _: ["store", "--owner", o, "we deploy with helm"],
                           prepare=store("we deploy with helm"))
     assert text.startswith("merged into ") and "(the same text)" in text
@@ -158,7 +158,11 @@ def test_store_on_a_keyword_only_store(cli: Outcomes) -> None:
     assert data["memory"]["has_embedding"] is False
     text, data = cli.play(lambda o, _: ["store", "--owner", o, "we deploy with argo"],
                           prepare=store("we deploy with helm"))
-    assert text.startswith("stored ") and data["judgement"] is None
+    assert ", kept apart from " in text and data["judgement"] == "unsure"
+    assert data["similarity"] is None and not data["merged"]
+    text, data = cli.play(lambda o, _: ["store", "--owner", o, "the cluster runs version 1.29"],
+                          prepare=store("the cluster runs version 1.27"))
+    assert data["superseded"] and data["judgement"] == "update" and data["similarity"] is None
     cli.play(lambda o, _: ["store", "--owner", o, "x", "--metadata", "[1]"], rc=1)
     cli.play(lambda o, _: ["store", "--owner", o, " "], rc=1)
 

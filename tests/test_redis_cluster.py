@@ -17,6 +17,7 @@ import pytest
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.errors import BackendUnavailable, ConfigurationError
 from dream_memory_actor.storage import open_stores
+from dream_memory_actor.storage.dedup import Cuts
 from dream_memory_actor.storage.redis.cluster import ClusterClient, split_cluster_url
 from dream_memory_actor.storage.redis.common import connect
 from dream_memory_actor.storage.redis.replication import ReplicationTimeout
@@ -162,6 +163,11 @@ async def test_failover_keeps_every_write_acknowledged_by_a_replica() -> None:
         await _failover_scenario(cluster)
 
 
+#: Numbered entries are entries of their own, not new values of one another: stored
+#: unjudged, so the scenario counts writes, not judgements.
+UNJUDGED = Cuts.off()
+
+
 async def _failover_scenario(cluster: RedisCluster) -> None:
     prefix = fresh_schema()
     owners = owner_on_each_master(cluster.url, "acct")
@@ -186,7 +192,7 @@ async def _failover_scenario(cluster: RedisCluster) -> None:
         while not stop.is_set():
             content = f"{owner} background entry {i}"
             try:
-                await waiting.store(owner, content, op_id=f"bg-{owner}-{i}")
+                await waiting.store(owner, content, op_id=f"bg-{owner}-{i}", threshold=UNJUDGED)
                 acked.append((owner, content))
             except BackendUnavailable as exc:
                 other_failures.append(exc)
@@ -196,7 +202,7 @@ async def _failover_scenario(cluster: RedisCluster) -> None:
     try:
         background = [asyncio.create_task(load(o)) for o in others]
         for i in range(10):
-            await waiting.store(target, f"{target} acknowledged entry {i}")
+            await waiting.store(target, f"{target} acknowledged entry {i}", threshold=UNJUDGED)
             acked.append((target, f"{target} acknowledged entry {i}"))
 
         assert replica.proc is not None
@@ -205,11 +211,11 @@ async def _failover_scenario(cluster: RedisCluster) -> None:
             for i in range(3):
                 content, op = f"{target} unreplicated entry {i}", f"un-{i}"
                 with pytest.raises(ReplicationTimeout):
-                    await waiting.store(target, content, op_id=op)
+                    await waiting.store(target, content, op_id=op, threshold=UNJUDGED)
                 loose[op] = (target, content)
             for i in range(3):
                 content, op = f"{target} unwaited entry {i}", f"nw-{i}"
-                await fast.store(target, content, op_id=op)
+                await fast.store(target, content, op_id=op, threshold=UNJUDGED)
                 loose[op] = (target, content)
             victim.stop()  # SIGKILL, mid-load
         finally:
@@ -219,13 +225,13 @@ async def _failover_scenario(cluster: RedisCluster) -> None:
         t0 = time.monotonic()
         while True:  # the owner of the lost master is served again, by the promoted one
             try:
-                await fast.store(target, f"{target} after failover")
+                await fast.store(target, f"{target} after failover", threshold=UNJUDGED)
                 break
             except BackendUnavailable:
                 assert time.monotonic() - t0 < 30, "the promoted master never served"
                 await asyncio.sleep(0.2)
         for op, (owner, content) in loose.items():  # retries: applied at most once
-            await fast.store(owner, content, op_id=op)
+            await fast.store(owner, content, op_id=op, threshold=UNJUDGED)
         await asyncio.sleep(0.3)
         stop.set()
         await asyncio.gather(*background)

@@ -8,6 +8,7 @@ Like the other commands on one owner they open the configured storage in this pr
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,25 @@ def register(sub: Subparsers) -> None:
                           "its memories get new ids, so it can live beside the original)")
     imp.set_defaults(run=_import)
 
+    re = sub.add_parser(
+        "reembed", parents=[json_option()],
+        help="embed every owner's memories again with another model, in place",
+        description="Record MODEL as the store's embedding model, then embed the memories "
+                    "of every owner (or of each --owner) again with it, owner after owner, a "
+                    "batch a write under the owner's writer. Until an owner is done, a "
+                    "search finds its memories by their words only, and processes "
+                    "configured with the old model are refused. After a stop, run it again "
+                    "(--from the owner it stopped at). Opens the storage in this process.")
+    re.add_argument("--model", required=True,
+                    help="the embedding model to embed with (as the embedding_model setting)")
+    re.add_argument("--owner", action="append", default=None,
+                    help="only this owner (may be given more than once)")
+    re.add_argument("--from", dest="start", default=None, metavar="OWNER",
+                    help="begin at this owner, in sorted order (to resume)")
+    re.add_argument("--yes", action="store_true",
+                    help="really re-embed (required: the store changes model at once)")
+    re.set_defaults(run=_reembed)
+
 
 def _forget(args: argparse.Namespace) -> int:
     if not args.yes:
@@ -89,3 +109,37 @@ def _import(args: argparse.Namespace) -> int:
     text = ", ".join(f"{n} {kind}" for kind, n in counts.items())
     emit(args, {"owner": owner, "counts": counts}, f"imported {owner}: {text}")
     return 0
+
+
+def _reembed(args: argparse.Namespace) -> int:
+    if not args.yes:
+        print(f"error: re-embedding records {args.model!r} as the store's model at once and "
+              "embeds every memory again; add --yes to do it", file=sys.stderr)
+        return 2
+
+    async def go() -> dict[str, int]:
+        from ..config import MemorySettings
+        from ..engine import MemoryEngine
+
+        settings = MemorySettings().model_copy(update={"embedding_model": args.model,
+                                                       "embedding_dim": None})
+        engine = await MemoryEngine.open(settings, adopt=True)
+        try:
+            owners = sorted(args.owner) if args.owner else await engine.vector.owners()
+            done: dict[str, int] = {}
+            for owner in owners:
+                if args.start is not None and owner < args.start:
+                    continue
+                done[owner] = await engine.reembed(owner)
+                if not args.json:
+                    print(f"{owner}: {done[owner]} memories", flush=True)
+            return done
+        finally:
+            await engine.close()
+
+    done = asyncio.run(go())
+    emit(args, {"model": args.model, "owners": done},
+         f"embedded {sum(done.values())} memories of {len(done)} owners again with "
+         f"{args.model}")
+    return 0
+

@@ -716,5 +716,6 @@ def model_mismatch(recorded: EmbeddingModel, configured: str) -> EmbeddingModelM
         f"dimensions, recorded {recorded.recorded_at:%Y-%m-%d}), and this process is "
         f"configured with {configured!r}; their cosines are not one scale. Leave "
         f"embedding_model unset (DREAM_MEMORY_EMBEDDING_MODEL) to use the store's model, "
-        f"or move the owners to a store of {configured!r}: `dream-memory export`, then "
-        f"`dream-memory import` there, which re-embeds them")
+        f"or move the store to {configured!r}: `dream-memory reembed --model "
+        f"{configured} --yes` embeds its memories again in place (or `dream-memory "
+        f"export`, then `dream-memory import` into a store of that model)")

@@ -95,7 +95,7 @@ class Writes:
 
 
 def searched(memory: VectorMemory) -> str:
-    """The text the keyword signal searches a memory as: its content, after its context
+    """The text the keyword signal searches a memory as: its content, then its context
     (``text.with_context``), as it is embedded."""
     return with_context(memory.content, memory.context)
 

@@ -129,7 +129,7 @@ def test_a_turn_s_context_is_its_date_and_the_session_s_previous_turn() -> None:
     # as the store does (white space of a context folded, as of any text it keeps)
     assert turn_texts(conv, "beside")[1] == (
         "Bob: Look! [shares a photo of a cat]",
-        "8 May 2023 Ann: I adopted a dog.\nBob: Look! [shares a photo of a cat]")
+        "Bob: Look! [shares a photo of a cat]\n8 May 2023 Ann: I adopted a dog.")
 
 
 def test_dataset_file_and_missing_file(tmp_path: Path) -> None:
