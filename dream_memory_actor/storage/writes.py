@@ -123,6 +123,7 @@ class Plan:
         self.writes = Writes()
         self._put: dict[str, Put] = {}  # the live rows this plan wrote, by id
         self._gone: set[str] = set()  # stored rows this plan dropped
+        self._read_rows: dict[str, VectorMemory] = {}  # stored rows read so far, by id
 
     # -- reads -----------------------------------------------------------------------
 
@@ -132,6 +133,8 @@ class Plan:
             return self._put[memory_id].memory
         if memory_id in self._gone:
             return None
+        if memory_id in self._read_rows:  # read in this write: the owner's writer is ours
+            return self._read_rows[memory_id]
         rows = await self._read(self.owner, ids=[memory_id])
         return rows[0].memory if rows else None
 
@@ -146,6 +149,7 @@ class Plan:
                                                         + len(self._gone)))
             for row in stored:
                 mid = row.memory.id
+                self._read_rows[mid] = row.memory
                 if mid in self._gone or row.similarity is None:
                     continue
                 if mid in self._put and not isinstance(self._put[mid].vector, _Keep):
@@ -166,6 +170,7 @@ class Plan:
             mine = [p.memory for p in reversed(self._put.values())
                     if keyword_score(wanted, searched(p.memory)) > 0]
             worded = await self._words(self.owner, content, nearest + len(self._gone))
+            self._read_rows.update((m.id, m) for m in worded)
             for mem in [*mine, *(m for m in worded if m.id not in self._put)]:
                 if mem.id not in self._gone and len(near) < nearest:
                     near.append(_near(mem, None, context))
@@ -180,6 +185,7 @@ class Plan:
             if content_hash(p.memory.content) == h:
                 return p.memory
         for row in await self._read(self.owner, text_hash=h):
+            self._read_rows[row.memory.id] = row.memory
             if row.memory.id not in self._gone and row.memory.id not in self._put:
                 return row.memory
         return None

@@ -167,7 +167,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
     async def _apply(self, conn: Any, owner: str, w: Writes) -> None:
         s = self._s
         if w.versions:
-            await conn.executemany(
+            await _many(
+                conn,
                 f"""INSERT INTO {s}.memory_versions ({VERSION_COLUMNS})
                     VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12, $13)""",
                 [(uuid.UUID(v.id), v.owner, uuid.UUID(v.memory_id), v.content,
@@ -180,12 +181,12 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                                [uuid.UUID(m.id) for m in w.drops])
         new = [p for p in w.puts if p.before is None]
         if new:
-            await conn.executemany(_INSERT.format(s=s), [
+            await _many(conn, _INSERT.format(s=s), [
                 (uuid.UUID(m.id), owner, m.content, content_hash(m.content),
                  json.dumps(m.metadata, ensure_ascii=False), p.given,
                  None if p.given is None else self.dim, m.created_at, m.updated_at, m.context)
                 for p in new for m in [p.memory]])
-            await conn.executemany(_INSERT_TEXT.format(s=s), [
+            await _many(conn, _INSERT_TEXT.format(s=s), [
                 (uuid.UUID(p.memory.id), owner, fold(searched(p.memory)), p.memory.updated_at)
                 for p in new])
         for p in w.puts:
@@ -442,3 +443,12 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         n = await conn.fetchval(
             f"SELECT memories FROM {self._s}.owner_memory_counts WHERE owner_id = $1", owner)
         return int(n or 0)
+
+
+async def _many(conn: Any, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``executemany``, or one ``execute`` for one row (a store's usual write)."""
+    if len(rows) == 1:
+        await conn.execute(statement, *rows[0])
+    else:
+        await conn.executemany(statement, rows)
+
