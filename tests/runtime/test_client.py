@@ -75,6 +75,19 @@ def test_l2_store_merge_search_across_owners(system: MemorySystem) -> None:
         user.get(first.memory.id)
 
 
+def test_a_memory_s_context_goes_through_the_actors(system: MemorySystem) -> None:
+    h = system.owner("rt-context")
+    r = h.store("t4: Caroline: that's great, congrats!",
+                context="8 May 2023 Melanie: I got the job at the animal shelter")
+    assert r.memory.context == "8 May 2023 Melanie: I got the job at the animal shelter"
+    hits = h.search("t4: shelter job")
+    assert [x.memory.content for x in hits][:1] == ["t4: Caroline: that's great, congrats!"]
+    new = h.update(r.memory.id, "t4: Caroline: congrats on the new job!")
+    assert new.context == r.memory.context
+    (batch,) = h.store_many([{"content": "t4: Melanie: thanks!", "context": "8 May 2023"}])
+    assert batch.memory.context == "8 May 2023"
+
+
 def test_retried_write_with_the_same_op_id_is_applied_once(system: MemorySystem) -> None:
     h = system.owner("rt-idem")
     a = h.add_fact("deploys on fridays", op_id="op-fixed-1")
