@@ -362,38 +362,38 @@ async def import_owner(engine: Stores, lines: Iterable[str | bytes]) -> dict[str
     writes are one unit of the owner (``StructuredStore.owner_unit``: on PostgreSQL one
     transaction, so an import refused or killed at any record leaves the owner as it
     was, and two imports of one owner take turns: the second finds it not empty).
-    Where the unit is not a transaction (Redis, the in-process store), an import
-    refused at any record empties the owner again (``StructuredStore.clear``); a process
-    killed in the middle leaves what it wrote."""
+    On Redis the document is written apart and moved in at once, so an import refused
+    or killed at any record leaves the owner as it was too. On the in-process store an
+    import refused at any record empties the owner again (``StructuredStore.clear``)."""
     doc = parse(lines)
     owner = doc.owner
     embeddings = await _embeddings(engine, doc)
-    st = engine.structured
-    async with st.owner_unit(owner):
+    st, vec = engine.structured, engine.vector
+    await vec._record_model(any(e is not None for e in embeddings))
+    async with st.owner_unit(owner, vec) as (into, into_vec):
         snap = await st.load(owner)
-        if snap.version or await engine.vector.count(owner) or await st.conversations(owner):
+        if snap.version or await vec.count(owner) or await st.conversations(owner):
             raise OwnerNotEmpty(f"owner {owner!r} holds data already; forget it first")
         try:
-            return await _import(engine, doc, embeddings)
+            return await _import(into, into_vec, doc, embeddings)
         except BaseException:
             if not st.atomic_units:  # the owner was empty: what was written goes again
-                await engine.vector.forget(owner)
+                await vec.forget(owner)
                 await st.clear(owner)
             raise
 
 
-async def _import(engine: Stores, doc: _Document, embeddings: list[list[float] | None]
-                  ) -> dict[str, int]:
+async def _import(st: StructuredStore, vector: VectorStore, doc: _Document,
+                  embeddings: list[list[float] | None]) -> dict[str, int]:
     owner = doc.owner
-    st = engine.structured
     now = utcnow()
     status = [r for r in doc.records if r["type"] == "status"]
     writes = l1_writes(doc.items("rule"), doc.items("fact"), doc.items("version"), status,
                        doc.items("status_change"), doc.items("pending"), now)
     audit = [check_l1.audit_entry(e, st.max_content_bytes) for e in doc.items("audit")]
-    memories = engine.vector.check_restore(
+    memories = vector.check_restore(
         owner, list(zip(doc.items("memory"), embeddings, strict=True)))
-    engine.vector.check_versions(owner, doc.items("memory_version"))
+    vector.check_versions(owner, doc.items("memory_version"))
     windows = [(conversation, [check.message(m, st.max_content_bytes) for m in messages])
                for conversation, messages in doc.windows()]
     # A rehearsal on the reference backend first: any write the target would refuse
@@ -408,7 +408,7 @@ async def _import(engine: Stores, doc: _Document, embeddings: list[list[float] |
         await st._apply(owner, [AddAudit(e) for e in audit], now, None)
     for conversation, messages in windows:  # a window as large as what it held
         await st.append_messages(owner, conversation, messages, window=len(messages))
-    written = await engine.vector.restore(owner, memories, doc.items("memory_version"))
+    written = await vector.restore(owner, memories, doc.items("memory_version"))
     counts = Counter(r["type"] for r in doc.records)
     counts["status"] = sum(isinstance(op, SetStatus) for _, op in writes)
     counts["memory"] = written

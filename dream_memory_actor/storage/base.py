@@ -61,16 +61,18 @@ class StructuredStore(_Lifecycle, ABC):
     supports_ttl: ClassVar[bool] = True
     #: ``watch`` reports the L1 writes of every process on this storage (see ``changes``).
     supports_change_feed: ClassVar[bool] = False
-    #: ``owner_unit`` is one transaction: what is written inside it is kept together or
+    #: ``owner_unit`` is all or nothing: what is written inside it is kept together or
     #: not at all (else the writes apply one by one, and a caller undoes them itself).
     atomic_units: ClassVar[bool] = False
 
-    def owner_unit(self, owner: str) -> AbstractAsyncContextManager[object]:
-        """A unit of work on ``owner`` across its layers (an import): where the backend
-        has one (PostgreSQL: one transaction holding the owner's L1 and L2 locks), what
-        the stores write inside it is committed together or not at all, and no other
-        write of the owner runs meanwhile; elsewhere the writes apply one by one."""
-        return nullcontext()
+    def owner_unit(self, owner: str, vector: VectorStore
+                   ) -> AbstractAsyncContextManager[tuple[StructuredStore, VectorStore]]:
+        """A unit of work on ``owner`` across its layers (an import): the stores to write
+        it through. Where the backend has one (``atomic_units``: PostgreSQL, one
+        transaction holding the owner's L1 and L2 locks; Redis, writes staged apart and
+        moved in at once), what is written inside it is kept together or not at all;
+        elsewhere the writes apply one by one."""
+        return nullcontext((self, vector))
 
     async def watch(self, callback: ChangeCallback) -> Unwatch:
         """Call ``callback`` on this event loop with each L1 write committed on this

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -54,10 +55,13 @@ class InMemoryStructuredStore(StructuredStore):
         self._status_log: defaultdict[str, list[StatusChange]] = defaultdict(list)
         self._units: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
-    def owner_unit(self, owner: str) -> asyncio.Lock:
+    @asynccontextmanager
+    async def owner_unit(self, owner: str, vector: VectorStore
+                         ) -> AsyncIterator[tuple[StructuredStore, VectorStore]]:
         """Units of one owner take turns (two imports: the second finds it not empty).
         Other writes are not held, and nothing is undone: see ``StructuredStore``."""
-        return self._units[owner]
+        async with self._units[owner]:
+            yield self, vector
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         snap = self._snapshots.get(owner) or MemorySnapshot(owner=owner)

@@ -418,7 +418,8 @@ def _as_owner_keeping_ids(lines: list[str], owner: str) -> list[str]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_an_import_refused_at_its_memories_writes_nothing(
-        backend: str, request: pytest.FixtureRequest) -> None:
+        backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
     """The memories are written last: when the store refuses them (PostgreSQL: ids
     another owner holds; elsewhere a refusal of the store's), the rules, facts, status,
     pending items, audit and windows written before them are not kept either, and a
@@ -429,16 +430,15 @@ async def test_an_import_refused_at_its_memories_writes_nothing(
         await fill(source)
         lines = await export_owner(source, OWNER)
         clash = _as_owner_keeping_ids(lines, "twin")
-        restore = stores.vector.restore
 
         async def refused(*args: object, **kw: object) -> int:
             raise BackendError("the store refused the memories")
 
-        if backend != "postgres":  # memory ids are an owner's own there: refuse by hand
-            stores.vector.restore = refused  # type: ignore[method-assign]
-        with pytest.raises(BackendError):  # the memory ids are taken
-            await import_owner(source, clash)
-        stores.vector.restore = restore  # type: ignore[method-assign]
+        with monkeypatch.context() as m:
+            if backend != "postgres":  # memory ids are an owner's own there: refuse by hand
+                m.setattr(type(stores.vector), "restore", refused)  # whichever store writes
+            with pytest.raises(BackendError):  # the memory ids are taken
+                await import_owner(source, clash)
         snap = await stores.structured.load("twin")
         assert (snap.version, snap.rules, snap.facts, dict(snap.status), snap.pending) == (
             0, (), (), {}, ())
@@ -635,3 +635,44 @@ async def test_histories_that_need_more_than_a_chain_replayed(
         await source.close()
         await other.structured.close()
         await other.vector.close()
+
+
+@pytest.mark.parametrize("backend", ["redis", "redis-cluster"])
+async def test_a_redis_import_shows_nothing_until_it_moves_in(
+        backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Redis an import is written apart and moved in at once: half way through, the
+    owner shows nothing of it (a process killed then leaves the owner as it was), and
+    what a dead import left staged goes when the owner's next import starts."""
+    import asyncio
+
+    stores = await make_stores(backend, request)
+    try:
+        source = engine_on(stores)
+        await fill(source)
+        lines = renamed(await export_owner(source, OWNER), "twin")
+        client, prefix = stores.structured._r, stores.structured._keys.prefix
+        dead = f"{prefix}~unit~dead:{{twin}}:l1"  # what a killed import left
+        await client.set(dead, "{}")
+        halfway, resume = asyncio.Event(), asyncio.Event()
+        restore = type(stores.vector).restore
+
+        async def paused(self: object, *args: object, **kw: object) -> int:
+            halfway.set()
+            await resume.wait()
+            return await restore(self, *args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(type(stores.vector), "restore", paused)
+        task = asyncio.create_task(import_owner(source, lines))
+        await halfway.wait()  # rules, facts, status, pending, audit, windows: written
+        snap = await stores.structured.load("twin")
+        assert (snap.version, snap.rules, dict(snap.status)) == (0, (), {})
+        assert await stores.structured.audit("twin") == []
+        assert await stores.structured.conversations("twin") == []
+        assert await client.exists(dead) == 0
+        resume.set()
+        counts = await task
+        assert counts["memory"] == 4 and (await stores.structured.load("twin")).version > 0
+        assert await stores.vector.count("twin") == 4
+    finally:
+        await stores.structured.close()
+        await stores.vector.close()

@@ -32,7 +32,7 @@ from ...models import (
     utcnow,
 )
 from ...text import content_hash
-from ..base import StructuredStore
+from ..base import StructuredStore, VectorStore
 from ..changes import Change, ChangeCallback, Unwatch
 from ..ops import AddAudit, L1Op, apply_ops, pending_fingerprint
 from .pool import PostgresStore
@@ -276,13 +276,14 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
     # -- the owner as a whole -----------------------------------------------------------
 
     @asynccontextmanager
-    async def owner_unit(self, owner: str) -> AsyncIterator[object]:
+    async def owner_unit(self, owner: str, vector: VectorStore
+                         ) -> AsyncIterator[tuple[StructuredStore, VectorStore]]:
         """One transaction that the owner's writes of this task join, holding its L1 and
         L2 locks in the order ``_forget`` takes them (see ``PostgresBackend.unit``)."""
         async with self.backend.unit() as conn:
             for layer in ("l1", "l2"):
                 await self._lock(conn, layer, owner)
-            yield conn
+            yield self, vector
 
     async def _forget(self, owner: str, tombstone: Tombstone | None, op_key: str | None
                       ) -> Tombstone | None:

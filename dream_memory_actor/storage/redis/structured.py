@@ -49,11 +49,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from ...errors import BackendError
+from ...errors import BackendError, OwnerNotEmpty
 from ...history import HistoryLog, ItemVersion, StatusChange
 from ...models import (
     AuditEntry,
@@ -66,9 +68,11 @@ from ...models import (
     Tombstone,
     utcnow,
 )
-from ..base import StructuredStore
+from ..base import StructuredStore, VectorStore
 from ..changes import Change, ChangeCallback, Feeds, Unwatch
 from ..ops import AddAudit, L1Op, apply_ops
+from ..tombstones import forgotten
+from . import erase
 from .common import (
     MAX_TX_ATTEMPTS,
     OP_ID_RETENTION_S,
@@ -132,6 +136,11 @@ return out
 )
 
 
+#: What a unit's staging prefix adds to the store's (no owner id, hash tag or prefix
+#: continues so: a prefix is a name of letters, digits and ``_``).
+_UNIT = "~unit~"
+
+
 def _ms(t: datetime) -> int:
     """Unix milliseconds, rounded up: the server never drops an entry before it expired."""
     return max(1, math.ceil(t.timestamp() * 1000))
@@ -141,6 +150,7 @@ class RedisStructuredStore(StructuredStore):
     """L1 on a Redis server (any Redis >= 7.0; no module needed)."""
 
     supports_change_feed = True
+    atomic_units = True
 
     def __init__(self, client: Any, prefix: str, *, max_content_bytes: int = 32 * 1024) -> None:
         self.max_content_bytes = max_content_bytes
@@ -148,6 +158,7 @@ class RedisStructuredStore(StructuredStore):
         self._keys = Keys(prefix)
         self._locks = OwnerLocks()
         self._window_locks = OwnerLocks()  # by window key: appends of this process queue
+        self._units = OwnerLocks()  # an owner's units (imports) of this process take turns
         self._closed = False
         self._load_script = client.register_script(_LOAD)
         self._audit_script = client.register_script(_AUDIT)
@@ -371,6 +382,77 @@ class RedisStructuredStore(StructuredStore):
                 found.append(name[len(start):])
         return found
 
+    # -- an owner's unit: staged apart, moved in at once ------------------------------
+
+    @asynccontextmanager
+    async def owner_unit(self, owner: str, vector: VectorStore
+                         ) -> AsyncIterator[tuple[StructuredStore, VectorStore]]:
+        """Stores that write the owner's keys under a staging prefix of their own
+        (``<prefix>~unit~<id>``: the same hash tag, so the same slot), then one
+        MULTI/EXEC that renames every staged key to its place, refused
+        (``OwnerNotEmpty``) if the owner was written meanwhile or any place is taken.
+        A unit that raises, or whose process dies, leaves the owner as it was; what a
+        dead one staged goes when the next unit of the owner starts. Units of one owner
+        in this process take turns."""
+        from .vector import RedisVectorStore
+
+        if not isinstance(vector, RedisVectorStore):
+            raise TypeError("a Redis unit writes through a Redis vector store")
+        stage = Keys(f"{self._keys.prefix}{_UNIT}{uuid.uuid4().hex}")
+        staged = RedisStructuredStore(self._r, stage.prefix,
+                                      max_content_bytes=self.max_content_bytes)
+        staged_vec = RedisVectorStore(vector._r, stage.prefix, vector.dim,
+                                      max_content_bytes=vector.max_content_bytes,
+                                      use_search_module=False)
+        staged.limits, staged_vec.limits = self.limits, vector.limits
+        staged_vec.embedding_model = vector.embedding_model
+        staged_vec._model_recorded = True  # the model is recorded with the real data
+        async with self._units.hold(owner):
+            with translate("import"):
+                await self._drop_staged(owner)
+            try:
+                yield staged, staged_vec
+                with translate("import"):
+                    await self._move_in(owner, stage)
+            finally:
+                with translate("import"):
+                    await erase.erase(self._r, stage.owner(owner))
+        vector._cache.drop(owner)
+
+    async def _drop_staged(self, owner: str) -> None:
+        """Unlink what units of ``owner`` that died before moving in left staged."""
+        mine = self._keys.owner(owner)
+        pattern = (erase.glob_escaped(self._keys.prefix + _UNIT) + "*"
+                   + erase.glob_escaped(mine[len(self._keys.prefix):]) + "*")
+        node = await self._r.node_for(mine) if hasattr(self._r, "node_for") else self._r
+        stale = [key async for key in node.scan_iter(match=pattern, count=1000)]
+        for start in range(0, len(stale), erase.BATCH):
+            await node.unlink(*stale[start:start + erase.BATCH])
+
+    async def _move_in(self, owner: str, stage: Keys) -> None:
+        from redis.exceptions import WatchError
+
+        start, mine = stage.owner(owner), self._keys.owner(owner)
+        node = await self._r.node_for(mine) if hasattr(self._r, "node_for") else self._r
+        staged = [k.decode() if isinstance(k, bytes) else k async for k in
+                  node.scan_iter(match=erase.glob_escaped(start) + "*", count=1000)]
+        places = [mine + k[len(start):] for k in staged]
+        guard = [self._keys.l1_doc(owner), self._keys.l2_version(owner)]
+        async with self._r.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(*guard, *places)
+                taken = await pipe.exists(*guard, *places)
+            except WatchError:
+                taken = 1
+            if taken:
+                raise OwnerNotEmpty(f"owner {owner!r} was written while it was imported")
+            pipe.multi()
+            for key, place in zip(staged, places, strict=True):
+                pipe.rename(key, place)
+            pipe.publish(self._channel, forgotten(owner).encode())  # reload: a new lineage
+            if await committed(pipe) is None:
+                raise OwnerNotEmpty(f"owner {owner!r} was written while it was imported")
+
     # -- audit trail ------------------------------------------------------------------
 
     async def _audit(self, owner: str, limit: int, pending_id: str | None
@@ -386,9 +468,6 @@ class RedisStructuredStore(StructuredStore):
 
     async def _forget(self, owner: str, tombstone: Tombstone | None, op_key: str | None
                       ) -> Tombstone | None:
-        from ..tombstones import forgotten
-        from . import erase
-
         async with self._locks.hold(owner):
             with translate("forget"):
                 await erase.erase(self._r, self._keys.owner(owner))
