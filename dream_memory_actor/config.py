@@ -121,6 +121,12 @@ class MemorySettings(BaseSettings):
     judge_api_base: str | None = None
     judge_api_key: SecretStr | None = None
     judge_timeout_s: float = Field(10.0, gt=0)
+    # consolidation ("dreaming", engine.consolidation): proposals per pass; a memory
+    # unchanged for longer than the days is proposed to expire (None: never); an owner
+    # who opts in has every proposal applied at once (else a person decides each)
+    consolidation_max_proposals: int = Field(100, ge=1, le=10_000)
+    consolidation_expire_after_days: float | None = Field(None, gt=0)
+    consolidation_auto_apply: bool = False
     max_content_bytes: int = Field(32 * 1024, ge=16, le=1024 * 1024)
     # caps that also hold after merges and over many calls (``limits.Limits``)
     max_metadata_bytes: int = Field(16 * 1024, ge=256, le=1024 * 1024)

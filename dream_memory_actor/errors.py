@@ -17,7 +17,8 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── InvalidImport                    an export document that cannot be imported
     │   ├── OwnerNotEmpty                    an import into an owner that holds data
     │   ├── AuditNotWritable                 the audit trail is written by decisions only
-    │   └── SupersessionCycle                a supersession that would close a loop
+    │   ├── SupersessionCycle                a supersession that would close a loop
+    │   └── ProposalChanged                  its memories changed since it was proposed
     ├── NotFound (also a LookupError)
     │   ├── UnknownStatusKey
     │   ├── MemoryNotFound
@@ -25,6 +26,7 @@ translated at the boundary and chained (``raise ... from exc``)::
     │   ├── RuleNotFound / FactNotFound
     │   ├── PendingItemNotFound
     │   │   └── PendingItemDecided           confirmed or rejected already (the other way)
+    │   ├── ProposalNotApplied               no applied consolidation proposal to undo
     │   └── ItemNotFound                     no current rule or fact with that id
     │       └── ItemSuperseded               the item was superseded already
     ├── ConfigurationError                   the settings cannot work
@@ -104,6 +106,11 @@ class OwnerNotEmpty(InvalidInput):
     """An import into an owner that already holds data (forget it first)."""
 
 
+class ProposalChanged(InvalidInput):
+    """A consolidation proposal whose memories changed since it was made (or, to undo,
+    since it was applied); nothing was written."""
+
+
 class NotFound(DreamMemoryError, LookupError):
     """The addressed item does not exist for this owner."""
 
@@ -144,6 +151,10 @@ class PendingItemNotFound(NotFound):
 
 class SupersessionCycle(InvalidInput):
     """A supersession whose new item would be one of the items it descends from."""
+
+
+class ProposalNotApplied(NotFound):
+    """No consolidation proposal of that id was applied to the owner (nothing to undo)."""
 
 
 class ItemNotFound(NotFound):

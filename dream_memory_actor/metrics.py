@@ -32,6 +32,9 @@ name                                           type       labels
 ``dream_memory_mcp_rejected_tokens_total``     counter    none
 ``dream_memory_extraction_tokens_total``       counter    ``type`` (prompt, completion)
 ``dream_memory_extraction_cost_usd_total``     counter    none
+``dream_memory_consolidation_proposals_total`` counter    ``outcome`` (proposed; applied;
+                                                          refused: its memories changed
+                                                          before it was applied)
 ``dream_memory_judge_replies_total``           counter    ``outcome`` (duplicate, update,
                                                           distinct: the model's verdict
                                                           on an unsure pair; refused: a
@@ -229,6 +232,8 @@ class Metrics:
                         "LLM tokens spent on extraction", "type")
         self.cost = m("counter", "extraction_cost_usd",
                       "LLM cost of extraction in US dollars (where litellm knows the price)")
+        self.proposals = m("counter", "consolidation_proposals_total",
+                           "Consolidation proposals by what became of them", "outcome")
         self.judge_replies = m("counter", "judge_replies_total",
                                "Unsure pairs put to the judge model, by its outcome", "outcome")
         self._queues: OrderedDict[str, int] = OrderedDict()
@@ -284,6 +289,12 @@ class Metrics:
 
     def hitl_decision(self, action: str) -> None:
         self.hitl.labels(action).inc()
+
+    def consolidation(self, proposed: int, applied: int, refused: int) -> None:
+        for outcome, n in (("proposed", proposed), ("applied", applied),
+                           ("refused", refused)):
+            if n:
+                self.proposals.labels(outcome).inc(n)
 
     def extraction_usage(self, prompt_tokens: int, completion_tokens: int,
                          cost_usd: float | None) -> None:

@@ -15,7 +15,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-PendingKind = Literal["rule", "fact", "status", "memory"]
+#: What an extraction may queue: where the item goes when confirmed.
+ExtractedKind = Literal["rule", "fact", "status", "memory"]
+#: What a consolidation pass queues: a change of memories (``Proposal``).
+ProposalKind = Literal["merge", "supersede", "expire"]
+PendingKind = Literal[ExtractedKind, ProposalKind]
+PROPOSAL_KINDS: tuple[ProposalKind, ...] = ("merge", "supersede", "expire")
 ChatRole = Literal["user", "assistant", "system", "tool"]
 AuditAction = Literal["confirmed", "rejected"]
 
@@ -103,11 +108,38 @@ class MemoryFact(_Frozen):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class Touched(_Frozen):
+    """A memory a proposal changes, as it was when the proposal was made: a proposal
+    whose memories changed since is refused when it is decided."""
+
+    id: str
+    content: str
+    updated_at: datetime
+
+
+class Proposal(_Frozen):
+    """What a consolidation pass proposes to change in the owner's memories.
+
+    ``merge``: the memories ``touches`` say one thing; ``keep`` (the newest) stays with
+    ``result`` as its content, the others are closed into it. ``supersede``: ``keep``
+    is a newer version of the others, which are closed in its favour. ``expire``: the
+    memories are closed, unused for ``reason``'s time. Every closed memory stays in
+    its history, naming the proposal, and the change can be undone.
+    """
+
+    touches: tuple[Touched, ...]
+    keep: str | None = None
+    result: str | None = None
+    reason: str = ""
+
+
 class MemoryPendingItem(_Frozen):
-    """An extracted memory waiting for a person to confirm or reject it (HITL).
+    """An item waiting for a person to confirm or reject it (HITL).
 
     ``kind`` says where it goes when confirmed: a rule, a fact, a status entry
-    (``key``/``value``) or a semantic ``memory``.
+    (``key``/``value``) or a semantic ``memory``; or, for a consolidation pass's
+    ``merge``, ``supersede`` and ``expire``, the change of memories its ``proposal``
+    describes (``content`` is then the text the change leaves, if any).
     """
 
     id: str = Field(default_factory=new_id)
@@ -125,9 +157,15 @@ class MemoryPendingItem(_Frozen):
     #: correction), and that item's text when it was queued.
     supersedes: str | None = None
     supersedes_content: str | None = None
+    #: The change of memories a consolidation pass proposes (its three kinds only).
+    proposal: Proposal | None = None
 
     def describe(self) -> str:
         """One line for a person deciding on the item."""
+        if self.proposal is not None:
+            n = len(self.proposal.touches)
+            return (f"[{self.kind}] {n} memories: {self.proposal.reason}"
+                    + ("" if self.content is None else f" -> {self.content}"))
         what = f"{self.key}={self.value}" if self.kind == "status" else (self.content or "")
         line = f"[{self.kind}] {what} (confidence {self.confidence:.2f})"
         if self.supersedes is not None:
@@ -249,7 +287,8 @@ class MemoryVersion(_Frozen):
     has ``change == "update"``; one a store merged a duplicate into has
     ``change == "merge"`` (the content before the merge); the last version of a
     superseded memory has ``change == "supersede"`` and names its successor in
-    ``superseded_by``, with who did it (``by``) and why (``reason``) when given.
+    ``superseded_by``, with who did it (``by``) and why (``reason``) when given; that of
+    a memory a person let expire (a consolidation proposal) has ``change == "expire"``.
     """
 
     id: str = Field(default_factory=new_id)
@@ -261,7 +300,7 @@ class MemoryVersion(_Frozen):
     has_embedding: bool = False
     valid_from: datetime
     valid_to: datetime | None = None
-    change: Literal["update", "supersede", "merge"] | None = None
+    change: Literal["update", "supersede", "merge", "expire"] | None = None
     superseded_by: str | None = None
     by: str | None = None
     reason: str | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..config import MemorySettings
@@ -28,6 +28,7 @@ from ..errors import (
     MemoryNotFound,
     SystemClosed,
 )
+from ..extraction.service import ConsolidationReport
 from ..history import ItemHistory, StatusChange
 from ..metrics import get_metrics
 from ..models import (
@@ -35,6 +36,7 @@ from ..models import (
     AuditEntry,
     EmbeddingModel,
     MemoryFact,
+    MemoryPendingItem,
     MemoryRule,
     MemorySnapshot,
     MemoryVersion,
@@ -42,6 +44,7 @@ from ..models import (
     StoreResult,
     Tombstone,
     VectorMemory,
+    utcnow,
 )
 from ..rerank import Reranker, make_reranker, rerank_hits
 from ..scoring import Weights
@@ -444,6 +447,58 @@ class MemoryEngine:
             return await self.vector.supersede_memory(
                 owner, memory_id, content, metadata=metadata, by=by, reason=reason, now=now,
                 op_id=op_id, embed=self.embed, context=context)
+
+    # -- consolidation ----------------------------------------------------------------
+
+    async def propose(self, owner: str, *, now: datetime | None = None
+                      ) -> builtins.list[MemoryPendingItem]:
+        """What a consolidation pass proposes for ``owner`` (``engine.consolidation``),
+        unqueued: none already queued, and none decided before for the same memories."""
+        from ..storage.ops import pending_fingerprint
+        from . import consolidation
+
+        self._open()
+        s = self.settings
+        at = now or utcnow()
+        owner = check_owner(owner)
+        items = await self.vector.dump(owner)
+        seen = {pending_fingerprint(e.item)
+                for e in await self.structured.audit(owner, limit=None)
+                if e.item.proposal is not None}
+        seen.update(pending_fingerprint(p) for p in (await self.structured.load(owner)).pending
+                    if p.proposal is not None)
+        ttl = s.pending_ttl_s
+        return await consolidation.proposals(
+            items, self.cuts, skip=seen, most=s.consolidation_max_proposals,
+            expire_before=consolidation.expiry_cut(at, s.consolidation_expire_after_days),
+            expires_at=None if ttl is None else at + timedelta(seconds=ttl))
+
+    async def consolidate(self, owner: str, *, apply_all: bool = False,
+                          by: str = "consolidation") -> ConsolidationReport:
+        """Run a consolidation pass over ``owner`` in this process: its proposals queued
+        for a person's decision, or confirmed at once by ``by`` (``apply_all``); see
+        ``ExtractionService.consolidate``."""
+        from ..extraction.service import ExtractionService
+
+        return await ExtractionService.for_engine(self).consolidate(owner, apply_all=apply_all,
+                                                                    by=by)
+
+    async def apply_proposal(self, owner: str, item: MemoryPendingItem, *, by: str,
+                             edited: str | None = None) -> str | None:
+        """Make the change the queued proposal ``item`` describes (see
+        ``VectorStore.apply_proposal``); a person's confirmation calls it. The id of
+        the memory kept (``None``: an expiry)."""
+        self._open()
+        with self.metrics.operation("apply", self.settings.backend):
+            return await self.vector.apply_proposal(owner, item, by=by, edited=edited,
+                                                    embed=self.embed)
+
+    async def undo_proposal(self, owner: str, pending_id: str) -> int:
+        """Reverse an applied proposal exactly (``VectorStore.undo_proposal``); how many
+        memories came back."""
+        self._open()
+        with self.metrics.operation("apply", self.settings.backend):
+            return await self.vector.undo_proposal(owner, pending_id)
 
     async def reembed(self, owner: str) -> int:
         """Embed every memory of ``owner`` again with this engine's model (an engine

@@ -48,13 +48,14 @@ from typing import (
 
 from .. import validation as check
 from ..errors import InvalidImport
-from ..extraction.service import ExtractionReport, HitlDecision
+from ..extraction.service import ConsolidationReport, ExtractionReport, HitlDecision
 from ..history import ItemHistory, StatusChange
 from ..limits import Limits
 from ..models import (
     AuditEntry,
     ChatAppend,
     ChatMessage,
+    MemoryPendingItem,
     MemorySnapshot,
     MemoryVersion,
     StoreResult,
@@ -63,6 +64,7 @@ from ..models import (
     new_id,
 )
 from ..text import with_context
+from ..validation import l1 as check_l1
 from ..validation import l2 as check_l2
 
 P = ParamSpec("P")
@@ -170,6 +172,12 @@ def _status_key(value: Any, scope: Scope) -> str:
     return check.status_key(value)
 
 
+def _proposed(value: Any, scope: Scope) -> MemoryPendingItem:
+    item = value if isinstance(value, MemoryPendingItem) else MemoryPendingItem.model_validate(
+        value)
+    return check_l1.pending_item(item, scope.max_content_bytes, scope.limits)
+
+
 def _past(value: Any, scope: Scope) -> datetime:
     return check.past(value)
 
@@ -205,6 +213,7 @@ NewMessages = Annotated[Sequence[ChatMessage], _new_messages]
 Messages = Annotated[Sequence[ChatMessage], _messages]
 StatusKey = Annotated[str, _status_key]
 PastTime = Annotated[datetime, _past]
+Proposed = Annotated[MemoryPendingItem, _proposed]
 Document = Annotated[Iterable[str], _document]
 
 
@@ -464,6 +473,41 @@ def reject(pending_id: PendingId, by: Decider) -> HitlDecision:
 @operation("owner")
 def audit(limit: Limit = 100) -> list[AuditEntry]:
     """Decisions on this owner's pending items (who, what, when), newest first."""
+    raise NotImplementedError
+
+
+# -- consolidation ("dreaming"): proposals a person decides ----------------------------------------
+
+
+@operation("index")
+def propose() -> list[MemoryPendingItem]:
+    """What a consolidation pass would propose for this owner now (merges of duplicate
+    memories, supersessions of outdated ones, expiries), not queued (``consolidate``
+    queues them)."""
+    raise NotImplementedError
+
+
+@operation("owner", metric="consolidate")
+def consolidate(*, apply_all: bool = False, by: Decider = "consolidation"
+                ) -> ConsolidationReport:
+    """Run a consolidation pass: its proposals wait in the pending queue for a person's
+    ``confirm`` (with an edit) or ``reject``; with ``apply_all`` (for owners who opt in),
+    ``by`` confirms each at once. A proposal rejected before is not made again."""
+    raise NotImplementedError
+
+
+@operation("writer", metric="apply")
+def apply_proposal(item: Proposed, *, by: Decider, edited: Edited = None
+                   ) -> Optional[str]:  # noqa: UP045
+    """Apply the queued proposal ``item`` (``confirm`` calls it): one write, refused with
+    ``ProposalChanged`` if its memories changed since; the kept memory's id."""
+    raise NotImplementedError
+
+
+@operation("writer", metric="apply")
+def undo_proposal(pending_id: PendingId) -> int:
+    """Reverse a confirmed proposal exactly: its memories live again as they were, their
+    versions gone from the histories; how many memories came back."""
     raise NotImplementedError
 
 

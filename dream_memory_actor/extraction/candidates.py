@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, m
 
 from .. import validation as check
 from ..errors import InvalidInput, MalformedExtraction
-from ..models import ChatMessage, PendingKind
+from ..models import ChatMessage, ExtractedKind
 
 #: At most this many items in one reply.
 MAX_ITEMS = 100
@@ -52,7 +52,7 @@ class ExtractedItem(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    kind: PendingKind
+    kind: ExtractedKind
     content: StrictStr | None = None
     key: StrictStr | None = None
     value: StrictStr | None = None

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..models import ChatMessage, PendingKind
+from ..models import ChatMessage, ExtractedKind
 from .candidates import ExtractedItem, ExtractionResult
 from .corrections import TRAILING, capitalized, match_correction
 
@@ -53,7 +53,7 @@ class Phrasing:
     """One explicit phrasing: a pattern with a ``rest`` group, and what it yields."""
 
     pattern: re.Pattern[str]
-    kind: PendingKind
+    kind: ExtractedKind
     confidence: float
     content: Callable[[str], str]
 

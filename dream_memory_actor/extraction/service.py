@@ -23,6 +23,7 @@ between is repaired by retrying.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -36,9 +37,12 @@ from ..errors import (
     ExtractionError,
     PendingItemDecided,
     PendingItemNotFound,
+    ProposalChanged,
+    ProposalNotApplied,
 )
 from ..metrics import get_metrics
 from ..models import (
+    PROPOSAL_KINDS,
     AuditAction,
     AuditEntry,
     ChatAppend,
@@ -48,16 +52,14 @@ from ..models import (
     StoreResult,
     utcnow,
 )
-from ..storage.ops import (
-    L1Op,
-)
+from ..storage.ops import AddPending, L1Op
 from .candidates import ExtractionResult, Extractor, Usage, check_items
 from .configured import open_extractor
 from .gate import Thresholds, gate, is_quoted
 from .plan import RESULTS, ItemOutcome, Plan, Result
 
-__all__ = ["RESULTS", "ExtractionReport", "ExtractionService", "HitlDecision", "ItemOutcome",
-           "MemoryWriter", "Result"]
+__all__ = ["RESULTS", "ConsolidationReport", "ExtractionReport", "ExtractionService",
+           "HitlDecision", "ItemOutcome", "MemoryWriter", "Result"]
 
 if TYPE_CHECKING:
     from ..config import MemorySettings
@@ -80,6 +82,13 @@ class MemoryWriter(Protocol):
     async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
                      edited: str | None = None, op_id: str | None = None
                      ) -> tuple[MemorySnapshot, AuditEntry] | None: ...
+
+    async def propose(self, owner: str) -> list[MemoryPendingItem]: ...
+
+    async def apply_proposal(self, owner: str, item: MemoryPendingItem, *, by: str,
+                             edited: str | None = None) -> str | None: ...
+
+    async def undo_proposal(self, owner: str, pending_id: str) -> int: ...
 
 
 class Engine(MemoryWriter, Protocol):
@@ -116,6 +125,26 @@ class HitlDecision(BaseModel):
     entry: AuditEntry
     applied: bool
     memory_id: str | None = None
+
+
+class ConsolidationReport(BaseModel):
+    """One consolidation pass over one owner: what it proposed (queued, or applied at
+    once with ``apply_all``), counted by kind."""
+
+    model_config = ConfigDict(frozen=True)
+
+    owner: str
+    proposals: tuple[MemoryPendingItem, ...] = ()
+    #: Proposals applied by this pass (``apply_all``), and those refused as they were
+    #: applied (their memories changed meanwhile).
+    applied: int = 0
+    refused: int = 0
+    duration_s: float = 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        seen = Counter(p.kind for p in self.proposals)
+        return {k: seen[k] for k in PROPOSAL_KINDS}
 
 
 class ExtractionService:
@@ -227,20 +256,67 @@ class ExtractionService:
         """The decisions on ``owner``'s pending items, newest first."""
         return await self.structured.audit(owner, limit=limit)
 
+    async def consolidate(self, owner: str, *, apply_all: bool = False,
+                          by: str = "consolidation") -> ConsolidationReport:
+        """Run a consolidation pass over ``owner`` (``engine.consolidation``): its
+        proposals are queued for a person's decision, or, with ``apply_all`` (or the
+        owner's ``consolidation_auto_apply``), confirmed by ``by`` one at a time, each
+        its own write (a proposal whose memories changed meanwhile is refused and stays
+        queued)."""
+        start = time.perf_counter()
+        owner = check.owner_id(owner)
+        by = check.decider(by)
+        found = await self.writer.propose(owner)
+        if found:
+            await self.writer.apply(owner, [AddPending(p) for p in found])
+        applied = refused = 0
+        if apply_all or self.settings.consolidation_auto_apply:
+            for p in found:
+                try:
+                    await self.confirm(owner, p.id, by=by)
+                    applied += 1
+                except (ProposalChanged, PendingItemNotFound):
+                    refused += 1
+        get_metrics().consolidation(len(found), applied, refused)
+        return ConsolidationReport(owner=owner, proposals=tuple(found), applied=applied,
+                                   refused=refused, duration_s=time.perf_counter() - start)
+
     async def _decide(self, owner: str, pending_id: str, action: AuditAction, by: str,
                       edited: str | None) -> HitlDecision:
         # The arguments are checked where the decision is written (the store's decide).
+        # A proposal is applied before it is confirmed (a refusal writes nothing) and
+        # undone again should a rejection have come first, or after it was applied.
+        proposal = None
+        if action == "confirmed":
+            snap = await self.writer.snapshot(owner)
+            proposal = next((p for p in snap.pending
+                             if p.id == pending_id and p.proposal is not None), None)
+            if proposal is not None:
+                await self.writer.apply_proposal(owner, proposal, by=check.decider(by),
+                                                 edited=edited)
         try:
             done = await self.writer.decide(owner, pending_id, action, by, edited=edited,
                                             op_id=f"hitl:{pending_id}")
         except PendingItemNotFound:
             done = None  # another decision removed it meanwhile: report that one
-        decision = await self._recorded(owner, pending_id, action)
+        try:
+            decision = await self._recorded(owner, pending_id, action)
+        except PendingItemNotFound:  # decided the other way, or expired meanwhile
+            if proposal is not None:
+                await self._unapply(owner, pending_id)
+            raise
+        if action == "rejected" and decision.entry.item.proposal is not None:
+            await self._unapply(owner, pending_id)
         mine = done is not None and decision.entry.id == done[1].id
         self._stats[action] += int(mine)
         if mine:
             get_metrics().hitl_decision(action)
         return decision.model_copy(update={"applied": mine})
+
+    async def _unapply(self, owner: str, pending_id: str) -> None:
+        """Undo proposal ``pending_id`` if a confirmation applied it (a rejected one)."""
+        with contextlib.suppress(ProposalNotApplied):
+            await self.writer.undo_proposal(owner, pending_id)
 
     async def _recorded(self, owner: str, pending_id: str, action: AuditAction
                         ) -> HitlDecision:
@@ -254,7 +330,12 @@ class ExtractionService:
                 f"pending item {pending_id!r} of owner {owner!r} was already {entry.action} "
                 f"by {entry.by!r} at {entry.at.isoformat()}")
         memory_id = None
-        if entry.action == "confirmed" and entry.item.kind == "memory":
+        if entry.action == "confirmed" and entry.item.proposal is not None:
+            edited = None if entry.written == (entry.item.content or "") else entry.written
+            # a no-op once applied: repairs a confirmation stopped before it was
+            memory_id = await self.writer.apply_proposal(owner, entry.item, by=entry.by,
+                                                         edited=edited)
+        elif entry.action == "confirmed" and entry.item.kind == "memory":
             stored = await self.writer.store(  # a no-op returning the first result once done
                 owner, entry.written or "", op_id=f"hitl-store:{pending_id}",
                 metadata={"source": "confirmed", "confidence": entry.item.confidence,

@@ -34,6 +34,7 @@ from ..models import (
     AuditEntry,
     ChatAppend,
     ChatMessage,
+    MemoryPendingItem,
     MemorySnapshot,
     StoreResult,
     Tombstone,
@@ -327,6 +328,22 @@ class _OwnerWriter:
             result: StoreResult = await mem.l2(operations.store,
                                                (content, metadata, context, op_id))
             return result
+
+    async def propose(self, owner: str) -> list[MemoryPendingItem]:
+        async with self._holder._use(owner) as mem:  # a read: the owner's writes go on
+            found: list[MemoryPendingItem] = await mem.read(operations.propose, ())
+            return found
+
+    async def apply_proposal(self, owner: str, item: MemoryPendingItem, *, by: str,
+                             edited: str | None = None) -> str | None:
+        async with self._holder._use(owner) as mem:
+            kept: str | None = await mem.l2(operations.apply_proposal, (item, by, edited))
+            return kept
+
+    async def undo_proposal(self, owner: str, pending_id: str) -> int:
+        async with self._holder._use(owner) as mem:
+            came_back: int = await mem.l2(operations.undo_proposal, (pending_id,))
+            return came_back
 
 
 def _writer_method(op: operations.Operation[Any, Any]) -> Any:

@@ -246,6 +246,11 @@ class OwnerMemory:
         async with self._lock:
             return await getattr(self._l2, op.name)(self.owner, **op.named(values))
 
+    async def read(self, op: Operation[Any, Any], values: Sequence[Any]) -> Any:
+        """An L2 read (``op``, served by the ``"index"``) for this owner's actor, as a
+        handle would make it: no lock, the owner's writes go on meanwhile."""
+        return await getattr(self._l2, op.name)(self.owner, **op.named(values))
+
     async def exclusive(self, call: Callable[[], Awaitable[Any]], *, replaces: bool = False
                         ) -> Any:
         """Run ``call`` while no write of the owner runs. ``replaces``: it writes around

@@ -152,8 +152,9 @@ def _index_method(op: operations.Operation[Any, Any]) -> Any:
 
 
 def _path_method(op: operations.Operation[Any, Any]) -> Any:
-    """The owner actors' way to an L2 write: the engine's keyword arguments, sent in
-    the description's order to the owner's replica (its lock is held meanwhile)."""
+    """The owner actors' way to an L2 write (or read): the engine's keyword arguments,
+    sent in the description's order to the owner's replica (for a write, the owner's
+    lock is held meanwhile)."""
 
     async def method(self: IndexL2, owner: str, **named: Any) -> Any:
         values = [named[name] for name in op.params]
@@ -164,8 +165,7 @@ def _path_method(op: operations.Operation[Any, Any]) -> Any:
 
 
 # Every L2 read and write is the engine's on the VectorIndex; the owner actors send
-# the writes (the reads come straight from the handles).
+# the writes, and the reads they need themselves (a handle's come straight here).
 for _op in operations.serving("index", "writer"):
     _op.install(IndexActor, _index_method(_op))
-    if _op.serves == "writer":
-        _op.install(IndexL2, _path_method(_op))
+    _op.install(IndexL2, _path_method(_op))

@@ -29,7 +29,8 @@ def decision_ops(item: MemoryPendingItem, action: AuditAction, by: str, edited: 
     Confirming writes the item (``edited`` replaces its content or status value);
     a correction (``item.supersedes``) supersedes the item it names, which must still
     be current (else ``ItemNotFound``/``ItemSuperseded`` and nothing is written);
-    a ``memory`` item has no L1 write, its caller stores it in L2 afterwards.
+    a ``memory`` item has no L1 write, its caller stores it in L2 afterwards, and a
+    consolidation proposal none either: its caller applied it in L2 before.
     """
     ops: list[L1Op] = [RemovePending(item.id)]
     written = None

@@ -175,7 +175,9 @@ class InMemoryVectorStore(VectorStore):
                 return self._ops[(owner, op_id)]
             result, w = await plan()  # raises before anything is written
             rows = self._rows_of[owner]
-            self._closed_versions[owner].extend(w.versions)
+            gone = {v.id for v in w.reopened}
+            kept = [v for v in self._closed_versions[owner] if v.id not in gone]
+            self._closed_versions[owner] = [*kept, *w.versions]
             for m in w.drops:
                 del rows[m.id]
             for p in w.puts:

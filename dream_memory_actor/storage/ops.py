@@ -138,6 +138,8 @@ L1Op = Union[  # noqa: UP007 - a runtime alias; "X | Y" of classes needs 3.10 at
 
 def pending_fingerprint(item: MemoryPendingItem) -> str:
     """Identity of a pending candidate: the same candidate extracted twice has one fingerprint."""
+    if item.proposal is not None:  # the same change of the same memories
+        return f"{item.kind}:" + ",".join(sorted(t.id for t in item.proposal.touches))
     if item.kind == "status":
         return f"status:{item.key}={content_hash(item.value or '')}"
     if item.supersedes is not None:  # a correction is another candidate than the addition

@@ -15,25 +15,31 @@ same way. Public methods validate their arguments before any I/O and raise
 from __future__ import annotations
 
 import builtins
+import json
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from .. import validation as check
 from ..errors import (
     EmbeddingModelMismatch,
     InvalidBatch,
     InvalidImport,
+    InvalidInput,
     InvalidQuery,
     MemoryNotFound,
     MemorySuperseded,
     OwnerNotEmpty,
+    ProposalChanged,
+    ProposalNotApplied,
 )
 from ..models import (
+    PROPOSAL_KINDS,
     EmbeddingModel,
+    MemoryPendingItem,
     MemoryVersion,
     SearchHit,
     StoreResult,
@@ -56,7 +62,7 @@ from ..validation import l2 as check_l2
 from . import versions
 from .dedup import Cuts
 from .lifecycle import _Lifecycle
-from .writes import Plan, Planner, Row, Vector
+from .writes import PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector
 
 #: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
 Embed = Callable[[str], Awaitable["list[float] | None"]]
@@ -462,6 +468,113 @@ class VectorStore(_Lifecycle, ABC):
 
         return await self._write(owner, "delete", None, plan) == "true"
 
+    # -- consolidation proposals ------------------------------------------------------
+
+    async def apply_proposal(self, owner: str, item: MemoryPendingItem, *, by: str,
+                             edited: str | None = None, now: datetime | None = None,
+                             embed: Embed | None = None) -> str | None:
+        """Make the change a consolidation proposal (``item.proposal``) describes, in one
+        write under the operation id ``proposal:<item id>`` (a retry applies it once):
+        every memory it touches but the one it keeps is closed into that one (a
+        ``merge``), superseded by it, or let expire, its version naming the proposal;
+        a merge's kept memory takes the result (``edited``, else the proposal's) as its
+        content, its previous content a version. ``ProposalChanged`` and nothing
+        written when a touched memory is not as the proposal saw it. The kept
+        memory's id (``None``: an expiry). :meth:`undo_proposal` reverses it exactly:
+        the write records what it replaced."""
+        check.owner_id(owner)
+        who = check.decider(by)
+        prop = item.proposal
+        if prop is None or item.kind not in PROPOSAL_KINDS:
+            raise InvalidInput(f"pending item {item.id!r} is not a consolidation proposal")
+        text = None if edited is None else check.content(edited, self.max_content_bytes)
+        at = now or utcnow()
+        why = _bounded_reason(f"proposal {item.id}: {prop.reason}")
+        kept = None if prop.keep is None else next(
+            (t for t in prop.touches if t.id == prop.keep), None)
+        result = text or prop.result
+        new_vec: Vector = None
+        if kept is not None and result is not None and result != kept.content and embed:
+            found = await self._rows(owner, ids=[kept.id])
+            around = found[0].memory.context if found else None
+            new_vec = self._check_embedding(await embed(with_context(result, around)))
+            await self._record_model(new_vec is not None)
+
+        async def plan() -> tuple[str, Any]:
+            p = Plan(owner, self._rows)
+            rows = {r.memory.id: r for r in await self._rows(
+                owner, ids=[t.id for t in prop.touches], vectors=True)}
+            for t in prop.touches:
+                r = rows.get(t.id)
+                if r is None or (r.memory.content, r.memory.updated_at) != (t.content,
+                                                                          t.updated_at):
+                    raise ProposalChanged(
+                        f"proposal {item.id!r} of owner {owner!r}: memory {t.id!r} changed "
+                        f"since proposed; nothing was written")
+            undo: dict[str, Any] = {"kept": None, "dropped": [], "versions": []}
+            change = "expire" if item.kind == "expire" else item.kind
+            for t in prop.touches:
+                if t.id == prop.keep:
+                    continue
+                r = rows[t.id]
+                v = versions.closed(r.memory, at, change,  # type: ignore[arg-type]
+                                    superseded_by=prop.keep, by=who, reason=why)
+                p.close(v)
+                p.drop(r.memory)
+                undo["dropped"].append([r.memory.model_dump_json(), r.vector])
+                undo["versions"].append(v.model_dump_json())
+            if kept is not None and result is not None and result != kept.content:
+                r = rows[kept.id]
+                new = versions.updated(r.memory, result, None, new_vec is not None, at)
+                v = versions.closed(r.memory, at, "merge", by=who, reason=why)
+                p.close(v)
+                p.put(new, new_vec, before=r.memory)
+                undo["kept"] = [r.memory.model_dump_json(), r.vector, new.model_dump_json()]
+                undo["versions"].append(v.model_dump_json())
+            return json.dumps({"keep": prop.keep, "undo": undo}), p.writes
+
+        done = json.loads(await self._write(owner, "consolidation", PROPOSAL_OP + item.id,
+                                            plan))
+        return cast("str | None", done["keep"])
+
+    async def undo_proposal(self, owner: str, pending_id: str) -> int:
+        """Reverse an applied consolidation proposal exactly: the memories it closed are
+        live again as they were (ids, times, embeddings), the kept memory is as it was,
+        and the versions it closed leave the histories. Idempotent (operation id
+        ``undo:<id>``); ``ProposalNotApplied`` if it was not applied, ``ProposalChanged``
+        (nothing written) if the kept memory changed since. How many memories came back."""
+        check.owner_id(owner)
+        pid = check.ids([pending_id], "pending item id")[0]
+
+        async def unapplied() -> tuple[str, Any]:
+            raise ProposalNotApplied(f"owner {owner!r} has no applied proposal {pid!r}")
+
+        record = json.loads(await self._write(owner, "consolidation", PROPOSAL_OP + pid,
+                                              unapplied))["undo"]
+
+        async def plan() -> tuple[str, Any]:
+            p = Plan(owner, self._rows)
+            if record["kept"] is not None:
+                before_json, vec, after_json = record["kept"]
+                before = VectorMemory.model_validate_json(before_json)
+                after = VectorMemory.model_validate_json(after_json)
+                live = await p.live(after.id)
+                if live is None or (live.content, live.updated_at) != (after.content,
+                                                                       after.updated_at):
+                    raise ProposalChanged(
+                        f"proposal {pid!r} of owner {owner!r}: memory {after.id!r} changed "
+                        f"since it was applied; nothing was written")
+                p.put(before, vec, before=live)
+            for mem_json, vec in record["dropped"]:
+                mem = VectorMemory.model_validate_json(mem_json)
+                if await p.live(mem.id) is None:
+                    p.put(mem, vec)
+            for v in record["versions"]:
+                p.reopen(MemoryVersion.model_validate_json(v))
+            return str(len(record["dropped"])), p.writes
+
+        return int(await self._write(owner, "undo", UNDO_OP + pid, plan))
+
     async def restore(self, owner: str,
                       items: Sequence[tuple[VectorMemory, Sequence[float] | None]],
                       history: Sequence[MemoryVersion] = ()) -> int:
@@ -707,6 +820,12 @@ class VectorStore(_Lifecycle, ABC):
         if not isinstance(payload, VectorMemory):
             raise TypeError(f"{type(self).__name__} must override _materialize")
         return payload
+
+
+def _bounded_reason(text: str) -> str:
+    """``text`` cut to what a version's reason may hold (``validation.l2.reason``)."""
+    raw = text.encode("utf-8")[:check_l2.MAX_REASON_BYTES]
+    return raw.decode("utf-8", errors="ignore")
 
 
 def model_mismatch(recorded: EmbeddingModel, configured: str) -> EmbeddingModelMismatch:

@@ -86,7 +86,7 @@ def successor(
 def closed(
     existing: VectorMemory,
     now: datetime,
-    change: Literal["update", "supersede", "merge"],
+    change: Literal["update", "supersede", "merge", "expire"],
     *,
     superseded_by: str | None = None,
     by: str | None = None,
@@ -126,9 +126,11 @@ def current(memory: VectorMemory) -> MemoryVersion:
 
 
 def superseded_by(versions: list[MemoryVersion], memory_id: str) -> str | None:
-    """The successor of ``memory_id`` if ``versions`` (its history) say it was superseded."""
+    """The successor of ``memory_id`` if ``versions`` (its history) say it was superseded
+    by it or merged into it."""
     return next(
-        (v.superseded_by for v in versions if v.memory_id == memory_id and v.change == "supersede"),
+        (v.superseded_by for v in versions if v.memory_id == memory_id
+         and v.change in ("supersede", "merge") and v.superseded_by is not None),
         None,
     )
 

@@ -1,9 +1,10 @@
 """What an L2 write changes, as data: the one shape every backend applies.
 
 Every write of semantic memories (a store, a batch, an update, a supersession, a
-delete, an import) is planned once, above the backends, as :class:`Writes`: the
-memories it puts (new rows, or new contents of live rows), the live memories it
-drops, and the closed versions it adds to their histories. A backend applies a
+delete, an import, a consolidation proposal and its undoing) is planned once, above
+the backends, as :class:`Writes`: the memories it puts (new rows, or new contents of
+live rows), the live memories it drops, and the closed versions it adds to (or takes
+out of) their histories. A backend applies a
 plan's writes atomically under the owner's writer (``VectorStore._write``), and
 keeps its own counts (memories per owner, documents per term) from them.
 
@@ -39,6 +40,12 @@ KEEP: Final = _Keep()
 
 Vector = list[float] | None
 
+#: The operation id of applying consolidation proposal ``<id>``: its record holds what
+#: the change replaced, which undoing it reads back (kept as long as the owner's data).
+PROPOSAL_OP: Final = "proposal:"
+#: The operation id of undoing proposal ``<id>``.
+UNDO_OP: Final = "undo:"
+
 
 class Row(NamedTuple):
     """A live memory as a backend reads it: the memory, its vector (when asked for) and
@@ -72,8 +79,11 @@ class Put:
 
 @dataclass
 class Writes:
-    """The writes of one plan, in the order a backend applies them: versions, drops, puts."""
+    """The writes of one plan, in the order a backend applies them: reopened, versions,
+    drops, puts. ``reopened`` are closed versions taken out of the histories again (an
+    undone change removes the versions it closed)."""
 
+    reopened: list[MemoryVersion] = field(default_factory=list)
     versions: list[MemoryVersion] = field(default_factory=list)
     drops: list[VectorMemory] = field(default_factory=list)
     puts: list[Put] = field(default_factory=list)
@@ -216,6 +226,10 @@ class Plan:
 
     def close(self, version: MemoryVersion) -> None:
         self.writes.versions.append(version)
+
+    def reopen(self, version: MemoryVersion) -> None:
+        """Take the closed ``version`` out of its memory's history (as it was written)."""
+        self.writes.reopened.append(version)
 
     # -- the judged store ------------------------------------------------------------
 

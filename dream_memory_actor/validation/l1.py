@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidContent, InvalidQuery
 from ..limits import DEFAULT_LIMITS, Limits
-from ..models import AuditEntry, MemoryPendingItem
+from ..models import PROPOSAL_KINDS, AuditEntry, MemoryPendingItem
 from . import content, decider, ids, source, status_key, ttl_s, utf8_size
 
 if TYPE_CHECKING:
@@ -81,6 +81,11 @@ def pending_field(value: object, what: str, limits: Limits = DEFAULT_LIMITS) -> 
     return value
 
 
+#: The most memories one consolidation proposal touches (a merge of a larger cluster is
+#: proposed in parts).
+MAX_TOUCHED = 16
+
+
 def pending_item(item: object, max_bytes: int, limits: Limits = DEFAULT_LIMITS
                  ) -> MemoryPendingItem:
     """Check a pending item before it is queued; its text normalized."""
@@ -90,6 +95,20 @@ def pending_item(item: object, max_bytes: int, limits: Limits = DEFAULT_LIMITS
     sides: dict[str, Any] = {"source": pending_field(item.source, "pending source", limits)}
     if item.evidence is not None:
         sides["evidence"] = pending_field(item.evidence, "pending evidence", limits)
+    if (item.proposal is None) == (item.kind in PROPOSAL_KINDS):
+        raise InvalidQuery("a merge, supersede or expire pending item carries a proposal, "
+                           "and no other kind does")
+    if item.proposal is not None:
+        touched = [t.id for t in item.proposal.touches]
+        ids(touched, "memory id")
+        if not 1 <= len(set(touched)) == len(touched) <= MAX_TOUCHED:
+            raise InvalidQuery(f"a proposal touches 1 to {MAX_TOUCHED} distinct memories")
+        if item.proposal.keep is not None and item.proposal.keep not in touched:
+            raise InvalidQuery("a proposal keeps one of the memories it touches")
+        if item.key is not None or item.value is not None or item.supersedes is not None:
+            raise InvalidQuery("a proposal has no key, value or superseded item")
+        text = None if item.content is None else content(item.content, max_bytes)
+        return item.model_copy(update={"content": text, **sides})
     if item.kind == "status":
         if item.value is None:
             raise InvalidQuery("a status pending item needs a value")

@@ -254,6 +254,17 @@ CREATE INDEX memories_metadata ON {s}.memories USING gin (metadata jsonb_path_op
 ALTER TABLE {s}.memories ADD COLUMN context text;
 ALTER TABLE {s}.memory_versions ADD COLUMN context text;
 """),
+    (14, "consolidation proposals", """
+-- A consolidation pass queues its proposals as pending items of their own kinds, the
+-- change each describes in proposal; a memory a person let expire is closed as such.
+ALTER TABLE {s}.pending DROP CONSTRAINT pending_kind_check;
+ALTER TABLE {s}.pending ADD CONSTRAINT pending_kind_check
+    CHECK (kind IN ('rule', 'fact', 'status', 'memory', 'merge', 'supersede', 'expire'));
+ALTER TABLE {s}.pending ADD COLUMN proposal jsonb;
+ALTER TABLE {s}.memory_versions DROP CONSTRAINT memory_versions_change_check;
+ALTER TABLE {s}.memory_versions ADD CONSTRAINT memory_versions_change_check
+    CHECK (change IN ('update', 'supersede', 'merge', 'expire'));
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

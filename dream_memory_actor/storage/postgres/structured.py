@@ -54,7 +54,8 @@ SELECT
   (SELECT coalesce(json_agg(json_build_object('id', id, 'kind', kind, 'content', content,
           'key', key, 'value', value, 'confidence', confidence, 'source', source,
           'created_at', created_at, 'expires_at', expires_at, 'evidence', evidence,
-          'supersedes', supersedes, 'supersedes_content', supersedes_content)
+          'supersedes', supersedes, 'supersedes_content', supersedes_content,
+          'proposal', proposal)
           ORDER BY seq), '[]')
      FROM {s}.pending WHERE owner_id = $1 AND (expires_at IS NULL OR expires_at > $2)) AS pending
 """
@@ -162,11 +163,14 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
             await conn.executemany(
                 f"""INSERT INTO {s}.pending (id, owner_id, kind, content, key, value, confidence,
                         source, created_at, expires_at, fingerprint, evidence, supersedes,
-                        supersedes_content)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)""",
+                        supersedes_content, proposal)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                            $15::jsonb)""",
                 [(p.id, owner, p.kind, p.content, p.key, p.value, p.confidence, p.source,
                   p.created_at, p.expires_at, pending_fingerprint(p), p.evidence, p.supersedes,
-                  p.supersedes_content) for p in queued])
+                  p.supersedes_content,
+                  None if p.proposal is None else p.proposal.model_dump_json())
+                 for p in queued])
         if log.closed:
             await conn.executemany(
                 f"""INSERT INTO {s}.item_history (owner_id, kind, id, content, source,

@@ -166,6 +166,10 @@ class PostgresVectorStore(PostgresStore, VectorStore):
 
     async def _apply(self, conn: Any, owner: str, w: Writes) -> None:
         s = self._s
+        if w.reopened:
+            await conn.execute(
+                f"DELETE FROM {s}.memory_versions WHERE owner_id = $1 AND id = ANY($2::uuid[])",
+                owner, [uuid.UUID(v.id) for v in w.reopened])
         if w.versions:
             await _many(
                 conn,

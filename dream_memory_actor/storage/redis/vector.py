@@ -9,8 +9,11 @@ Keys of owner ``o`` (prefix ``p``)::
     p:{o}:l2:df     hash    memories per term, moved by every write (see ``df``)
     p:{o}:l2:terms  zset    the terms of that hash, in code point order (see ``df``)
     p:{o}:l2:hv:<id> list   the closed versions of memory <id> (JSON), oldest first
-    p:{o}:l2:sb:<id> string the last version of the memory <id> superseded (JSON)
-    p:{o}:l2:op:<op_id>     the result of an applied write (kept ``OP_ID_RETENTION_S``)
+    p:{o}:l2:pb:<id> list   the last versions of the memories superseded by, or merged
+                            into, memory <id> (JSON)
+    p:{o}:l2:sb:<id> string as pb, one version (data written by earlier releases)
+    p:{o}:l2:op:<op_id>     the result of an applied write (kept ``OP_ID_RETENTION_S``; a
+                            consolidation proposal's, which undoing it reads, for good)
 
 Histories are neither hashes nor under the memory prefix, so neither the search
 module's index nor the owner's row fetch sees them.
@@ -45,7 +48,7 @@ from ...text import fold
 from ..terms import prefix_df, summed
 from ..vector import VectorStore
 from ..versions import matches
-from ..writes import Planner, Writes, searched
+from ..writes import PROPOSAL_OP, Planner, Writes, searched
 from ..writes import Row as Found
 from . import df
 from . import search_module as fts
@@ -234,14 +237,16 @@ class RedisVectorStore(VectorStore):
                             result, w = await plan()
                         finally:
                             self._writing.reset(reading)
-                        if op_id is None and not (w.puts or w.drops or w.versions):
+                        if op_id is None and not (w.puts or w.drops or w.versions
+                                                  or w.reopened):
                             return result
                         token = uuid.uuid4().hex
                         pipe.multi()
                         self._queue(pipe, owner, rows, w, counted)
                         pipe.set(k.l2_version(owner), token)
                         if op_id is not None:
-                            pipe.set(k.l2_op(owner, op_id), result, ex=OP_ID_RETENTION_S)
+                            pipe.set(k.l2_op(owner, op_id), result, ex=None if op_id.startswith(
+                                PROPOSAL_OP) else OP_ID_RETENTION_S)  # undone from its record
                         if await committed(pipe) is None:
                             continue  # another writer came first: again
                     for m in w.drops:
@@ -261,11 +266,16 @@ class RedisVectorStore(VectorStore):
     def _queue(self, pipe: Any, owner: str, rows: OwnerRows, w: Writes, counted: bool) -> None:
         """Queue ``w`` in the transaction ``pipe``, as ``writes.Writes`` describes it."""
         k = self._keys
+        for v in w.reopened:  # as written below: the same JSON
+            encoded = v.model_dump_json()
+            pipe.lrem(self._history_key(owner, v.memory_id), 0, encoded)
+            if v.superseded_by is not None:
+                pipe.lrem(self._predecessors_key(owner, v.superseded_by), 0, encoded)
         for v in w.versions:
             encoded = v.model_dump_json()
             pipe.rpush(self._history_key(owner, v.memory_id), encoded)
-            if v.change == "supersede" and v.superseded_by is not None:
-                pipe.set(self._successor_key(owner, v.superseded_by), encoded)
+            if v.superseded_by is not None:
+                pipe.rpush(self._predecessors_key(owner, v.superseded_by), encoded)
         for m in w.drops:
             pipe.delete(k.l2_doc(owner, m.id))
             pipe.zrem(k.l2_ids(owner), m.id)
@@ -432,16 +442,21 @@ class RedisVectorStore(VectorStore):
     def _successor_key(self, owner: str, memory_id: str) -> str:
         return self._keys.owner(owner) + "l2:sb:" + memory_id
 
+    def _predecessors_key(self, owner: str, memory_id: str) -> str:
+        return self._keys.owner(owner) + "l2:pb:" + memory_id
+
     async def _versions(self, owner: str, memory_id: str | None = None) -> list[MemoryVersion]:
         if memory_id is not None:
             with translate("history"):
                 async with self._r.pipeline(transaction=False) as pipe:
                     pipe.lrange(self._history_key(owner, memory_id), 0, -1)
                     pipe.get(self._successor_key(owner, memory_id))
-                    own, before = await pipe.execute()
+                    pipe.lrange(self._predecessors_key(owner, memory_id), 0, -1)
+                    own, before, closed_into = await pipe.execute()
             found = [MemoryVersion.model_validate_json(v) for v in own]
-            if before is not None:
+            if before is not None:  # written before closed versions named theirs in a list
                 found.append(MemoryVersion.model_validate_json(before))
+            found += [MemoryVersion.model_validate_json(v) for v in closed_into]
             return found
         # Every history list (a successor link repeats a version that is in its list).
         from .erase import glob_escaped

@@ -1,0 +1,235 @@
+"""The consolidation pass ("dreaming"): what one owner's memories would be, tidied, as
+proposals a person decides.
+
+The pass reads an owner's live memories with their embeddings and judges pairs of them
+as a store judges a new memory against its nearest ones (``storage.dedup.judge_pair``,
+with the store's cuts, and the judge model on the pairs the rules call ``unsure``):
+
+* memories that say one thing become one ``merge`` proposal: a cluster of duplicates,
+  each judged a duplicate of the one kept (the newest, whose text is the result);
+* a memory that a newer one updates ("Kubernetes 1.27" -> "1.29") becomes a
+  ``supersede`` proposal, the newer kept;
+* with ``consolidation_expire_after_days``, a memory unchanged for longer becomes an
+  ``expire`` proposal.
+
+Each memory is in one proposal at most, so they can be decided in any order, and a
+proposal already decided for the same memories (rejected, or confirmed and undone) is
+not made again. Nothing is written here: ``ExtractionService.consolidate`` queues the
+proposals as pending items, and a confirmed one is applied through the owner's writer
+(``VectorStore.apply_proposal``), reversibly (``undo_proposal``).
+
+Pairs are found as a store finds them: each memory's ``cuts.nearest`` most similar
+by cosine above the candidate cut (a matrix product in blocks); memories without an
+embedding, by the rarest words they share.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from ..models import MemoryPendingItem, Proposal, ProposalKind, Touched, VectorMemory
+from ..storage.dedup import Band, Cuts, Judgement, judge_pair
+from ..storage.ops import pending_fingerprint
+from ..text import terms
+from ..validation.l1 import MAX_TOUCHED
+
+#: Rows of the similarity matrix computed at once (a block of 1024 x n float32).
+BLOCK = 1024
+#: The most characters of the memories' texts a proposal's evidence shows.
+EVIDENCE_CHARS = 2000
+#: Words held by more memories than this do not make two memories a pair by themselves.
+COMMON_WORD = 50
+
+Item = tuple[VectorMemory, "list[float] | None"]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two memories judged: ``old`` the earlier changed, ``new`` the later."""
+
+    old: VectorMemory
+    new: VectorMemory
+    judgement: Judgement
+
+
+async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = (),
+                    expire_before: datetime | None = None, most: int = 100,
+                    expires_at: datetime | None = None) -> list[MemoryPendingItem]:
+    """The proposals for an owner whose live memories are ``items`` (with their
+    embeddings), at most ``most`` of them, none whose fingerprint is in ``skip``
+    (``storage.ops.pending_fingerprint``: already decided, or queued). Memories last
+    changed before ``expire_before`` are proposed to expire. ``expires_at``: when the
+    queued proposals expire unless decided."""
+    mems = sorted((m for m, _ in items), key=lambda m: (m.updated_at, m.id))
+    vecs = {m.id: v for m, v in items if v is not None}
+    judged: dict[tuple[str, str], Pair] = {}
+    for a, b, sim in _pairs(mems, vecs, cuts):
+        old, new = (a, b) if (a.updated_at, a.id) <= (b.updated_at, b.id) else (b, a)
+        key = (old.id, new.id)
+        if key not in judged:
+            judged[key] = Pair(old, new, await _judge(old, new, sim, cuts))
+    skipped = set(skip)
+    out: list[MemoryPendingItem] = []
+    used: set[str] = set()
+
+    def offer(kind: ProposalKind, touched: Sequence[VectorMemory], keep: VectorMemory | None,
+              reason: str, confidence: float) -> None:
+        if len(out) >= most or any(m.id in used for m in touched):
+            return
+        item = MemoryPendingItem(
+            kind=kind, content=None if keep is None else keep.content,
+            confidence=min(1.0, max(0.0, confidence)), source="consolidation",
+            expires_at=expires_at, evidence=_evidence(touched, keep),
+            proposal=Proposal(touches=tuple(Touched(id=m.id, content=m.content,
+                                                    updated_at=m.updated_at)
+                                            for m in touched),
+                              keep=None if keep is None else keep.id, reason=reason),
+        )
+        if pending_fingerprint(item) in skipped:
+            return
+        used.update(m.id for m in touched)
+        out.append(item)
+
+    for cluster in _clusters(judged, vecs, cuts):
+        keep = cluster[-1]
+        pairs = [judged.get((m.id, keep.id)) for m in cluster[:-1]]
+        sims = [p.judgement.similarity for p in pairs if p and p.judgement.similarity]
+        reasons = sorted({p.judgement.reason for p in pairs if p is not None})
+        offer("merge", cluster, keep, "the same fact: " + "; ".join(reasons),
+              min(sims) if sims else 1.0)
+    updates = sorted((p for p in judged.values() if p.judgement.outcome == "update"),
+                     key=lambda p: (p.new.updated_at, p.new.id), reverse=True)
+    for p in updates:
+        offer("supersede", [p.old, p.new], p.new, f"a newer version: {p.judgement.reason}",
+              p.judgement.similarity or 1.0)
+    if expire_before is not None:
+        for m in mems:
+            if m.updated_at < expire_before:
+                offer("expire", [m], None,
+                      f"unchanged since {m.updated_at.date().isoformat()}", 1.0)
+    return out
+
+
+async def _judge(old: VectorMemory, new: VectorMemory, sim: float | None, cuts: Cuts
+                 ) -> Judgement:
+    """What ``new`` is to ``old``, as a store would judge it (``dedup.judge``): with
+    contexts, their cosine never merges two texts worded apart; ``cuts.ask`` decides a
+    pair the rules call ``unsure``."""
+    band = cuts.band(new.content)
+    if old.context or new.context:
+        band = Band(band.candidate, float("inf"))
+    j = judge_pair(old.content, new.content, sim, band)
+    if j.outcome == "unsure" and cuts.ask is not None:
+        verdict = await cuts.ask(old.content, new.content)
+        if verdict is not None and verdict != "unsure":
+            return Judgement(verdict, similarity=sim,
+                             reason=f"judged by the model; rules: {j.reason}")
+    return j
+
+
+def _pairs(mems: Sequence[VectorMemory], vecs: dict[str, list[float]], cuts: Cuts
+           ) -> Iterable[tuple[VectorMemory, VectorMemory, float | None]]:
+    """Each memory with its ``cuts.nearest`` nearest above the candidate cut (cosine), or,
+    without an embedding, those that share the most of its rarer words."""
+    k = max(cuts.nearest, 1)
+    with_vec = [m for m in mems if m.id in vecs]
+    if len(with_vec) > 1:
+        mat = np.asarray([vecs[m.id] for m in with_vec], dtype=np.float32)
+        norms = np.linalg.norm(mat, axis=1)
+        mat /= np.where(norms == 0, 1.0, norms)[:, None]
+        cut = np.asarray([cuts.band(m.content).candidate for m in with_vec], dtype=np.float32)
+        for start in range(0, len(with_vec), BLOCK):
+            sims = mat[start:start + BLOCK] @ mat.T
+            for row in range(sims.shape[0]):
+                i = start + row
+                sims[row, i] = -np.inf
+                top = np.argpartition(-sims[row], min(k, len(with_vec) - 1) - 1)[:k]
+                for j in top:
+                    s = float(sims[row, j])
+                    if s > cut[i]:
+                        yield with_vec[i], with_vec[j], s
+    without = [m for m in mems if m.id not in vecs]
+    if without:
+        yield from _worded_pairs(without, mems, k)
+
+
+def _worded_pairs(todo: Sequence[VectorMemory], mems: Sequence[VectorMemory], k: int
+                  ) -> Iterable[tuple[VectorMemory, VectorMemory, None]]:
+    words = {m.id: set(terms(m.content)) for m in mems}
+    holders: defaultdict[str, list[VectorMemory]] = defaultdict(list)
+    for m in mems:
+        for w in words[m.id]:
+            holders[w].append(m)
+    for m in todo:
+        shared: Counter[str] = Counter()
+        for w in words[m.id]:
+            if 1 < len(holders[w]) <= COMMON_WORD:
+                for other in holders[w]:
+                    if other.id != m.id:
+                        shared[other.id] += 1
+        by_id = {o.id: o for w in words[m.id] for o in holders[w]}
+        for other_id, _ in shared.most_common(k):
+            yield m, by_id[other_id], None
+
+
+def _clusters(judged: dict[tuple[str, str], Pair], vecs: dict[str, list[float]], cuts: Cuts
+              ) -> list[list[VectorMemory]]:
+    """Groups of memories joined by duplicate judgements, oldest first, each member a
+    duplicate of the newest as judged directly (a chain of look-alikes, each like the
+    next, is not one fact); at most ``MAX_TOUCHED`` of them, those nearest the newest."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    mem: dict[str, VectorMemory] = {}
+    for p in judged.values():
+        if p.judgement.outcome == "duplicate":
+            mem[p.old.id], mem[p.new.id] = p.old, p.new
+            parent[root(p.old.id)] = root(p.new.id)
+    groups: defaultdict[str, list[VectorMemory]] = defaultdict(list)
+    for mid, m in mem.items():
+        groups[root(mid)].append(m)
+    out = []
+    for group in groups.values():
+        group.sort(key=lambda m: (m.updated_at, m.id))
+        keep = group[-1]
+        members = [m for m in group[:-1] if _duplicate_of(m, keep, judged, vecs, cuts)]
+        members = members[-(MAX_TOUCHED - 1):]
+        if members:
+            out.append([*members, keep])
+    out.sort(key=lambda c: (c[-1].updated_at, c[-1].id))
+    return out
+
+
+def _duplicate_of(m: VectorMemory, keep: VectorMemory, judged: dict[tuple[str, str], Pair],
+                  vecs: dict[str, list[float]], cuts: Cuts) -> bool:
+    p = judged.get((m.id, keep.id))
+    if p is None:
+        sim = None
+        if m.id in vecs and keep.id in vecs:
+            a, b = np.asarray(vecs[m.id]), np.asarray(vecs[keep.id])
+            sim = float(a @ b / ((np.linalg.norm(a) * np.linalg.norm(b)) or 1.0))
+        band = cuts.band(keep.content)
+        if m.context or keep.context:
+            band = Band(band.candidate, float("inf"))
+        return judge_pair(m.content, keep.content, sim, band).outcome == "duplicate"
+    return p.judgement.outcome == "duplicate"
+
+
+def _evidence(touched: Sequence[VectorMemory], keep: VectorMemory | None) -> str:
+    lines = [f"{'kept' if keep is not None and m.id == keep.id else '-'} "
+             f"[{m.updated_at.date().isoformat()}] {m.content}" for m in touched]
+    return "\n".join(lines)[:EVIDENCE_CHARS]
+
+
+def expiry_cut(now: datetime, days: float | None) -> datetime | None:
+    """The time before which a memory last changed is proposed to expire (``None``: off)."""
+    return None if days is None else now - timedelta(days=days)
