@@ -1,0 +1,236 @@
+"""Contract of the consolidation pass on every backend: proposals, a person's decision,
+and an undo that restores the owner exactly."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.errors import (
+    InvalidInput,
+    MemorySuperseded,
+    ProposalChanged,
+    ProposalNotApplied,
+)
+from dream_memory_actor.extraction.service import ExtractionService
+from dream_memory_actor.models import utcnow
+from dream_memory_actor.storage.dedup import Cuts
+from dream_memory_actor.storage.ops import SetStatus
+from tests.conftest import DIM, Stores
+
+OWNER = "dreamer"
+
+
+def near(i: int, wobble: float = 0.0) -> list[float]:
+    """A vector of axis ``i``; two with small wobbles have a cosine near 1."""
+    return [1.0 if j == i else wobble for j in range(DIM)]
+
+
+#: (text, vector): a duplicate pair, an update pair, a distinct pair (one word apart, as
+#: alike by cosine as the duplicates), and one on its own.
+MEMORIES = [
+    ("Alice likes green tea", near(0)),
+    ("alice likes green tea.", near(0, 0.05)),
+    ("The cluster runs Kubernetes 1.27", near(1)),
+    ("The cluster runs Kubernetes 1.29", near(1, 0.05)),
+    ("The staging web server listens on port 8080", near(2)),
+    ("The staging admin server listens on port 8080", near(2, 0.05)),
+    ("Bob owns the billing service", near(3)),
+]
+
+
+def engine_on(stores: Stores, **settings: object) -> MemoryEngine:
+    return MemoryEngine(MemorySettings(backend="memory", **settings), stores.structured,
+                        stores.vector)
+
+
+async def fill(engine: MemoryEngine, vectors: bool = True) -> None:
+    """The memories, stored as an owner that was never judged holds them (dedup off)."""
+    for text, vec in MEMORIES:
+        await engine.vector.store(OWNER, text, embedding=vec if vectors else None,
+                                  threshold=Cuts.off())
+    await engine.structured.apply(OWNER, [SetStatus("mood", "calm")])
+
+
+async def state(engine: MemoryEngine) -> tuple[object, ...]:
+    """What undo must give back: the L1 items, every memory with its embedding, every
+    closed version, and what a search finds."""
+    snap = await engine.snapshot(OWNER)
+    query = None if engine.vector.dim is None else near(0, 0.3)
+    hits = await engine.search(OWNER, "green tea Kubernetes server", embedding=query,
+                               limit=10, now=utcnow().replace(year=2100))
+    return (snap.rules, snap.facts, dict(snap.status), snap.pending,
+            await engine.vector.dump(OWNER), await engine.vector.versions(OWNER),
+            [(h.memory.id, round(h.score, 9)) for h in hits])
+
+
+async def test_the_pass_proposes_a_merge_and_a_supersession_never_a_distinct_pair(
+        stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    report = await engine.consolidate(OWNER)
+    assert report.counts == {"merge": 1, "supersede": 1, "expire": 0}
+    assert report.applied == 0
+    pending = (await engine.snapshot(OWNER)).pending
+    assert {p.kind for p in pending} == {"merge", "supersede"}
+    by_kind = {p.kind: p for p in pending}
+    merge, supersede = by_kind["merge"], by_kind["supersede"]
+    assert [t.content for t in merge.proposal.touches] == ["Alice likes green tea",
+                                                            "alice likes green tea."]
+    assert merge.content == "alice likes green tea."  # the newest text by default
+    assert supersede.content == "The cluster runs Kubernetes 1.29"
+    assert "1.27" in supersede.proposal.reason and "1.29" in supersede.proposal.reason
+    touched = {t.content for p in pending for t in p.proposal.touches}
+    assert not any("staging" in t for t in touched)
+    assert len(await engine.list(OWNER)) == len(MEMORIES)  # nothing written yet
+    again = await engine.consolidate(OWNER)  # what is queued is not queued twice
+    assert again.proposals == () and len((await engine.snapshot(OWNER)).pending) == 2
+
+
+async def test_apply_then_undo_gives_the_owner_back_exactly(stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    # a memory with a history of its own, to see that histories come back as they were
+    first = (await engine.list(OWNER, filter=None))[-1]
+    await engine.vector.update(OWNER, first.id, "Alice likes green tea", embedding=near(0))
+    before = await state(engine)
+    svc = ExtractionService.for_engine(engine)
+    report = await svc.consolidate(OWNER)
+    merge = next(p for p in report.proposals if p.kind == "merge")
+    supersede = next(p for p in report.proposals if p.kind == "supersede")
+    kept = await svc.confirm(OWNER, merge.id, by="carol", edited_content="Alice likes sencha")
+    assert kept.applied and kept.memory_id == merge.proposal.keep
+    await svc.confirm(OWNER, supersede.id, by="carol")
+    after = await engine.list(OWNER, limit=100)
+    assert len(after) == len(MEMORIES) - 2
+    assert "Alice likes sencha" in {m.content for m in after}
+    assert "The cluster runs Kubernetes 1.27" not in {m.content for m in after}
+    assert await engine.undo_proposal(OWNER, supersede.id) == 1
+    assert await engine.undo_proposal(OWNER, merge.id) == 1
+    assert await state(engine) == before
+    assert await engine.undo_proposal(OWNER, merge.id) == 1  # a retry changes nothing
+    assert await state(engine) == before
+
+
+async def test_a_closed_memory_keeps_its_history_naming_the_proposal(stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    svc = ExtractionService.for_engine(engine)
+    report = await svc.consolidate(OWNER)
+    supersede = next(p for p in report.proposals if p.kind == "supersede")
+    await svc.confirm(OWNER, supersede.id, by="dave")
+    old = supersede.proposal.touches[0]
+    with pytest.raises(MemorySuperseded) as err:
+        await engine.get(OWNER, old.id)
+    assert err.value.superseded_by == supersede.proposal.keep
+    history = await engine.memory_history(OWNER, supersede.proposal.keep)
+    assert [v.content for v in history] == ["The cluster runs Kubernetes 1.27",
+                                            "The cluster runs Kubernetes 1.29"]
+    closed = history[0]
+    assert (closed.change, closed.by) == ("supersede", "dave")
+    assert supersede.id in (closed.reason or "")
+    entry = (await engine.structured.audit(OWNER, limit=1))[0]
+    assert (entry.action, entry.pending_id) == ("confirmed", supersede.id)
+
+
+async def test_a_proposal_whose_memories_changed_is_refused_and_writes_nothing(
+        stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    svc = ExtractionService.for_engine(engine)
+    report = await svc.consolidate(OWNER)
+    merge = next(p for p in report.proposals if p.kind == "merge")
+    changed = merge.proposal.touches[0]
+    await engine.vector.update(OWNER, changed.id, "Alice likes oolong", embedding=near(0))
+    before = await state(engine)
+    with pytest.raises(ProposalChanged, match="changed since proposed"):
+        await svc.confirm(OWNER, merge.id, by="erin")
+    assert await state(engine) == before  # still queued, nothing closed
+    with pytest.raises(ProposalNotApplied):
+        await engine.undo_proposal(OWNER, merge.id)
+
+
+async def test_a_rejected_proposal_is_not_made_again(stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    svc = ExtractionService.for_engine(engine)
+    report = await svc.consolidate(OWNER)
+    for p in report.proposals:
+        await svc.reject(OWNER, p.id, by="frank")
+    assert len(await engine.list(OWNER, limit=100)) == len(MEMORIES)
+    assert (await svc.consolidate(OWNER)).proposals == ()
+
+
+async def test_an_undone_proposal_is_not_made_again(stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    report = await engine.consolidate(OWNER, apply_all=True, by="gina")
+    assert report.applied == 2 and report.refused == 0
+    for p in report.proposals:
+        await engine.undo_proposal(OWNER, p.id)
+    assert (await engine.consolidate(OWNER)).proposals == ()
+
+
+async def test_old_memories_are_proposed_to_expire(stores: Stores) -> None:
+    engine = engine_on(stores, consolidation_expire_after_days=30)
+    long_ago = utcnow() - timedelta(days=90)
+    old = await engine.vector.store(OWNER, "The office wifi password is hunter2",
+                                    embedding=near(5), now=long_ago, threshold=Cuts.off())
+    await engine.vector.store(OWNER, "The office moved to the fourth floor",
+                              embedding=near(6), threshold=Cuts.off())
+    report = await engine.consolidate(OWNER, apply_all=True, by="hal")
+    assert [(p.kind, [t.id for t in p.proposal.touches]) for p in report.proposals] == [
+        ("expire", [old.memory.id])]
+    assert [m.content for m in await engine.list(OWNER)] == [
+        "The office moved to the fourth floor"]
+    (closed,) = await engine.memory_history(OWNER, old.memory.id)
+    assert (closed.change, closed.by) == ("expire", "hal")
+    assert await engine.undo_proposal(OWNER, report.proposals[0].id) == 1
+    assert len(await engine.list(OWNER)) == 2
+
+
+async def test_undo_refuses_when_the_memory_it_wrote_changed_since(stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    svc = ExtractionService.for_engine(engine)
+    report = await svc.consolidate(OWNER)
+    merge = next(p for p in report.proposals if p.kind == "merge")
+    supersede = next(p for p in report.proposals if p.kind == "supersede")
+    await svc.confirm(OWNER, merge.id, by="ivy", edited_content="Alice likes sencha")
+    await svc.confirm(OWNER, supersede.id, by="ivy")
+    for p in (merge, supersede):
+        await engine.vector.update(OWNER, p.proposal.keep, f"changed after {p.kind}",
+                                   embedding=near(7))
+    with pytest.raises(ProposalChanged, match="since it was applied"):
+        await engine.undo_proposal(OWNER, merge.id)  # its text would be lost
+    assert "changed after merge" in {m.content for m in await engine.list(OWNER, limit=100)}
+    # a supersession wrote nothing to the memory it kept: the old one comes back beside it
+    assert await engine.undo_proposal(OWNER, supersede.id) == 1
+    contents = {m.content for m in await engine.list(OWNER, limit=100)}
+    assert {"changed after supersede", "The cluster runs Kubernetes 1.27"} <= contents
+
+
+async def test_keyword_only_owners_are_consolidated_by_their_words(
+        keyword_stores: Stores) -> None:
+    engine = engine_on(keyword_stores)
+    await fill(engine, vectors=False)
+    before = await state(engine)
+    report = await engine.consolidate(OWNER, apply_all=True, by="jo")
+    assert sorted(p.kind for p in report.proposals) == ["merge", "supersede"]
+    assert len(await engine.list(OWNER, limit=100)) == len(MEMORIES) - 2
+    for p in report.proposals:
+        await engine.undo_proposal(OWNER, p.id)
+    assert await state(engine) == before
+
+
+async def test_a_bad_pending_id_or_decider_is_refused(stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    with pytest.raises(InvalidInput):
+        await engine.undo_proposal(OWNER, "")
+    with pytest.raises(InvalidInput):
+        await engine.consolidate(OWNER, apply_all=True, by="")
+    assert (await engine.snapshot(OWNER)).pending == ()
