@@ -260,3 +260,30 @@ async def test_a_store_asks_the_model_once_and_a_retry_writes_nothing_twice(
     versions = await engine.memory_history("alice", first.memory.id)
     assert [v.change for v in versions if v.valid_to is not None] == (
         ["merge"] if merged else [])
+
+
+@pytest.mark.parametrize(("script", "merged"), [
+    ({"content": verdict("duplicate")}, True),
+    ({"content": verdict("distinct")}, False),
+    ({"content": "not JSON at all"}, False),  # refused as a whole: nothing proposed
+    ({"content": verdict("merge them all")}, False),
+    ({"status": 500}, False),
+    ({"content": verdict("duplicate"), "delay_s": 3.0}, False),  # past the deadline
+])
+async def test_a_consolidation_pass_asks_the_model_about_an_unsure_pair(
+        api: ScriptedOpenAIServer, script: dict[str, Any], merged: bool) -> None:
+    """The pass judges as a store does: an unsure pair goes to the model over HTTP, and
+    only its clear verdict proposes a merge; any other reply proposes nothing."""
+    from dream_memory_actor.storage.dedup import Cuts
+
+    engine = judged_engine(api, judge_timeout_s=0.5)
+    for text, vec in zip((FIRST, SECOND), NEAR, strict=True):
+        await engine.vector.store("alice", text, embedding=vec, threshold=Cuts.off())
+    api.queue_chat(**script)
+    found = await engine.propose("alice")
+    assert len(api.requests_to(CHAT_PATH)) == 1
+    assert [p.kind for p in found] == (["merge"] if merged else [])
+    if merged:
+        assert found[0].content == SECOND
+        assert "judged by the model" in found[0].proposal.reason
+    assert len(await engine.list("alice")) == 2  # a proposal writes nothing
