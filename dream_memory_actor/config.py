@@ -127,6 +127,10 @@ class MemorySettings(BaseSettings):
     consolidation_max_proposals: int = Field(100, ge=1, le=10_000)
     consolidation_expire_after_days: float | None = Field(None, gt=0)
     consolidation_auto_apply: bool = False
+    # on Ray, a pass for each owner whose memories have not changed for this long
+    # (runtime.dreamer; None: only when asked), at most this many owners per run
+    consolidation_idle_s: float | None = Field(None, gt=0)
+    consolidation_owners_per_run: int = Field(10, ge=1, le=10_000)
     max_content_bytes: int = Field(32 * 1024, ge=16, le=1024 * 1024)
     # caps that also hold after merges and over many calls (``limits.Limits``)
     max_metadata_bytes: int = Field(16 * 1024, ge=256, le=1024 * 1024)

@@ -483,6 +483,17 @@ class MemoryEngine:
         return await ExtractionService.for_engine(self).consolidate(owner, apply_all=apply_all,
                                                                     by=by)
 
+    async def last_changes(self) -> dict[str, datetime]:
+        """When each owner's memories last changed (the newest ``updated_at``), for the
+        owners that have memories: what a schedule of passes looks at."""
+        self._open()
+        out: dict[str, datetime] = {}
+        for owner in await self.vector.owners():
+            newest = await self.vector.list(owner, limit=1)
+            if newest:
+                out[owner] = newest[0].updated_at
+        return out
+
     async def apply_proposal(self, owner: str, item: MemoryPendingItem, *, by: str,
                              edited: str | None = None) -> str | None:
         """Make the change the queued proposal ``item`` describes (see

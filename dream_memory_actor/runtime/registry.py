@@ -16,19 +16,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import ray
 
 from ..errors import SystemClosed
 from ..metrics import get_metrics
+from .dreamer import Dreamer, interval
+from .handle import OwnerHandle
 from .owner_actor import HostActor, OwnerActor, sweep_interval
 from .placement import NAMESPACE, LiveSet, host_name, index_name, owner_name
 from .spec import ClientView, SystemSpec
 from .threaded import CALL_THREADS, threaded_actor
 from .vector_index import IndexActor
+
+log = logging.getLogger(__name__)
 
 #: Options every actor of a system gets: restarted on failure, its calls retried
 #: (safe: reads are pure and writes carry op ids), no CPU slot held while idle.
@@ -71,6 +77,7 @@ class Registry:
         self._lock = asyncio.Lock()
         self._started: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._dreaming: asyncio.Task[None] | None = None
         self._closing = False
         # Owner actors created but not yet used (a process takes a second or more to
         # start): not idle, whatever the timeout; since when, in monotonic seconds.
@@ -114,6 +121,8 @@ class Registry:
             self._sweeper = asyncio.get_running_loop().create_task(self._count_live())
         else:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        if spec.settings.consolidation_idle_s is not None:
+            self._dreaming = asyncio.get_running_loop().create_task(self._dream())
 
     def _check(self, incarnation: str | None) -> None:
         if self._closing:
@@ -223,6 +232,28 @@ class Registry:
                 get_metrics().set_live_owners(sum(i["live"] for i in infos))
             await asyncio.sleep(LIVE_GAUGE_INTERVAL_S)
 
+    async def _dream(self) -> None:
+        """Consolidation passes for the owners idle for ``consolidation_idle_s``, each
+        through its handle (see ``runtime.dreamer``)."""
+        s = self._spec.settings
+        assert s.consolidation_idle_s is not None
+        view = self._spec.view()
+
+        async def changes() -> Mapping[str, datetime]:
+            found: Mapping[str, datetime] = await self._indexes[0].last_changes.remote()
+            return found
+
+        async def run(owner: str) -> None:
+            await OwnerHandle(view, owner).consolidate_async()
+
+        dreamer = Dreamer(changes, run, s.consolidation_idle_s, s.consolidation_owners_per_run)
+        while True:
+            await asyncio.sleep(interval(s.consolidation_idle_s))
+            try:
+                await dreamer.run_once()
+            except Exception:  # the index is restarting: next time
+                log.warning("looking for idle owners to consolidate failed", exc_info=True)
+
     async def passivate(self, owners: Sequence[str]) -> int:
         """Passivate these owners now (tests, admin); how many were live."""
         await self._ready()
@@ -268,8 +299,9 @@ class Registry:
     async def shutdown(self, grace_s: float) -> None:
         """Refuse new work, let calls in flight finish (bounded), then end every actor."""
         self._closing = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for task in (self._sweeper, self._dreaming):
+            if task is not None:
+                task.cancel()
         holders = self._hosts or [a for _, a in self._live.items()]
         if grace_s > 0 and holders:
             await asyncio.wait(

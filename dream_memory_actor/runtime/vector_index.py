@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import ray
@@ -72,6 +73,9 @@ class IndexActor:
 
     async def export(self, owner: str) -> list[str]:
         return await (await self._open()).export(owner)
+
+    async def last_changes(self) -> dict[str, datetime]:
+        return await (await self._open()).last_changes()
 
     async def import_document(self, lines: list[str]) -> dict[str, int]:
         return await (await self._open()).import_document(lines)
