@@ -122,8 +122,9 @@ class MemorySettings(BaseSettings):
     judge_api_key: SecretStr | None = None
     judge_timeout_s: float = Field(10.0, gt=0)
     # consolidation ("dreaming", engine.consolidation): proposals per pass; a memory
-    # unchanged for longer than the days is proposed to expire (None: never); an owner
-    # who opts in has every proposal applied at once (else a person decides each)
+    # neither changed nor found by a search for longer than the days is proposed to
+    # expire (None: never); an owner who opts in has every proposal applied at once
+    # (else a person decides each)
     consolidation_max_proposals: int = Field(100, ge=1, le=10_000)
     consolidation_expire_after_days: float | None = Field(None, gt=0)
     consolidation_auto_apply: bool = False

@@ -9,8 +9,8 @@ with the store's cuts, and the judge model on the pairs the rules call ``unsure`
   each judged a duplicate of the one kept (the newest, whose text is the result);
 * a memory that a newer one updates ("Kubernetes 1.27" -> "1.29") becomes a
   ``supersede`` proposal, the newer kept;
-* with ``consolidation_expire_after_days``, a memory unchanged for longer becomes an
-  ``expire`` proposal.
+* with ``consolidation_expire_after_days``, a memory neither changed nor found by a
+  search for longer (``engine.reads``) becomes an ``expire`` proposal.
 
 Each memory is in one proposal at most, so they can be decided in any order, and a
 proposal already decided for the same memories (rejected, or confirmed and undone) is
@@ -26,7 +26,7 @@ embedding, by the rarest words they share.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -58,13 +58,16 @@ class Pair:
 
 
 async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = (),
-                    expire_before: datetime | None = None, most: int = 100,
+                    expire_before: datetime | None = None,
+                    reads: Mapping[str, datetime] | None = None, most: int = 100,
                     expires_at: datetime | None = None) -> list[MemoryPendingItem]:
     """The proposals for an owner whose live memories are ``items`` (with their
     embeddings), at most ``most`` of them, none whose fingerprint is in ``skip``
-    (``storage.ops.pending_fingerprint``: already decided, or queued). Memories last
-    changed before ``expire_before`` are proposed to expire. ``expires_at``: when the
-    queued proposals expire unless decided."""
+    (``storage.ops.pending_fingerprint``: already decided, or queued). Memories neither
+    changed nor read (``reads``: when a search last found each) before
+    ``expire_before`` are proposed to expire. ``expires_at``: when the queued
+    proposals expire unless decided."""
+    reads = reads or {}
     mems = sorted((m for m, _ in items), key=lambda m: (m.updated_at, m.id))
     vecs = {m.id: v for m, v in items if v is not None}
     judged: dict[tuple[str, str], Pair] = {}
@@ -109,9 +112,13 @@ async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = 
               p.judgement.similarity or 1.0)
     if expire_before is not None:
         for m in mems:
-            if m.updated_at < expire_before:
+            used_at = max(m.updated_at, reads.get(m.id, m.updated_at))
+            if used_at < expire_before:
+                read = reads.get(m.id)
                 offer("expire", [m], None,
-                      f"unchanged since {m.updated_at.date().isoformat()}", 1.0)
+                      f"unchanged since {m.updated_at.date().isoformat()}, "
+                      + ("never found by a search" if read is None
+                         else f"last found by a search on {read.date().isoformat()}"), 1.0)
     return out
 
 

@@ -11,8 +11,11 @@ it is also usable on its own in a single process (scripts, tests)::
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -56,6 +59,9 @@ from ..storage.vector import model_mismatch
 from ..validation import limit as check_limit
 from ..validation import owner_id as check_owner
 from .erasure import forget_owner
+from .reads import ReadLog
+
+log = logging.getLogger(__name__)
 
 
 def _raw(calibration: Calibration, calibrated: float, lang: str | None = None) -> float:
@@ -149,6 +155,9 @@ class MemoryEngine:
         self.reranker = reranker if reranker is not None else make_reranker(settings)
         self._closed = False
         self.metrics = get_metrics()
+        #: Which memories searches found, written in batches (``engine.reads``).
+        self.reads = ReadLog()
+        self._reads_written: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, settings: MemorySettings | None = None, *, setup: bool = True,
@@ -190,9 +199,11 @@ class MemoryEngine:
         return engine
 
     async def close(self) -> None:
-        """Close the stores. Safe to call twice."""
+        """Write the reads noted so far and close the stores. Safe to call twice."""
         if self._closed:
             return
+        with contextlib.suppress(Exception):  # a store that fails now: only reads lost
+            await self.write_reads()
         self._closed = True
         await self.structured.close()
         await self.vector.close()
@@ -358,11 +369,26 @@ class MemoryEngine:
                 vector_k=s.vector_candidates, keyword_k=s.keyword_candidates,
                 min_score=min_score, embed=self.embed_query, filter=filter,
             )
-            if reranker is None:
-                return hits
-            ranked = await rerank_hits(reranker, query, hits, candidates=s.rerank_candidates,
-                                       on_error=s.rerank_on_error)
-            return ranked[:limit]
+            if reranker is not None:
+                hits = (await rerank_hits(reranker, query, hits, candidates=s.rerank_candidates,
+                                          on_error=s.rerank_on_error))[:limit]
+        self._note_reads(hits)
+        return hits
+
+    def _note_reads(self, hits: Sequence[SearchHit]) -> None:
+        """Note what a search found; write the batch in the background once it is due."""
+        self.reads.note(((h.memory.owner, h.memory.id) for h in hits), utcnow())
+        if self.reads.due and (self._reads_written is None or self._reads_written.done()):
+            self._reads_written = asyncio.get_running_loop().create_task(self.write_reads())
+
+    async def write_reads(self) -> None:
+        """Write the reads noted so far (``VectorStore.note_reads``), one write per owner;
+        a batch that fails is dropped (reads only inform expiry) and logged."""
+        for owner, reads in self.reads.take().items():
+            try:
+                await self.vector.note_reads(owner, reads)
+            except Exception:
+                log.warning("recording which memories were read failed", exc_info=True)
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         self._open()
@@ -461,6 +487,7 @@ class MemoryEngine:
         s = self.settings
         at = now or utcnow()
         owner = check_owner(owner)
+        await self.write_reads()  # what this process's searches found counts too
         items = await self.vector.dump(owner)
         seen = {pending_fingerprint(e.item)
                 for e in await self.structured.audit(owner, limit=None)
@@ -471,6 +498,7 @@ class MemoryEngine:
         return await consolidation.proposals(
             items, self.cuts, skip=seen, most=s.consolidation_max_proposals,
             expire_before=consolidation.expiry_cut(at, s.consolidation_expire_after_days),
+            reads=await self.vector.last_reads(owner),
             expires_at=None if ttl is None else at + timedelta(seconds=ttl))
 
     async def consolidate(self, owner: str, *, apply_all: bool = False,

@@ -184,6 +184,16 @@ class VectorStore(_Lifecycle, ABC):
         """The owners that have memories, in any order."""
 
     @abstractmethod
+    async def _note_reads(self, owner: str, reads: Mapping[str, datetime]) -> None:
+        """Record that the memories ``reads`` names were read at those times (each keeps
+        its latest); ids no longer live may be kept or dropped. Not a write of the
+        memories: no lock, no version, no operation id."""
+
+    @abstractmethod
+    async def _last_reads(self, owner: str) -> dict[str, datetime]:
+        """When each of the owner's memories was last read (those ever read)."""
+
+    @abstractmethod
     async def _forget(self, owner: str) -> int:
         """Delete the owner's memories, their embeddings, texts, term counts, versions
         and operation ids; return how many memories went. Safe to repeat."""
@@ -221,6 +231,16 @@ class VectorStore(_Lifecycle, ABC):
 
             done += int(await self._write(owner, "reembed", None, plan))
         return done
+
+    async def note_reads(self, owner: str, reads: Mapping[str, datetime]) -> None:
+        """Record when memories of ``owner`` were read (found by a search), batched by the
+        caller (``engine.reads.ReadLog``): what a consolidation pass's expiry looks at."""
+        if reads:
+            await self._note_reads(check.owner_id(owner), reads)
+
+    async def last_reads(self, owner: str) -> dict[str, datetime]:
+        """When each memory of ``owner`` that was ever read was last read."""
+        return await self._last_reads(check.owner_id(owner))
 
     async def owners(self) -> builtins.list[str]:
         """The owners that have memories, sorted."""

@@ -192,6 +192,29 @@ async def test_old_memories_are_proposed_to_expire(stores: Stores) -> None:
     assert len(await engine.list(OWNER)) == 2
 
 
+async def test_reads_are_recorded_and_a_memory_still_read_does_not_expire(
+        stores: Stores) -> None:
+    engine = engine_on(stores, consolidation_expire_after_days=30)
+    long_ago = utcnow() - timedelta(days=90)
+    read = await engine.vector.store(OWNER, "The VPN gateway is vpn.example.org",
+                                     embedding=near(5), now=long_ago, threshold=Cuts.off())
+    unread = await engine.vector.store(OWNER, "The old fax number is 555-0100",
+                                       embedding=near(6), now=long_ago, threshold=Cuts.off())
+    hits = await engine.search(OWNER, "VPN gateway", embedding=near(5), limit=1)
+    assert [h.memory.id for h in hits] == [read.memory.id]
+    report = await engine.consolidate(OWNER)  # the pass writes the reads noted first
+    assert [[t.id for t in p.proposal.touches] for p in report.proposals] == [
+        [unread.memory.id]]
+    assert "never found by a search" in report.proposals[0].proposal.reason
+    last = await engine.vector.last_reads(OWNER)
+    assert set(last) == {read.memory.id}
+    earlier = last[read.memory.id] - timedelta(days=1)
+    await engine.vector.note_reads(OWNER, {read.memory.id: earlier})  # the latest stays
+    assert await engine.vector.last_reads(OWNER) == last
+    await engine.forget(OWNER, by="admin")
+    assert await engine.vector.last_reads(OWNER) == {}
+
+
 async def test_undo_refuses_when_the_memory_it_wrote_changed_since(stores: Stores) -> None:
     engine = engine_on(stores)
     await fill(engine)

@@ -139,6 +139,22 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                               calibration=None if cal is None else json.loads(cal),
                               recorded_at=row["recorded_at"])
 
+    async def _note_reads(self, owner: str, reads: Mapping[str, datetime]) -> None:
+        async with self.backend.connection() as conn:
+            await conn.execute(
+                f"""UPDATE {self._s}.memories AS m
+                       SET last_read_at = greatest(m.last_read_at, r.at)
+                      FROM unnest($2::uuid[], $3::timestamptz[]) AS r(id, at)
+                     WHERE m.owner_id = $1 AND m.id = r.id""",
+                owner, [uuid.UUID(i) for i in reads], list(reads.values()))
+
+    async def _last_reads(self, owner: str) -> dict[str, datetime]:
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(
+                f"""SELECT id, last_read_at FROM {self._s}.memories
+                     WHERE owner_id = $1 AND last_read_at IS NOT NULL""", owner)
+        return {str(r["id"]): r["last_read_at"] for r in rows}
+
     async def _owners(self) -> list[str]:
         async with self.backend.connection() as conn:
             rows = await conn.fetch(f"""SELECT owner_id FROM {self._s}.owner_memory_counts

@@ -12,6 +12,7 @@ Keys of owner ``o`` (prefix ``p``)::
     p:{o}:l2:pb:<id> list   the last versions of the memories superseded by, or merged
                             into, memory <id> (JSON)
     p:{o}:l2:sb:<id> string as pb, one version (data written by earlier releases)
+    p:{o}:l2:rd     hash    memory id -> when a search last found it (epoch ms)
     p:{o}:l2:op:<op_id>     the result of an applied write (kept ``OP_ID_RETENTION_S``; a
                             consolidation proposal's, which undoing it reads, for good)
 
@@ -37,6 +38,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -92,6 +94,15 @@ def nearest(rows: OwnerRows, query: Sequence[float], k: int) -> list[tuple[str, 
     exact.sort(key=lambda x: (-x[0], x[1]))
     return [(ids[i], sim) for sim, i in exact[:k]]
 
+
+# KEYS[1]: an owner's reads hash. ARGV: memory id, epoch ms, ...: each field the latest.
+_NOTE_READS = """
+for i = 1, #ARGV, 2 do
+  local had = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
+  if tonumber(ARGV[i + 1]) > had then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+return 0
+"""
 
 class RedisVectorStore(VectorStore):
     """L2 on a Redis server; HNSW search when the server has the search module."""
@@ -438,6 +449,22 @@ class RedisVectorStore(VectorStore):
 
     def _history_key(self, owner: str, memory_id: str) -> str:
         return self._keys.owner(owner) + "l2:hv:" + memory_id
+
+    def _reads_key(self, owner: str) -> str:
+        return self._keys.owner(owner) + "l2:rd"
+
+    async def _note_reads(self, owner: str, reads: Mapping[str, datetime]) -> None:
+        # Each field keeps the latest time (a Lua max, so two processes' batches agree).
+        with translate("note reads"):
+            await self._r.eval(_NOTE_READS, 1, self._reads_key(owner),
+                               *(x for mid, at in reads.items()
+                                 for x in (mid, str(int(at.timestamp() * 1000)))))
+
+    async def _last_reads(self, owner: str) -> dict[str, datetime]:
+        with translate("reads"):
+            found = await self._r.hgetall(self._reads_key(owner))
+        return {text(k) or "": datetime.fromtimestamp(int(v) / 1000, timezone.utc)
+                for k, v in found.items()}
 
     def _successor_key(self, owner: str, memory_id: str) -> str:
         return self._keys.owner(owner) + "l2:sb:" + memory_id
