@@ -264,6 +264,8 @@ ALTER TABLE {s}.pending ADD COLUMN proposal jsonb;
 ALTER TABLE {s}.memory_versions DROP CONSTRAINT memory_versions_change_check;
 ALTER TABLE {s}.memory_versions ADD CONSTRAINT memory_versions_change_check
     CHECK (change IN ('update', 'supersede', 'merge', 'expire'));
+"""),
+    (15, "when a memory was last read", """
 -- When a search last found the memory (written in batches, never a version): a memory
 -- proposed to expire is one neither changed nor read for a while.
 ALTER TABLE {s}.memories ADD COLUMN last_read_at timestamptz;
