@@ -81,6 +81,31 @@ def merged(existing: VectorMemory, content: str, metadata: dict[str, Any],
     )
 
 
+def absorbed(kept: VectorMemory, others: Sequence[VectorMemory], content: str,
+             now: datetime, limits: Limits = DEFAULT_LIMITS) -> VectorMemory:
+    """``kept`` after a consolidation pass merged its duplicates ``others`` (oldest
+    first) into it, with ``content``: the merge records a store's merge writes
+    (:func:`merged`), the others' contents in ``merged_from`` (and ``kept``'s own when
+    ``content`` replaces it), their metadata under ``kept``'s."""
+    history = [h for h in kept.metadata.get("merged_from", []) if isinstance(h, str)]
+    count = int(kept.metadata.get("merge_count", 0))
+    theirs: dict[str, Any] = {}
+    for m in others:
+        history += [h for h in m.metadata.get("merged_from", []) if isinstance(h, str)]
+        history.append(m.content)
+        count += int(m.metadata.get("merge_count", 0)) + 1
+        theirs.update((k, v) for k, v in m.metadata.items() if k not in RESERVED_METADATA_KEYS)
+    if content != kept.content:
+        history.append(kept.content)
+    meta = _bounded(theirs, {k: v for k, v in kept.metadata.items()
+                             if k not in RESERVED_METADATA_KEYS}, limits)
+    meta["merged_from"] = _recent(history, limits)
+    meta["merged_at"] = now.isoformat()
+    meta["merge_count"] = count
+    return kept.model_copy(update={"content": content, "metadata": meta,
+                                   "updated_at": max(kept.updated_at, now)})
+
+
 def _bounded(old: dict[str, Any], new: dict[str, Any], limits: Limits) -> dict[str, Any]:
     """``old`` updated by ``new``, the oldest keys of ``old`` only dropped to fit ``limits``
     (``new`` fits them: it was checked)."""

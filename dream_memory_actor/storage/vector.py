@@ -60,9 +60,9 @@ from ..scoring import (
 from ..text import fold, query_terms, with_context
 from ..validation import l2 as check_l2
 from . import versions
-from .dedup import Cuts
+from .dedup import Cuts, absorbed
 from .lifecycle import _Lifecycle
-from .writes import PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector
+from .writes import KEEP, PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector
 
 #: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
 Embed = Callable[[str], Awaitable["list[float] | None"]]
@@ -498,7 +498,8 @@ class VectorStore(_Lifecycle, ABC):
         every memory it touches but the one it keeps is closed into that one (a
         ``merge``), superseded by it, or let expire, its version naming the proposal;
         a merge's kept memory takes the result (``edited``, else the proposal's) as its
-        content, its previous content a version. ``ProposalChanged`` and nothing
+        content and the merge records of a store's merge (``dedup.absorbed``), its
+        previous version closed. ``ProposalChanged`` and nothing
         written when a touched memory is not as the proposal saw it. The kept
         memory's id (``None``: an expiry). :meth:`undo_proposal` reverses it exactly:
         the write records what it replaced."""
@@ -543,12 +544,17 @@ class VectorStore(_Lifecycle, ABC):
                 p.drop(r.memory)
                 undo["dropped"].append([r.memory.model_dump_json(), r.vector])
                 undo["versions"].append(v.model_dump_json())
-            if kept is not None and result is not None and result != kept.content:
+            if item.kind == "merge" and kept is not None:
                 r = rows[kept.id]
-                new = versions.updated(r.memory, result, None, new_vec is not None, at)
+                text = result or r.memory.content
+                others = [rows[t.id].memory for t in prop.touches if t.id != kept.id]
+                new = absorbed(r.memory, sorted(others, key=lambda m: m.updated_at), text,
+                               at, self.limits)
+                if text != r.memory.content:
+                    new = new.model_copy(update={"has_embedding": new_vec is not None})
                 v = versions.closed(r.memory, at, "merge", by=who, reason=why)
                 p.close(v)
-                p.put(new, new_vec, before=r.memory)
+                p.put(new, new_vec if text != r.memory.content else KEEP, before=r.memory)
                 undo["kept"] = [r.memory.model_dump_json(), r.vector, new.model_dump_json()]
                 undo["versions"].append(v.model_dump_json())
             return json.dumps({"keep": prop.keep, "undo": undo}), p.writes

@@ -106,7 +106,12 @@ async def test_apply_then_undo_gives_the_owner_back_exactly(stores: Stores) -> N
     await svc.confirm(OWNER, supersede.id, by="carol")
     after = await engine.list(OWNER, limit=100)
     assert len(after) == len(MEMORIES) - 2
-    assert "Alice likes sencha" in {m.content for m in after}
+    kept_now = await engine.get(OWNER, merge.proposal.keep)
+    assert kept_now.content == "Alice likes sencha"
+    (other,) = [t.content for t in merge.proposal.touches if t.id != merge.proposal.keep]
+    (own,) = [t.content for t in merge.proposal.touches if t.id == merge.proposal.keep]
+    assert kept_now.metadata["merged_from"] == [other, own]  # the newest text edited away
+    assert kept_now.metadata["merge_count"] == 1
     assert "The cluster runs Kubernetes 1.27" not in {m.content for m in after}
     assert await engine.undo_proposal(OWNER, supersede.id) == 1
     assert await engine.undo_proposal(OWNER, merge.id) == 1
