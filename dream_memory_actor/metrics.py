@@ -37,7 +37,8 @@ name                                           type       labels
                                                           before it was applied)
 ``dream_memory_judge_replies_total``           counter    ``outcome`` (duplicate, update,
                                                           distinct: the model's verdict
-                                                          on an unsure pair; refused: a
+                                                          on an unsure pair; phrased: a
+                                                          merge's text; refused: a
                                                           reply without one; failed: no
                                                           reply)
 =============================================  =========  ==================================
@@ -341,7 +342,8 @@ class Metrics:
 #: The label values of ``snapshot_reads_total``.
 SNAPSHOT_SOURCES = frozenset({"actor", "store"})
 #: The label values of ``judge_replies_total``.
-JUDGE_OUTCOMES = frozenset({"duplicate", "update", "distinct", "refused", "failed"})
+JUDGE_OUTCOMES = frozenset({"duplicate", "update", "distinct", "phrased", "refused",
+                            "failed"})
 
 
 def _bounded(value: str, allowed: frozenset[str]) -> str:

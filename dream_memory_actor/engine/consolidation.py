@@ -6,7 +6,8 @@ as a store judges a new memory against its nearest ones (``storage.dedup.judge_p
 with the store's cuts, and the judge model on the pairs the rules call ``unsure``):
 
 * memories that say one thing become one ``merge`` proposal: a cluster of duplicates,
-  each judged a duplicate of the one kept (the newest, whose text is the result);
+  each judged a duplicate of the one kept (the newest, whose text is the result, or
+  the judge model's wording of them all);
 * a memory that a newer one updates ("Kubernetes 1.27" -> "1.29") becomes a
   ``supersede`` proposal, the newer kept;
 * with ``consolidation_expire_after_days``, a memory neither changed nor found by a
@@ -26,7 +27,7 @@ embedding, by the rarest words they share.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -46,6 +47,8 @@ EVIDENCE_CHARS = 2000
 COMMON_WORD = 50
 
 Item = tuple[VectorMemory, "list[float] | None"]
+#: A merge's texts, oldest first, to the one text a model words for them (or ``None``).
+Phrase = Callable[[list[str]], Awaitable["str | None"]]
 
 
 @dataclass(frozen=True)
@@ -60,13 +63,16 @@ class Pair:
 async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = (),
                     expire_before: datetime | None = None,
                     reads: Mapping[str, datetime] | None = None, most: int = 100,
-                    expires_at: datetime | None = None) -> list[MemoryPendingItem]:
+                    expires_at: datetime | None = None, phrase: Phrase | None = None
+                    ) -> list[MemoryPendingItem]:
     """The proposals for an owner whose live memories are ``items`` (with their
     embeddings), at most ``most`` of them, none whose fingerprint is in ``skip``
     (``storage.ops.pending_fingerprint``: already decided, or queued). Memories neither
     changed nor read (``reads``: when a search last found each) before
     ``expire_before`` are proposed to expire. ``expires_at``: when the queued
-    proposals expire unless decided."""
+    proposals expire unless decided. ``phrase`` (a judge model's) words a merge's
+    result from its memories' texts, oldest first; without it, or when it gives
+    none, the newest text is the result."""
     reads = reads or {}
     mems = sorted((m for m, _ in items), key=lambda m: (m.updated_at, m.id))
     vecs = {m.id: v for m, v in items if v is not None}
@@ -81,30 +87,39 @@ async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = 
     used: set[str] = set()
 
     def offer(kind: ProposalKind, touched: Sequence[VectorMemory], keep: VectorMemory | None,
-              reason: str, confidence: float) -> None:
+              reason: str, confidence: float, result: str | None = None) -> bool:
         if len(out) >= most or any(m.id in used for m in touched):
-            return
+            return False
         item = MemoryPendingItem(
-            kind=kind, content=None if keep is None else keep.content,
+            kind=kind, content=result or (None if keep is None else keep.content),
             confidence=min(1.0, max(0.0, confidence)), source="consolidation",
             expires_at=expires_at, evidence=_evidence(touched, keep),
             proposal=Proposal(touches=tuple(Touched(id=m.id, content=m.content,
                                                     updated_at=m.updated_at)
                                             for m in touched),
-                              keep=None if keep is None else keep.id, reason=reason),
+                              keep=None if keep is None else keep.id, result=result,
+                              reason=reason),
         )
         if pending_fingerprint(item) in skipped:
-            return
+            return False
         used.update(m.id for m in touched)
         out.append(item)
+        return True
 
     for cluster in _clusters(judged, vecs, cuts):
         keep = cluster[-1]
         pairs = [judged.get((m.id, keep.id)) for m in cluster[:-1]]
         sims = [p.judgement.similarity for p in pairs if p and p.judgement.similarity]
         reasons = sorted({p.judgement.reason for p in pairs if p is not None})
-        offer("merge", cluster, keep, "the same fact: " + "; ".join(reasons),
-              min(sims) if sims else 1.0)
+        why = "the same fact: " + "; ".join(reasons)
+        if offer("merge", cluster, keep, why, min(sims) if sims else 1.0) and phrase:
+            text = await phrase([m.content for m in cluster])
+            if text is not None and text != keep.content:  # the model's wording of them
+                item = out.pop()
+                assert item.proposal is not None
+                worded = item.proposal.model_copy(
+                    update={"result": text, "reason": why + "; worded by the model"})
+                out.append(item.model_copy(update={"content": text, "proposal": worded}))
     updates = sorted((p for p in judged.values() if p.judgement.outcome == "update"),
                      key=lambda p: (p.new.updated_at, p.new.id), reverse=True)
     for p in updates:

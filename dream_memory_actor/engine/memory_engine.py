@@ -15,10 +15,11 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import MemorySettings
 from ..embedding import CachedEmbedder, open_embedder
@@ -60,6 +61,9 @@ from ..validation import limit as check_limit
 from ..validation import owner_id as check_owner
 from .erasure import forget_owner
 from .reads import ReadLog
+
+if TYPE_CHECKING:
+    from ..extraction.pair_judge import ModelJudge
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +119,9 @@ def embedding_model(settings: MemorySettings, embedder: CachedEmbedder | None
                           calibration=None if calibration is None else calibration.to_json())
 
 
-def judge_model(settings: MemorySettings) -> Ask | None:
-    """The language model that decides unsure pairs (``judge_model``), or ``None``."""
+def judge_model(settings: MemorySettings) -> ModelJudge | None:
+    """The language model that decides unsure pairs and words a consolidation's merges
+    (``judge_model``), or ``None``."""
     if settings.judge_model is None:
         return None
     from ..extraction.pair_judge import ModelJudge
@@ -149,7 +154,9 @@ class MemoryEngine:
             self.weights = dataclasses.replace(self.weights, calibration=calibration.query)
             self.dedup_threshold = _raw(calibration, settings.dedup_threshold)
         #: What a store judges a new memory with (``storage.dedup.judge``).
-        self.cuts = write_cuts(settings, calibration, judge_model(settings))
+        #: The model that decides unsure pairs and words merges (``None``: the rules).
+        self.judge = judge_model(settings)
+        self.cuts = write_cuts(settings, calibration, self.judge)
         #: Orders the best hits of a search (``rerank_model``; ``None``: off). Cheap to make:
         #: its model or client is loaded on the first search that uses it.
         self.reranker = reranker if reranker is not None else make_reranker(settings)
@@ -499,7 +506,9 @@ class MemoryEngine:
             items, self.cuts, skip=seen, most=s.consolidation_max_proposals,
             expire_before=consolidation.expiry_cut(at, s.consolidation_expire_after_days),
             reads=await self.vector.last_reads(owner),
-            expires_at=None if ttl is None else at + timedelta(seconds=ttl))
+            expires_at=None if ttl is None else at + timedelta(seconds=ttl),
+            phrase=None if self.judge is None else functools.partial(
+                self.judge.phrase, max_bytes=s.max_content_bytes))
 
     async def consolidate(self, owner: str, *, apply_all: bool = False,
                           by: str = "consolidation") -> ConsolidationReport:

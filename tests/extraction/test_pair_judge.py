@@ -280,10 +280,50 @@ async def test_a_consolidation_pass_asks_the_model_about_an_unsure_pair(
     for text, vec in zip((FIRST, SECOND), NEAR, strict=True):
         await engine.vector.store("alice", text, embedding=vec, threshold=Cuts.off())
     api.queue_chat(**script)
+    if merged:  # then it words the merge: here, as the newest text
+        api.queue_chat(json.dumps({"text": SECOND}))
     found = await engine.propose("alice")
-    assert len(api.requests_to(CHAT_PATH)) == 1
+    assert len(api.requests_to(CHAT_PATH)) == (2 if merged else 1)
     assert [p.kind for p in found] == (["merge"] if merged else [])
     if merged:
         assert found[0].content == SECOND
         assert "judged by the model" in found[0].proposal.reason
     assert len(await engine.list("alice")) == 2  # a proposal writes nothing
+
+
+@pytest.mark.parametrize(("script", "worded"), [
+    ({"content": json.dumps({"text": "the nightly billing backup is slow"})}, True),
+    ({"content": "prose, not JSON"}, False),
+    ({"content": json.dumps({"text": ""})}, False),
+    ({"content": json.dumps({"text": "x" * 40_000})}, False),  # over the content cap
+    ({"content": json.dumps({"text": "a", "text ": 1, "more": [1]})}, True),
+    ({"content": '{"text": "one", "text": "two"}'}, False),  # two answers are none
+    ({"status": 503}, False),
+    ({"content": json.dumps({"text": "late"}), "delay_s": 6.0}, False),
+])
+async def test_a_merge_is_worded_by_the_model_or_keeps_the_newest_text(
+        api: ScriptedOpenAIServer, counts: Metrics, script: dict[str, Any],
+        worded: bool) -> None:
+    """With a judge model, a merge proposal's text is the model's wording of the
+    duplicates (a person confirms or edits it); any reply but one usable text proposes
+    the newest text instead, and nothing is written either way."""
+    from dream_memory_actor.storage.dedup import Cuts
+
+    engine = judged_engine(api, judge_timeout_s=3.0)
+    for text, vec in zip(("The nightly backup is slow.", "the nightly backup is slow"), NEAR,
+                         strict=True):
+        await engine.vector.store("alice", text, embedding=vec, threshold=Cuts.off())
+    api.queue_chat(**script)
+    (merge,) = await engine.propose("alice")
+    asked = api.requests_to(CHAT_PATH)
+    assert len(asked) == 1  # the rules found the pair: only the wording was asked for
+    assert json.loads(asked[0].json["messages"][1]["content"].split("\n", 1)[1]) == {
+        "memories": ["The nightly backup is slow.", "the nightly backup is slow"]}
+    expected = json.loads(script["content"])["text"] if worded else (
+        "the nightly backup is slow")
+    assert merge.content == merge.proposal.result or not worded
+    assert merge.content == expected
+    assert replies(counts) == ({"phrased": 1} if worded else
+                               {"failed" if "status" in script or "delay_s" in script
+                                else "refused": 1})
+    assert len(await engine.list("alice")) == 2
