@@ -13,8 +13,12 @@ with the store's cuts, and the judge model on the pairs the rules call ``unsure`
 * with ``consolidation_expire_after_days``, a memory neither changed nor found by a
   search for longer (``engine.reads``) becomes an ``expire`` proposal.
 
-Each memory is in one proposal at most, so they can be decided in any order, and a
-proposal already decided for the same memories (rejected, or confirmed and undone) is
+Among the owner's rules and facts, one that a newer one updates or contradicts becomes
+a pending correction (:func:`corrections`), decided like any other: the newer wins
+when a person confirms it.
+
+Each item is in one proposal at most, so they can be decided in any order, and a
+proposal already decided for the same items (rejected, or confirmed and undone) is
 not made again. Nothing is written here: ``ExtractionService.consolidate`` queues the
 proposals as pending items, and a confirmed one is applied through the owner's writer
 (``VectorStore.apply_proposal``), reversibly (``undo_proposal``).
@@ -33,9 +37,18 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from ..models import MemoryPendingItem, Proposal, ProposalKind, Touched, VectorMemory
-from ..storage.dedup import Band, Cuts, Judgement, judge_pair
-from ..storage.ops import pending_fingerprint
+from ..models import (
+    ExtractedKind,
+    MemoryFact,
+    MemoryPendingItem,
+    MemoryRule,
+    Proposal,
+    ProposalKind,
+    Touched,
+    VectorMemory,
+)
+from ..storage.dedup import Band, Cuts, Judgement, judge_pair, updated_item
+from ..storage.ops import SHOWN_CHARS, pending_fingerprint
 from ..text import terms
 from ..validation.l1 import MAX_TOUCHED
 
@@ -134,6 +147,39 @@ async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = 
                       f"unchanged since {m.updated_at.date().isoformat()}, "
                       + ("never found by a search" if read is None
                          else f"last found by a search on {read.date().isoformat()}"), 1.0)
+    return out
+
+
+def corrections(items: Sequence[MemoryRule | MemoryFact], *, skip: Iterable[str] = (),
+                expires_at: datetime | None = None) -> list[MemoryPendingItem]:
+    """The owner's current rules or facts (``items``, one kind) that a newer one of them
+    updates or contradicts ("deploys on Friday" / "deploys on Thursday", "likes coffee" /
+    "does not like coffee"; ``dedup.updated_item``), each as a pending correction: the
+    newer wins when a person confirms (the older is closed in its favour, kept in its
+    history). Each item in one correction at most; none in ``skip``."""
+    kind: ExtractedKind = "rule" if items and isinstance(items[0], MemoryRule) else "fact"
+    skipped = set(skip)
+    out: list[MemoryPendingItem] = []
+    used: set[str] = set()
+    ordered = sorted(items, key=lambda i: (i.created_at, i.id))
+    for n, newer in reversed(list(enumerate(ordered))):
+        if newer.id in used:
+            continue
+        found = updated_item([i for i in ordered[:n] if i.id not in used], newer.content)
+        if found is None:
+            continue
+        older, why = found
+        item = MemoryPendingItem(
+            kind=kind, content=newer.content, confidence=1.0, source="consolidation",
+            expires_at=expires_at, supersedes=older.id,
+            supersedes_content=older.content[:SHOWN_CHARS],
+            evidence=(f"- [{older.created_at.date().isoformat()}] {older.content}\n"
+                      f"kept [{newer.created_at.date().isoformat()}] {newer.content}\n"
+                      f"{why}")[:EVIDENCE_CHARS])
+        if pending_fingerprint(item) in skipped:
+            continue
+        used.update((older.id, newer.id))
+        out.append(item)
     return out
 
 

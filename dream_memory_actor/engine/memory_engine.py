@@ -485,8 +485,9 @@ class MemoryEngine:
 
     async def propose(self, owner: str, *, now: datetime | None = None
                       ) -> builtins.list[MemoryPendingItem]:
-        """What a consolidation pass proposes for ``owner`` (``engine.consolidation``),
-        unqueued: none already queued, and none decided before for the same memories."""
+        """What a consolidation pass proposes for ``owner`` (``engine.consolidation``):
+        corrections of its rules and facts, then changes of its memories; unqueued, none
+        already queued, and none decided before for the same items."""
         from ..storage.ops import pending_fingerprint
         from . import consolidation
 
@@ -496,18 +497,20 @@ class MemoryEngine:
         owner = check_owner(owner)
         await self.write_reads()  # what this process's searches found counts too
         items = await self.vector.dump(owner)
+        snap = await self.structured.load(owner)
+        # decided before (rejected, or confirmed and undone), or waiting: not again
         seen = {pending_fingerprint(e.item)
-                for e in await self.structured.audit(owner, limit=None)
-                if e.item.proposal is not None}
-        seen.update(pending_fingerprint(p) for p in (await self.structured.load(owner)).pending
-                    if p.proposal is not None)
+                for e in await self.structured.audit(owner, limit=None)}
+        seen.update(pending_fingerprint(p) for p in snap.pending)
         ttl = s.pending_ttl_s
-        return await consolidation.proposals(
+        until = None if ttl is None else at + timedelta(seconds=ttl)
+        l1 = [*consolidation.corrections(snap.rules, skip=seen, expires_at=until),
+              *consolidation.corrections(snap.facts, skip=seen, expires_at=until)]
+        return l1 + await consolidation.proposals(
             items, self.cuts, skip=seen, most=s.consolidation_max_proposals,
             expire_before=consolidation.expiry_cut(at, s.consolidation_expire_after_days),
             reads=await self.vector.last_reads(owner),
-            expires_at=None if ttl is None else at + timedelta(seconds=ttl),
-            phrase=None if self.judge is None else functools.partial(
+            expires_at=until, phrase=None if self.judge is None else functools.partial(
                 self.judge.phrase, max_bytes=s.max_content_bytes))
 
     async def consolidate(self, owner: str, *, apply_all: bool = False,

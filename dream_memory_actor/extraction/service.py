@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from .. import validation as check
 from ..errors import (
     ExtractionError,
+    ItemNotFound,
     PendingItemDecided,
     PendingItemNotFound,
     ProposalChanged,
@@ -143,8 +144,10 @@ class ConsolidationReport(BaseModel):
 
     @property
     def counts(self) -> dict[str, int]:
-        seen = Counter(p.kind for p in self.proposals)
-        return {k: seen[k] for k in PROPOSAL_KINDS}
+        """Proposals by kind: ``merge``, ``supersede`` and ``expire`` of memories, and
+        ``correction`` of rules and facts."""
+        seen = Counter("correction" if p.proposal is None else p.kind for p in self.proposals)
+        return {k: seen[k] for k in (*PROPOSAL_KINDS, "correction")}
 
 
 class ExtractionService:
@@ -275,8 +278,8 @@ class ExtractionService:
                 try:
                     await self.confirm(owner, p.id, by=by)
                     applied += 1
-                except (ProposalChanged, PendingItemNotFound):
-                    refused += 1
+                except (ProposalChanged, PendingItemNotFound, ItemNotFound):
+                    refused += 1  # changed since proposed (or decided meanwhile)
         get_metrics().consolidation(len(found), applied, refused)
         return ConsolidationReport(owner=owner, proposals=tuple(found), applied=applied,
                                    refused=refused, duration_s=time.perf_counter() - start)

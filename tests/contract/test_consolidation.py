@@ -18,7 +18,7 @@ from dream_memory_actor.errors import (
 from dream_memory_actor.extraction.service import ExtractionService
 from dream_memory_actor.models import utcnow
 from dream_memory_actor.storage.dedup import Cuts
-from dream_memory_actor.storage.ops import SetStatus
+from dream_memory_actor.storage.ops import AddFact, AddRule, SetStatus
 from tests.conftest import DIM, Stores
 
 OWNER = "dreamer"
@@ -72,7 +72,8 @@ async def test_the_pass_proposes_a_merge_and_a_supersession_never_a_distinct_pai
     engine = engine_on(stores)
     await fill(engine)
     report = await engine.consolidate(OWNER)
-    assert report.counts == {"merge": 1, "supersede": 1, "expire": 0}
+    assert report.counts == {"merge": 1, "supersede": 1, "expire": 0,
+                             "correction": 0}
     assert report.applied == 0
     pending = (await engine.snapshot(OWNER)).pending
     assert {p.kind for p in pending} == {"merge", "supersede"}
@@ -252,6 +253,38 @@ async def test_keyword_only_owners_are_consolidated_by_their_words(
     for p in report.proposals:
         await engine.undo_proposal(OWNER, p.id)
     assert await state(engine) == before
+
+
+async def test_rules_and_facts_a_newer_one_updates_are_proposed_as_corrections(
+        stores: Stores) -> None:
+    engine = engine_on(stores)
+    # written as an agent that does not ask for review writes them: side by side
+    await engine.structured.apply(OWNER, [
+        AddFact("The team deploys on Friday"), AddFact("The team deploys on Thursday"),
+        AddFact("The staging database is Postgres 15"), AddRule("Reply in English"),
+        AddRule("Reply in Chinese")])
+    snap = await engine.snapshot(OWNER)
+    report = await engine.consolidate(OWNER)
+    assert report.counts["correction"] == 2
+    # written at once: which one is older is the items' order, as each backend keeps it
+    by_old = {p.supersedes: p for p in report.proposals}
+    old_fact = next(f for f in snap.facts if f.id in by_old)
+    old_rule = next(r for r in snap.rules if r.id in by_old)
+    assert {by_old[old_fact.id].content, old_fact.content} == {
+        "The team deploys on Friday", "The team deploys on Thursday"}
+    assert {by_old[old_rule.id].content, old_rule.content} == {"Reply in English",
+                                                               "Reply in Chinese"}
+    svc = ExtractionService.for_engine(engine)
+    await svc.confirm(OWNER, by_old[old_fact.id].id, by="kim")
+    await svc.reject(OWNER, by_old[old_rule.id].id, by="kim")
+    newer = by_old[old_fact.id].content
+    snap = await engine.snapshot(OWNER)
+    assert sorted(f.content for f in snap.facts) == sorted(
+        [newer, "The staging database is Postgres 15"])
+    assert len(snap.rules) == 2  # rejected: both stay
+    history = await engine.history(OWNER, old_fact.id)
+    assert [v.content for v in history.versions] == [old_fact.content, newer]
+    assert (await engine.consolidate(OWNER)).proposals == ()  # decided: not again
 
 
 async def test_a_bad_pending_id_or_decider_is_refused(stores: Stores) -> None:
