@@ -487,6 +487,9 @@ class VectorStore(_Lifecycle, ABC):
         prop = item.proposal
         if prop is None or item.kind not in PROPOSAL_KINDS:
             raise InvalidInput(f"pending item {item.id!r} is not a consolidation proposal")
+        if edited is not None and prop.keep is None:  # an expiry leaves no text to edit
+            raise InvalidQuery(f"proposal {item.id!r} lets memories expire: it keeps no "
+                               "text, so there is nothing to edit; nothing was written")
         text = None if edited is None else check.content(edited, self.max_content_bytes)
         at = now or utcnow()
         why = _bounded_reason(f"proposal {item.id}: {prop.reason}")
