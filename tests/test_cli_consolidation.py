@@ -158,7 +158,16 @@ def test_bad_input_is_one_error_line_and_writes_nothing(
     assert contents(capsys, "bob") == before
     assert merge["id"] in [p["id"] for p in _json(capsys, "pending", "list", *o)]  # type: ignore[union-attr]
     assert _json(capsys, "audit", *o) == []
-    # a confirmed merge whose kept memory changed since: the undo is refused
+    # a confirmed proposal whose kept memory changed since: the undo is refused
+    _json(capsys, "pending", "reject", *o, "--id", merge["id"])
+    _json(capsys, "pending", "confirm", *o, "--id", queued["supersede"]["id"])
+    _json(capsys, "update", *o, "--id", queued["supersede"]["proposal"]["keep"],
+          "--content", "The cluster runs Kubernetes 1.30")
+    before = contents(capsys, "bob")
+    rc, out, err = _run(capsys, "undo-proposal", *o, queued["supersede"]["id"])
+    assert rc == 1 and out == "" and "changed since it was applied" in err
+    assert contents(capsys, "bob") == before
+    # the same when the proposal rewrote the memory it kept (an edited merge)
     seed(settings, "dave")
     d = ["--owner", "dave"]
     merge = by_kind(_json(capsys, "consolidate", *d)["proposals"])["merge"]  # type: ignore[index]

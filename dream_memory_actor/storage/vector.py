@@ -534,6 +534,8 @@ class VectorStore(_Lifecycle, ABC):
                 p.put(new, new_vec, before=r.memory)
                 undo["kept"] = [r.memory.model_dump_json(), r.vector, new.model_dump_json()]
                 undo["versions"].append(v.model_dump_json())
+            elif kept is not None:  # kept as it is: an undo still needs it unchanged
+                undo["held"] = rows[kept.id].memory.model_dump_json()
             return json.dumps({"keep": prop.keep, "undo": undo}), p.writes
 
         done = json.loads(await self._write(owner, "consolidation", PROPOSAL_OP + item.id,
@@ -568,6 +570,14 @@ class VectorStore(_Lifecycle, ABC):
                         f"proposal {pid!r} of owner {owner!r}: memory {after.id!r} changed "
                         f"since it was applied; nothing was written")
                 p.put(before, vec, before=live)
+            elif record.get("held") is not None:
+                held = VectorMemory.model_validate_json(record["held"])
+                live = await p.live(held.id)
+                if live is None or (live.content, live.updated_at) != (held.content,
+                                                                       held.updated_at):
+                    raise ProposalChanged(
+                        f"proposal {pid!r} of owner {owner!r}: memory {held.id!r} changed "
+                        f"since it was applied; nothing was written")
             for mem_json, vec in record["dropped"]:
                 mem = VectorMemory.model_validate_json(mem_json)
                 if await p.live(mem.id) is None:

@@ -149,6 +149,18 @@ async def test_refusals_write_nothing(server: HttpServer) -> None:
         assert merge["id"] in [p["id"] for p in ok(await c.call_tool(
             "list_pending", {"owner": "alice"}))["pending"]]
 
+        # a confirmed supersession whose kept memory changed since: the undo is refused
+        newer = next(p for p in ok(await c.call_tool("list_pending", {"owner": "alice"}))[
+            "pending"] if p["kind"] == "supersede")
+        ok(await c.call_tool("confirm_pending", {"owner": "alice", "pending_id": newer["id"]}))
+        ok(await c.call_tool("update_memory", {"owner": "alice", "memory_id": ids[CLUSTER[1]],
+                                               "content": "The cluster runs Kubernetes 1.30"}))
+        before = await contents(server, "alice")
+        text = error_text(await c.call_tool("undo_proposal", {"owner": "alice",
+                                                              "pending_id": newer["id"]}))
+        assert "ProposalChanged" in text and "changed since it was applied" in text
+        assert await contents(server, "alice") == before
+
 
 async def test_apply_all_is_recorded_as_the_caller(server: HttpServer) -> None:
     await seed(server, "carol")
