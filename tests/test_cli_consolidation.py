@@ -185,9 +185,20 @@ def test_apply_all_confirms_every_proposal(settings: MemorySettings,
     seed(settings, "carol")
     rc, out, _ = _run(capsys, "consolidate", *o, "--apply-all", "--by", "nightly")
     assert rc == 0 and out.startswith("3 proposal(s) for carol")
-    assert "applied 3, refused 0" in out
+    assert out.rstrip().endswith("applied 3") and "queued for review" not in out
     assert _json(capsys, "pending", "list", *o) == []
     trail: Any = _json(capsys, "audit", *o)
     assert sorted((e["item"]["kind"], e["by"]) for e in trail) == [
         ("expire", "nightly"), ("merge", "nightly"), ("supersede", "nightly")]
     assert contents(capsys, "carol") == [CLUSTER[1], TEA[1]]
+
+
+def test_an_owner_who_opted_in_has_every_pass_applied(
+        settings: MemorySettings, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DREAM_MEMORY_CONSOLIDATION_AUTO_APPLY", "true")
+    seed(settings, "erin")
+    rc, out, _ = _run(capsys, "consolidate", "--owner", "erin")
+    assert rc == 0 and out.rstrip().endswith("applied 3") and "queued" not in out
+    assert {e["by"] for e in _json(capsys, "audit", "--owner", "erin")} == {  # type: ignore[union-attr]
+        "consolidation"}

@@ -41,8 +41,10 @@ def register(sub: Subparsers) -> None:
     ``doctor`` and ``system``."""
     parents = memory_options()
     pending = sub.add_parser("pending", help="work the human-in-the-loop queue",
-                             description="List, confirm or reject the extracted memories "
-                                         "that wait for a person.")
+                             description="List, confirm or reject the items that wait for a "
+                                         "person: extracted memories, and the merges, "
+                                         "supersessions and expiries consolidate "
+                                         "proposes (confirming one applies it).")
     actions = pending.add_subparsers(dest="pending_action", required=True)
     actions.add_parser("list", parents=parents, help="list the pending items")
     for name, text in (("confirm", "write a pending item"), ("reject", "drop a pending item")):
@@ -53,7 +55,8 @@ def register(sub: Subparsers) -> None:
                        help="who decides (default: the login name)")
         if name == "confirm":
             p.add_argument("--edit", default=None,
-                           help="write this text instead (the content, or a status value)")
+                           help="write this text instead (the content, a status value, or "
+                                "the text a consolidation proposal keeps)")
     pending.set_defaults(run=_pending)
 
     p = sub.add_parser("consolidate", parents=parents,
@@ -190,9 +193,10 @@ def _consolidate(args: argparse.Namespace) -> int:
     for p in report.proposals:
         lines.append(f"  {p.id}  {p.describe()}")
         lines += proposal_lines(p)
-    if args.apply_all:
-        lines.append(f"applied {report.applied}, refused {report.refused} (their memories "
-                     "changed meanwhile; they stay queued)")
+    if args.apply_all or report.applied or report.refused:  # or the owner's auto-apply
+        lines.append(f"applied {report.applied}" + (
+            f", refused {report.refused} (their memories changed meanwhile; they stay "
+            "queued)" if report.refused else ""))
     elif report.proposals:
         lines.append(f"queued for review: dream-memory pending list --owner {args.owner}")
     emit(args, {**report.model_dump(mode="json"), "counts": report.counts}, "\n".join(lines))
