@@ -73,7 +73,7 @@ def register(sub: Subparsers) -> None:
                    help="confirm every proposal at once, in the name of --by (an owner who "
                         "opted in); one whose memories changed meanwhile is refused and "
                         "stays queued")
-    p.add_argument("--by", default="consolidation",
+    p.add_argument("--by", default="consolidation", metavar="NAME",
                    help="who confirms with --apply-all (default: consolidation)")
     p.set_defaults(run=_consolidate)
 
