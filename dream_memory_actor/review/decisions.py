@@ -49,18 +49,23 @@ async def in_place(backend: MemoryBackend, owner: str, entries: Iterable[AuditEn
                    ) -> dict[str, bool]:
     """For each confirmed consolidation proposal of ``entries``, by pending id: whether its
     change is in place (it can be undone) or was undone. A confirmed proposal closed a
-    memory (any but the one it keeps); that memory is live again once it is undone."""
+    memory (any but the one it keeps) with a version naming the proposal; undoing it
+    takes that version out of the history. A proposal whose memory is gone altogether
+    (deleted, forgotten) is left out."""
     confirmed = [e for e in entries if e.action == "confirmed" and e.item.proposal is not None]
 
-    async def applied(entry: AuditEntry) -> bool:
+    async def applied(entry: AuditEntry) -> bool | None:
         prop = entry.item.proposal
         assert prop is not None
         closed = next(t.id for t in prop.touches if t.id != prop.keep)
         try:
-            await backend.call(ops.get, owner, closed)
-        except MemoryNotFound:  # closed (or superseded) by the proposal
-            return True
-        return False
+            chain = await backend.call(ops.memory_history, owner, closed)
+        except MemoryNotFound:
+            return None
+        named = f"proposal {entry.pending_id}:"
+        return any(v.memory_id == closed and v.valid_to is not None
+                   and (v.reason or "").startswith(named) for v in chain)
 
     found = await asyncio.gather(*(applied(e) for e in confirmed))
-    return {e.pending_id: done for e, done in zip(confirmed, found, strict=True)}
+    return {e.pending_id: done for e, done in zip(confirmed, found, strict=True)
+            if done is not None}

@@ -139,6 +139,21 @@ def test_confirm_with_an_edit_reject_and_undo(site: Site, alice: TestClient) -> 
     assert alice.portal.call(site.contents) == sorted([OLD, *CLUSTER, *TEA])
     assert alice.get("/owners/alice").text.count("data-undone") == 2
 
+    # a later proposal closing a memory again is its own: the undone one stays undone
+    from dream_memory_actor.models import Proposal, Touched
+    from dream_memory_actor.storage.ops import AddPending
+
+    memory = alice.portal.call(site.backend.engine.get, "alice", site.ids[TEA[0]])
+    later = MemoryPendingItem(kind="expire", confidence=1.0, source="consolidation",
+                              proposal=Proposal(touches=(Touched(
+                                  id=memory.id, content=memory.content,
+                                  updated_at=memory.updated_at),), reason="by hand"))
+    alice.portal.call(site.backend.engine.apply, "alice", [AddPending(later)])
+    assert decide(alice, "alice", later.id, "confirm")[0].status_code == 200
+    page = alice.get("/owners/alice").text
+    assert f"proposals/{later.id}/undo" in page and f"proposals/{merge.id}/undo" not in page
+    assert page.count("data-undone") == 2
+
 
 def test_refused_decisions_and_undos_write_nothing(site: Site, alice: TestClient) -> None:
     merge, supersede, expire = (site.proposals[k] for k in ("merge", "supersede", "expire"))
