@@ -164,7 +164,8 @@ class MemoryPendingItem(_Frozen):
         """One line for a person deciding on the item."""
         if self.proposal is not None:
             n = len(self.proposal.touches)
-            return (f"[{self.kind}] {n} memories: {self.proposal.reason}"
+            return (f"[{self.kind}] {n} {'memory' if n == 1 else 'memories'}: "
+                    f"{self.proposal.reason}"
                     + ("" if self.content is None else f" -> {self.content}"))
         what = f"{self.key}={self.value}" if self.kind == "status" else (self.content or "")
         line = f"[{self.kind}] {what} (confidence {self.confidence:.2f})"

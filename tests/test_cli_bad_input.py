@@ -64,6 +64,9 @@ def test_the_ray_check_proves_ray_is_absent(tmp_path: Path) -> None:
     [b"search", b"--owner", b"alice", b"x", b"--limit", b"99999999999999999999"],
     [b"search", b"--owner", b"alice", b"x", b"--limit", b"0"],
     [b"snapshot", b"--owner", b"a" * 200],
+    [b"consolidate", b"--owner", b"alice", b"--by", b"\xfe"],
+    [b"undo-proposal", b"--owner", b"alice", b"\xff"],
+    [b"undo-proposal", b"--owner", b"a" * 200, b"p1"],
 ])
 def test_bad_arguments_are_one_error_line(tmp_path: Path, args: list[str | bytes]) -> None:
     done = _run(args, tmp_path)

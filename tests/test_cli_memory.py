@@ -29,7 +29,8 @@ def test_version_and_plain_help(capsys: pytest.CaptureFixture[str]) -> None:
     texts = []
     for argv in (["--help"], *([c, "--help"] for c in (
             "store", "list", "add-rule", "add-fact", "set-status", "delete", "audit",
-            "pending", "snapshot", "search", "doctor", "system"))):
+            "pending", "snapshot", "search", "consolidate", "undo-proposal", "doctor",
+            "system"))):
         with pytest.raises(SystemExit):
             cli.main(argv)
         texts.append(capsys.readouterr().out)

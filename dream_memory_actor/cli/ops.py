@@ -1,11 +1,12 @@
-"""The operator's subcommands of ``dream-memory``: the pending queue, snapshot, search,
-system and doctor (in ``doctor``).
+"""The operator's subcommands of ``dream-memory``: the pending queue, consolidation,
+snapshot, search, system and doctor (in ``doctor``).
 
-``pending``, ``snapshot`` and ``search`` go through a running memory system when one
-is named (``--system``, ``DREAM_MEMORY_SYSTEM``; see ``process``) and otherwise open
-the configured storage in this process. Errors of the memory (bad owner id, unknown
-pending item, a backend that is down, no such system running) are printed as one
-line on stderr with exit status 1 (``cli.main``).
+``pending``, ``consolidate``, ``undo-proposal``, ``snapshot`` and ``search`` go through
+a running memory system when one is named (``--system``, ``DREAM_MEMORY_SYSTEM``; see
+``process``) and otherwise open the configured storage in this process. Errors of the
+memory (bad owner id, unknown pending item, a proposal whose memories changed, a backend
+that is down, no such system running) are printed as one line on stderr with exit
+status 1 (``cli.main``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .. import validation as check
 from ..engine import operations as ops
 from ..engine.doors import MemoryBackend
 from ..errors import DreamMemoryError
+from ..models import MemoryPendingItem
 from ..validation.l2 import metadata_filter
 from .common import (
     default_by,
@@ -33,12 +35,16 @@ from .doctor import doctor
 if TYPE_CHECKING:
     from .common import Subparsers
 
+
 def register(sub: Subparsers) -> None:
-    """Add ``pending``, ``snapshot``, ``search``, ``doctor`` and ``system``."""
+    """Add ``pending``, ``consolidate``, ``undo-proposal``, ``snapshot``, ``search``,
+    ``doctor`` and ``system``."""
     parents = memory_options()
     pending = sub.add_parser("pending", help="work the human-in-the-loop queue",
-                             description="List, confirm or reject the extracted memories "
-                                         "that wait for a person.")
+                             description="List, confirm or reject the items that wait for a "
+                                         "person: extracted memories, and the merges, "
+                                         "supersessions and expiries consolidate "
+                                         "proposes (confirming one applies it).")
     actions = pending.add_subparsers(dest="pending_action", required=True)
     actions.add_parser("list", parents=parents, help="list the pending items")
     for name, text in (("confirm", "write a pending item"), ("reject", "drop a pending item")):
@@ -49,8 +55,39 @@ def register(sub: Subparsers) -> None:
                        help="who decides (default: the login name)")
         if name == "confirm":
             p.add_argument("--edit", default=None,
-                           help="write this text instead (the content, or a status value)")
+                           help="write this text instead (the content, a status value, or "
+                                "the text a consolidation proposal keeps)")
     pending.set_defaults(run=_pending)
+
+    p = sub.add_parser("consolidate", parents=parents,
+                       help="propose merges, supersessions and expiries of an owner's "
+                            "memories",
+                       description="Run a consolidation pass over the owner's semantic "
+                                   "memories: duplicates are proposed to be merged, outdated "
+                                   "ones to be superseded by their newer version, and (with "
+                                   "consolidation_expire_after_days) old ones to expire. Each "
+                                   "proposal waits in the pending queue for a person (pending "
+                                   "confirm, optionally with --edit, or pending reject); a "
+                                   "proposal rejected before is not made again.")
+    p.add_argument("--apply-all", action="store_true",
+                   help="confirm every proposal at once, in the name of --by (an owner who "
+                        "opted in); one whose memories changed meanwhile is refused and "
+                        "stays queued")
+    p.add_argument("--by", default="consolidation", metavar="NAME",
+                   help="who confirms with --apply-all (default: consolidation)")
+    p.set_defaults(run=_consolidate)
+
+    p = sub.add_parser("undo-proposal", parents=parents,
+                       help="reverse a confirmed consolidation proposal",
+                       description="Reverse a confirmed consolidation proposal exactly: the "
+                                   "memories it closed live again as they were, the memory it "
+                                   "kept has its text back, and their histories are as "
+                                   "before. Refused, with nothing written, when the kept "
+                                   "memory changed since.")
+    p.add_argument("pending_id", metavar="PENDING_ID",
+                   help="the proposal's pending item id, or its start (as pending list and "
+                        "audit show it)")
+    p.set_defaults(run=_undo_proposal)
 
     sub.add_parser("snapshot", parents=parents,
                    help="print an owner's rules, facts, status and pending items"
@@ -111,18 +148,72 @@ def _pending(args: argparse.Namespace) -> int:
         for p in items:
             expires = f", expires {p.expires_at:%Y-%m-%d %H:%M}" if p.expires_at else ""
             lines.append(f"  {p.id}  {p.describe()}{expires}")
-            if p.evidence:
+            if p.proposal is not None:
+                lines += proposal_lines(p)
+            elif p.evidence:
                 lines.append(f"      evidence: {p.evidence!r}")
         emit(args, [p.model_dump(mode="json") for p in items], "\n".join(lines))
         return 0
     entry = result.entry
     how = "" if result.applied else " (decided before; nothing changed)"
     text = f"{entry.action} {entry.pending_id} by {entry.by}{how}: {entry.item.describe()}"
-    if entry.action == "confirmed" and entry.written is not None:
+    if entry.action == "confirmed" and entry.written:
         text += f"\n  written: {entry.written}"
     if result.memory_id:
         text += f"\n  memory id: {result.memory_id}"
     emit(args, result.model_dump(mode="json"), text)
+    return 0
+
+
+def proposal_lines(item: MemoryPendingItem) -> list[str]:
+    """The memories a consolidation proposal changes, each as it was proposed, and what
+    confirming it leaves: indented lines under the item's description."""
+    prop = item.proposal
+    if prop is None:
+        return []
+    fate = {"merge": "merged", "supersede": "superseded", "expire": "expired"}[item.kind]
+    lines = [f"      {'kept' if t.id == prop.keep else fate:>10}  {t.id}  "
+             f"{t.updated_at:%Y-%m-%d}  {t.content}" for t in prop.touches]
+    if item.kind == "merge" and item.content is not None:  # the kept memory's text after
+        lines.append(f"      {'result':>10}  {item.content}")
+    return lines
+
+
+# -- consolidation -------------------------------------------------------------------
+
+
+def _consolidate(args: argparse.Namespace) -> int:
+    async def go(m: MemoryBackend) -> Any:
+        return await m.call(ops.consolidate, check.owner_id(args.owner),
+                            apply_all=args.apply_all, by=args.by)
+
+    report = with_memory(args, go)
+    counts = ", ".join(f"{n} {kind}" for kind, n in report.counts.items())
+    lines = [f"{len(report.proposals)} proposal(s) for {args.owner}: {counts}"]
+    for p in report.proposals:
+        lines.append(f"  {p.id}  {p.describe()}")
+        lines += proposal_lines(p)
+    if args.apply_all or report.applied or report.refused:  # or the owner's auto-apply
+        lines.append(f"applied {report.applied}" + (
+            f", refused {report.refused} (their memories changed meanwhile; they stay "
+            "queued)" if report.refused else ""))
+    elif report.proposals:
+        lines.append(f"queued for review: dream-memory pending list --owner {args.owner}")
+    emit(args, {**report.model_dump(mode="json"), "counts": report.counts}, "\n".join(lines))
+    return 0
+
+
+def _undo_proposal(args: argparse.Namespace) -> int:
+    async def go(m: MemoryBackend) -> Any:
+        owner = check.owner_id(args.owner)
+        confirmed = [e.pending_id for e in await m.call(ops.audit, owner, check.MAX_SEARCH_LIMIT)
+                     if e.action == "confirmed" and e.item.proposal is not None]
+        pid = resolve(args.pending_id, confirmed, "proposal") or args.pending_id
+        return pid, await m.call(ops.undo_proposal, owner, pid)
+
+    pid, restored = with_memory(args, go)
+    emit(args, {"pending_id": pid, "restored": restored},
+         f"undid proposal {pid} of {args.owner}: {restored} memory(ies) back as they were")
     return 0
 
 

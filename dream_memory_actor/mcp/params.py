@@ -105,7 +105,10 @@ PARAMS: Mapping[str, Param] = {
                    _ttl),
     "pending_id": Param("The id of the pending item, as list_pending shows it.", _item_id),
     "edited_content": Param("Optional text to write instead of the item's own (the content, "
-                            "or the value of a status item).", _text),
+                            "the value of a status item, or the text of the memory a "
+                            "consolidation proposal keeps).", _text),
+    "apply_all": Param("Confirm every proposal at once in the caller's name, instead of "
+                       "queuing each for a person (for an owner who asked for that)."),
     "memory_id": Param("The id of the semantic memory, as search or list_memories shows it.",
                        _item_id),
     "item_id": Param("The id of the rule, fact or memory, as read_snapshot or search shows "

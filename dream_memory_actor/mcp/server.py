@@ -57,7 +57,8 @@ INSTRUCTIONS = (
     "with add_fact; what is going on now with set_status. Store what is worth finding "
     "later with store and find it with search. Send the conversation with "
     "append_messages and end_conversation so that what the user said is extracted; "
-    "uncertain extractions wait for a person in list_pending.")
+    "uncertain extractions wait for a person in list_pending, as do the merges, "
+    "supersessions and expiries consolidate proposes.")
 
 
 class _Verifier:

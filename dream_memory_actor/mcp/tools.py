@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from .. import validation as check
 from ..engine import operations as ops
 from ..errors import InvalidQuery
-from ..extraction.service import ExtractionReport, HitlDecision
+from ..extraction.service import ConsolidationReport, ExtractionReport, HitlDecision
 from ..models import (
     AuditEntry,
     ChatAppend,
@@ -47,6 +47,7 @@ from ..storage.ops import (
 from ..validation.l2 import metadata_filter
 from .door import Door, Effect, ToolEntry
 from .lifecycle_tools import LIFECYCLE_TOOLS
+from .params import PARAMS, Param
 
 # -- outputs ---------------------------------------------------------------------------
 
@@ -120,8 +121,36 @@ class AuditTrail(BaseModel):
     entries: list[AuditEntry] = Field(description="Newest first")
 
 
+class Consolidated(BaseModel):
+    """One consolidation pass over the owner's semantic memories."""
+
+    proposals: list[PendingView] = Field(
+        description="What the pass proposed, each a pending item whose proposal names the "
+                    "memories it changes (as they were) and the one it keeps; they wait in "
+                    "list_pending (with apply_all they were confirmed at once)")
+    counts: dict[str, int] = Field(description="The proposals by kind: merge, supersede, "
+                                               "expire")
+    applied: int = Field(description="Proposals this call confirmed (apply_all)")
+    refused: int = Field(description="With apply_all, proposals refused because their "
+                                     "memories changed meanwhile; they stay queued")
+
+    @classmethod
+    def of(cls, report: ConsolidationReport) -> Consolidated:
+        return cls(proposals=[_view(p) for p in report.proposals], counts=report.counts,
+                   applied=report.applied, refused=report.refused)
+
+
+class Undone(BaseModel):
+    restored: int = Field(description="How many memories the proposal had closed live again "
+                                      "(a merge's kept memory has its text back as well)")
+
+
 def _written(snap: MemorySnapshot) -> Written:
     return Written(version=snap.version, status=dict(snap.status))
+
+
+def _view(item: MemoryPendingItem) -> PendingView:
+    return PendingView(**dict(item), description=item.describe())
 
 
 # -- reads -----------------------------------------------------------------------------
@@ -156,10 +185,11 @@ async def list_memories(door: Door, owner: str, limit: int = 100, offset: int = 
 
 
 async def list_pending(door: Door, owner: str) -> PendingList:
-    """Extracted memories waiting for a person to confirm or reject them."""
+    """Items waiting for a person to confirm or reject them: extracted memories, and the
+    proposals of a consolidation pass (kind merge, supersede or expire), whose proposal
+    names the memories they would change."""
     items = await door.backend.pending(door.owner(owner))
-    return PendingList(pending=[PendingView(**dict(p), description=p.describe())
-                                for p in items])
+    return PendingList(pending=[_view(p) for p in items])
 
 
 async def audit(door: Door, owner: str, limit: int = 100) -> AuditTrail:
@@ -240,8 +270,10 @@ async def delete_memory(door: Door, owner: str, memory_id: str) -> Deleted:
 async def confirm_pending(door: Door, owner: str, pending_id: str,
                           edited_content: str | None = None) -> HitlDecision:
     """Write a pending item (edited_content replaces its text) and remove it from the
-    queue, recording who decided. Calling it again changes nothing; an error if the
-    item was rejected."""
+    queue, recording who decided. A consolidation proposal is applied (edited_content
+    replaces the text of the memory it keeps; an expiry has none), refused with
+    ProposalChanged and nothing written if its memories changed since. Calling it
+    again changes nothing; an error if the item was rejected."""
     return await door.call(ops.confirm, door.owner(owner), pending_id, door.by(),
                            edited_content)
 
@@ -269,6 +301,31 @@ async def end_conversation(door: Door, owner: str, conversation: str) -> Convers
                                                     conversation))
 
 
+async def consolidate(door: Door, owner: str, apply_all: bool = False) -> Consolidated:
+    """Tidy the owner's semantic memories: propose merging duplicates into one, superseding
+    outdated ones by their newer version and (when the server is configured to) letting
+    old ones expire. Nothing changes until a person confirms a proposal with
+    confirm_pending (edited_content rewrites a merge's result) or drops it with
+    reject_pending; a confirmed one can be reversed with undo_proposal. A proposal
+    rejected before is not made again. With apply_all the caller confirms each at once
+    (for an owner who asked for that)."""
+    report = await door.call(ops.consolidate, door.owner(owner), apply_all=apply_all,
+                             by=door.by())
+    return Consolidated.of(report)
+
+
+async def undo_proposal(door: Door, owner: str, pending_id: str) -> Undone:
+    """Reverse a confirmed consolidation proposal exactly: the memories it closed live
+    again as they were and the memory it kept has its text back, their histories as
+    before. ProposalNotApplied if no such proposal was applied; ProposalChanged, with
+    nothing written, if the kept memory changed since."""
+    return Undone(restored=await door.call(ops.undo_proposal, door.owner(owner), pending_id))
+
+
+_UNDO_PARAMS = {"pending_id": Param("The id of the confirmed proposal (its pending item id, "
+                                    "as consolidate, list_pending or audit showed it).",
+                                    PARAMS["pending_id"].bounds)}
+
 # -- the table -------------------------------------------------------------------------
 
 _CORE: tuple[ToolEntry, ...] = (
@@ -287,6 +344,9 @@ _CORE: tuple[ToolEntry, ...] = (
     ToolEntry(delete_memory, "Delete a memory", "destructive", True),
     ToolEntry(confirm_pending, "Confirm a pending item", "write", True),
     ToolEntry(reject_pending, "Reject a pending item", "destructive", True),
+    ToolEntry(consolidate, "Propose tidying an owner's memories", "write", True),
+    ToolEntry(undo_proposal, "Undo a confirmed consolidation proposal", "destructive", True,
+              _UNDO_PARAMS),
     ToolEntry(append_messages, "Add messages to a conversation", "write", False),
     ToolEntry(end_conversation, "End a conversation and extract from it", "destructive", True),
 )

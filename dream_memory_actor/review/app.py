@@ -6,6 +6,8 @@
 and search (``?q=``); ``POST /owners/{owner}/pending/{id}`` confirms (optionally
 with an edit) or rejects one item. A post from the page's script gets only the
 item's card back, to replace it in place; a plain form post gets the whole page.
+A consolidation proposal is a before/after card; a confirmed one is undone from the
+audit trail (``POST /owners/{owner}/proposals/{id}/undo``, answered with the page).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from .access import (
     review_of,
     with_session,
 )
-from .decisions import AUDIT_REACH, decision_of
+from .decisions import AUDIT_REACH, decision_of, in_place
 from .render import proposed
 from .sessions import (
     Forbidden,
@@ -83,6 +85,11 @@ def _forms(session: Session, owner: str, items: Iterable[MemoryPendingItem]) -> 
     return {p.id: session.issue(f"decide:{owner}:{p.id}") for p in items}
 
 
+def _undo_forms(session: Session, owner: str, undo: dict[str, bool]) -> dict[str, str]:
+    return {pid: session.issue(f"undo:{owner}:{pid}") for pid, applied in undo.items()
+            if applied}
+
+
 async def _owner_context(
     review: Review, session: Session, owner: str, request: Request
 ) -> dict[str, Any]:
@@ -104,6 +111,8 @@ async def _owner_context(
         chains = await asyncio.gather(
             *(review.backend.call(ops.memory_history, owner, h.memory.id) for h in hits))
         earlier = [[v for v in chain if v.valid_to is not None] for chain in chains]
+    shown = entries[(number - 1) * AUDIT_PAGE : number * AUDIT_PAGE]
+    undo = await in_place(review.backend, owner, shown)
     return {
         "session": session,
         "owner": owner,
@@ -112,7 +121,10 @@ async def _owner_context(
         "forms": _forms(session, owner, snap.pending),
         "messages": {},
         "results": [],
-        "audit": entries[(number - 1) * AUDIT_PAGE : number * AUDIT_PAGE],
+        "audit": shown,
+        "undo": undo,
+        "undo_forms": _undo_forms(session, owner, undo),
+        "notice": None,
         "page": number,
         "has_next": len(entries) > number * AUDIT_PAGE,
         "query": query,
@@ -264,6 +276,41 @@ async def _retry(
     return page("owner.html", status, **context)
 
 
+async def undo(request: Request) -> Response:
+    """Undo one confirmed consolidation proposal: the page again, saying what came back."""
+    review = review_of(request)
+    session = owner = None
+    pending_id = request.path_params["pending_id"]
+    try:
+        session = current_session(review, request)
+        owner = session.grant.owner(request.path_params["owner"])
+        check.ids([pending_id], "pending item id")
+        same_origin(request)
+        form = await read_form(request)
+        session.spend(form.get("csrf", ""), form.get("form", ""), f"undo:{owner}:{pending_id}")
+        restored = await review.backend.call(ops.undo_proposal, owner, pending_id)
+    except DreamMemoryError as exc:
+        if session is None or owner is None or isinstance(exc, (Forbidden, ReplayedForm)):
+            return refusal(request, exc, session)
+        return await _told(request, review, session, owner, "error", str(exc), status_of(exc))
+    entry = await decision_of(review.backend, owner, pending_id)
+    what = pending_id if entry is None else entry.item.describe()
+    return await _told(request, review, session, owner, "ok", (
+        f"Undone: {what}. {restored} {'memory' if restored == 1 else 'memories'} back as "
+        "before it."), 200)
+
+
+async def _told(request: Request, review: Review, session: Session, owner: str, kind: str,
+                message: str, status: int) -> Response:
+    """The notice alone for the page's script (it reads the audit trail again), else the
+    page with the notice above the audit trail."""
+    if wants_fragment(request):
+        return page("notice.html", status, kind=kind, message=message, login=False)
+    context = await _owner_context(review, session, owner, request)
+    context["notice"] = {"kind": kind, "message": message}
+    return page("owner.html", status, **context)
+
+
 # -- the app ---------------------------------------------------------------------------------
 
 
@@ -340,6 +387,7 @@ def create_app(
             Route("/open", open_owner),
             Route("/owners/{owner}", owner_page),
             Route("/owners/{owner}/pending/{pending_id}", decide, methods=["POST"]),
+            Route("/owners/{owner}/proposals/{pending_id}/undo", undo, methods=["POST"]),
             _static("review.css", "text/css"),
             _static("review.js", "text/javascript"),
             Route("/favicon.ico", lambda request: Response(status_code=204)),

@@ -4,14 +4,19 @@ memory system, whose owner actor then applies it (one writer per owner; agents r
 the decision at once).
 
 A decision is answered as recorded (a ``HitlDecision``): written now, or already
-decided before (by whom, when; ``applied`` False), never a second write.
+decided before (by whom, when; ``applied`` False), never a second write. A confirmed
+consolidation proposal can be undone (``operations.undo_proposal``); the audit trail
+shows which are still in place (:func:`in_place`).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
+
 from ..engine import operations as ops
 from ..engine.doors import MemoryBackend
-from ..errors import PendingItemDecided, PendingItemNotFound
+from ..errors import MemoryNotFound, PendingItemDecided, PendingItemNotFound
 from ..extraction.service import HitlDecision
 from ..models import AuditAction, AuditEntry
 
@@ -38,3 +43,29 @@ async def decide(backend: MemoryBackend, owner: str, pending_id: str, action: Au
     if entry is None:  # raced away and not in reach: say so plainly
         raise PendingItemNotFound(f"owner {owner!r} has no pending item {pending_id!r}")
     return HitlDecision(entry=entry, applied=False)
+
+
+async def in_place(backend: MemoryBackend, owner: str, entries: Iterable[AuditEntry]
+                   ) -> dict[str, bool]:
+    """For each confirmed consolidation proposal of ``entries``, by pending id: whether its
+    change is in place (it can be undone) or was undone. A confirmed proposal closed a
+    memory (any but the one it keeps) with a version naming the proposal; undoing it
+    takes that version out of the history. A proposal whose memory is gone altogether
+    (deleted, forgotten) is left out."""
+    confirmed = [e for e in entries if e.action == "confirmed" and e.item.proposal is not None]
+
+    async def applied(entry: AuditEntry) -> bool | None:
+        prop = entry.item.proposal
+        assert prop is not None
+        closed = next(t.id for t in prop.touches if t.id != prop.keep)
+        try:
+            chain = await backend.call(ops.memory_history, owner, closed)
+        except MemoryNotFound:
+            return None
+        named = f"proposal {entry.pending_id}:"
+        return any(v.memory_id == closed and v.valid_to is not None
+                   and (v.reason or "").startswith(named) for v in chain)
+
+    found = await asyncio.gather(*(applied(e) for e in confirmed))
+    return {e.pending_id: done for e, done in zip(confirmed, found, strict=True)
+            if done is not None}

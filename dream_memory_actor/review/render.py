@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from ..models import MemoryPendingItem, MemorySnapshot, utcnow
+from ..models import MemoryPendingItem, MemorySnapshot, Touched, utcnow
 
 
 class Replaced(NamedTuple):
@@ -35,6 +35,31 @@ def replaced(item: MemoryPendingItem, snap: MemorySnapshot) -> Replaced | None:
     # the queued text of the item, as it was when the correction was extracted
     return Replaced("the item it supersedes (no longer current)",
                     item.supersedes_content or str(target))
+
+
+class Sides(NamedTuple):
+    """A consolidation proposal as a before/after card: the memories as the pass saw
+    them, each with whether confirming closes it, and the text that stays afterwards
+    (``None``: an expiry leaves none)."""
+
+    before: list[tuple[Touched, bool]]
+    after: str | None
+
+
+def sides(item: MemoryPendingItem) -> Sides:
+    """What the card of proposal ``item`` shows: a merge, its memories and the one result;
+    a supersession, the outdated memory and its newer version; an expiry, the memory."""
+    prop = item.proposal
+    if prop is None:
+        return Sides([], None)
+    shown = [t for t in prop.touches if item.kind == "merge" or t.id != prop.keep]
+    return Sides([(t, t.id != prop.keep) for t in shown], item.content)
+
+
+def editable(item: MemoryPendingItem) -> bool:
+    """Whether a confirmation of ``item`` may carry an edited text: any item but an
+    expiry, which keeps no text."""
+    return item.proposal is None or item.proposal.keep is not None
 
 
 def proposed(item: MemoryPendingItem) -> str:
@@ -69,6 +94,11 @@ def stamp(at: datetime | None) -> str:
     return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def day(at: datetime | None) -> str:
+    """A UTC date, for when a memory last changed."""
+    return "" if at is None else stamp(at)[:10]
+
+
 def score(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -84,8 +114,8 @@ def environment() -> Any:
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(age=age, stamp=stamp, score=score)
-    env.globals.update(replaced=replaced, proposed=proposed)
+    env.filters.update(age=age, stamp=stamp, day=day, score=score)
+    env.globals.update(replaced=replaced, proposed=proposed, sides=sides, editable=editable)
     return env
 
 

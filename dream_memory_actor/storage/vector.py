@@ -508,6 +508,9 @@ class VectorStore(_Lifecycle, ABC):
         prop = item.proposal
         if prop is None or item.kind not in PROPOSAL_KINDS:
             raise InvalidInput(f"pending item {item.id!r} is not a consolidation proposal")
+        if edited is not None and prop.keep is None:  # an expiry leaves no text to edit
+            raise InvalidQuery(f"proposal {item.id!r} lets memories expire: it keeps no "
+                               "text, so there is nothing to edit; nothing was written")
         text = None if edited is None else check.content(edited, self.max_content_bytes)
         at = now or utcnow()
         why = _bounded_reason(f"proposal {item.id}: {prop.reason}")
@@ -557,6 +560,8 @@ class VectorStore(_Lifecycle, ABC):
                 p.put(new, new_vec if text != r.memory.content else KEEP, before=r.memory)
                 undo["kept"] = [r.memory.model_dump_json(), r.vector, new.model_dump_json()]
                 undo["versions"].append(v.model_dump_json())
+            elif kept is not None:  # kept as it is: an undo still needs it unchanged
+                undo["held"] = rows[kept.id].memory.model_dump_json()
             return json.dumps({"keep": prop.keep, "undo": undo}), p.writes
 
         done = json.loads(await self._write(owner, "consolidation", PROPOSAL_OP + item.id,
@@ -591,6 +596,14 @@ class VectorStore(_Lifecycle, ABC):
                         f"proposal {pid!r} of owner {owner!r}: memory {after.id!r} changed "
                         f"since it was applied; nothing was written")
                 p.put(before, vec, before=live)
+            elif record.get("held") is not None:
+                held = VectorMemory.model_validate_json(record["held"])
+                live = await p.live(held.id)
+                if live is None or (live.content, live.updated_at) != (held.content,
+                                                                       held.updated_at):
+                    raise ProposalChanged(
+                        f"proposal {pid!r} of owner {owner!r}: memory {held.id!r} changed "
+                        f"since it was applied; nothing was written")
             for mem_json, vec in record["dropped"]:
                 mem = VectorMemory.model_validate_json(mem_json)
                 if await p.live(mem.id) is None:

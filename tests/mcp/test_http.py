@@ -18,7 +18,8 @@ TOOLS = {"read_snapshot", "search", "store", "list_pending", "confirm_pending", 
          "add_fact", "set_status", "delete_status", "remove_rule", "remove_fact",
          "delete_memory", "list_memories", "append_messages", "end_conversation", "audit",
          "reject_pending", "supersede", "history", "status_history", "update_memory",
-         "store_many", "memory_history", "export_owner", "forget_owner"}
+         "store_many", "memory_history", "export_owner", "forget_owner", "consolidate",
+         "undo_proposal"}
 
 
 def ok(result: Any) -> dict[str, Any]:

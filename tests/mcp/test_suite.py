@@ -35,7 +35,7 @@ REQUIRED = {"read_snapshot", "search", "store", "add_rule", "add_fact", "set_sta
             "delete_status", "delete_memory", "list_memories", "list_pending",
             "confirm_pending", "reject_pending", "append_messages", "end_conversation", "audit",
             "export_owner", "forget_owner", "supersede", "history", "status_history",
-            "update_memory", "store_many", "memory_history"}
+            "update_memory", "store_many", "memory_history", "consolidate", "undo_proposal"}
 
 Connect = Callable[[str | None], AbstractAsyncContextManager[Client]]
 
@@ -308,6 +308,27 @@ async def test_conversation_extraction_pending_and_audit(target: Target) -> None
         assert snap["pending"] == []
 
 
+async def test_consolidation_tools(target: Target) -> None:
+    """Through every server: a pass over memories the store judged already proposes
+    nothing; an unknown proposal cannot be undone. (The proposals themselves:
+    tests/mcp/test_consolidation.py.)"""
+    who = _owner()
+    async with target.connect(None) as c:
+        ok(await c.call_tool("store_many", {"owner": who, "items": [
+            "t1: went live on Kubernetes with helm", "t2: the team prefers short answers"]}))
+        done = ok(await c.call_tool("consolidate", {"owner": who}))
+        assert done["proposals"] == [] and done["applied"] == done["refused"] == 0
+        assert done["counts"] == {"merge": 0, "supersede": 0, "expire": 0}
+        assert ok(await c.call_tool("consolidate", {"owner": who, "apply_all": True}))[
+            "proposals"] == []
+        text = error_text(await c.call_tool("undo_proposal", {"owner": who,
+                                                              "pending_id": "no-such"}))
+        assert "ProposalNotApplied" in text
+        assert "InvalidOwnerId" in error_text(await c.call_tool("consolidate",
+                                                                {"owner": "not valid"}))
+        assert ok(await c.call_tool("audit", {"owner": who}))["entries"] == []
+
+
 async def test_bad_input_is_a_typed_error_and_writes_nothing(target: Target) -> None:
     who = _owner()
     cases: list[tuple[str, dict[str, Any], str]] = [
@@ -352,7 +373,8 @@ async def test_a_token_reaches_its_owners_only(target: Target) -> None:
         ("supersede", {"item_id": "r", "content": "x"}), ("history", {"item_id": "r"}),
         ("status_history", {"key": "k"}),
         ("update_memory", {"memory_id": "m", "content": "x"}), ("store_many", {"items": ["x"]}),
-        ("memory_history", {"memory_id": "m"}),
+        ("memory_history", {"memory_id": "m"}), ("consolidate", {"apply_all": True}),
+        ("undo_proposal", {"pending_id": "p"}),
     ]
     assert {t for t, _ in calls} == {e.name for e in TOOLS}
     async with target.connect(NARROW) as c:

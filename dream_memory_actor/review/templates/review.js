@@ -38,6 +38,28 @@ document.addEventListener("submit", async (event) => {
   refresh();
 });
 
+// Undo a confirmed proposal from the audit trail: the server answers a notice; the
+// snapshot and the trail are read again, and the notice shown above the trail.
+document.addEventListener("submit", async (event) => {
+  const form = event.target;
+  if (!(form instanceof HTMLFormElement) || !form.classList.contains("undo")) return;
+  event.preventDefault();
+  form.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+  let html;
+  try {
+    const response = await fetch(form.getAttribute("action"), {
+      method: "POST", body: new URLSearchParams(new FormData(form)),
+      credentials: "same-origin", headers: { "X-Review-Fetch": "1" },
+    });
+    html = await response.text();
+  } catch (err) {
+    html = '<p class="notice error" role="alert">The server could not be reached; nothing changed here. Try again.</p>';
+  }
+  await refresh();
+  const heading = document.querySelector('[data-refresh="audit"] h2');
+  if (heading) heading.insertAdjacentHTML("afterend", html);
+});
+
 // After a decision, the snapshot and the audit trail of the page are read again.
 async function refresh() {
   try {
