@@ -199,7 +199,7 @@ def _consolidate(args: argparse.Namespace) -> int:
             "queued)" if report.refused else ""))
     elif report.proposals:
         lines.append(f"queued for review: dream-memory pending list --owner {args.owner}")
-    emit(args, {**report.model_dump(mode="json"), "counts": report.counts}, "\n".join(lines))
+    emit(args, report.model_dump(mode="json"), "\n".join(lines))
     return 0
 
 

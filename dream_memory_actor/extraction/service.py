@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from .. import validation as check
 from ..errors import (
@@ -142,6 +142,7 @@ class ConsolidationReport(BaseModel):
     refused: int = 0
     duration_s: float = 0.0
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def counts(self) -> dict[str, int]:
         """Proposals by kind: ``merge``, ``supersede`` and ``expire`` of memories, and

@@ -499,10 +499,10 @@ class VectorStore(_Lifecycle, ABC):
         ``merge``), superseded by it, or let expire, its version naming the proposal;
         a merge's kept memory takes the result (``edited``, else the proposal's) as its
         content and the merge records of a store's merge (``dedup.absorbed``), its
-        previous version closed. ``ProposalChanged`` and nothing
-        written when a touched memory is not as the proposal saw it. The kept
-        memory's id (``None``: an expiry). :meth:`undo_proposal` reverses it exactly:
-        the write records what it replaced."""
+        previous version closed. ``ProposalChanged`` and nothing written when a touched
+        memory is not as the proposal saw it. The kept memory's id (``None``: an
+        expiry). :meth:`undo_proposal` reverses it exactly: the write records what it
+        replaced."""
         check.owner_id(owner)
         who = check.decider(by)
         prop = item.proposal
@@ -535,7 +535,11 @@ class VectorStore(_Lifecycle, ABC):
                     raise ProposalChanged(
                         f"proposal {item.id!r} of owner {owner!r}: memory {t.id!r} changed "
                         f"since proposed; nothing was written")
-            undo: dict[str, Any] = {"kept": None, "dropped": [], "versions": []}
+            # What undoing it needs: the kept memory as this write leaves it (an undo
+            # checks it is still so), as it was (when this write changes it), the
+            # memories closed with their vectors, the versions closed.
+            undo: dict[str, Any] = {"after": None, "kept": None, "dropped": [],
+                                    "versions": []}
             change = "expire" if item.kind == "expire" else item.kind
             for t in prop.touches:
                 if t.id == prop.keep:
@@ -558,10 +562,11 @@ class VectorStore(_Lifecycle, ABC):
                 v = versions.closed(r.memory, at, "merge", by=who, reason=why)
                 p.close(v)
                 p.put(new, new_vec if text != r.memory.content else KEEP, before=r.memory)
-                undo["kept"] = [r.memory.model_dump_json(), r.vector, new.model_dump_json()]
+                undo["kept"] = [r.memory.model_dump_json(), r.vector]
+                undo["after"] = new.model_dump_json()
                 undo["versions"].append(v.model_dump_json())
-            elif kept is not None:  # kept as it is: an undo still needs it unchanged
-                undo["held"] = rows[kept.id].memory.model_dump_json()
+            elif kept is not None:
+                undo["after"] = rows[kept.id].memory.model_dump_json()
             return json.dumps({"keep": prop.keep, "undo": undo}), p.writes
 
         done = json.loads(await self._write(owner, "consolidation", PROPOSAL_OP + item.id,
@@ -585,25 +590,17 @@ class VectorStore(_Lifecycle, ABC):
 
         async def plan() -> tuple[str, Any]:
             p = Plan(owner, self._rows)
-            if record["kept"] is not None:
-                before_json, vec, after_json = record["kept"]
-                before = VectorMemory.model_validate_json(before_json)
-                after = VectorMemory.model_validate_json(after_json)
+            if record["after"] is not None:  # the kept memory, as the proposal left it
+                after = VectorMemory.model_validate_json(record["after"])
                 live = await p.live(after.id)
                 if live is None or (live.content, live.updated_at) != (after.content,
                                                                        after.updated_at):
                     raise ProposalChanged(
                         f"proposal {pid!r} of owner {owner!r}: memory {after.id!r} changed "
                         f"since it was applied; nothing was written")
-                p.put(before, vec, before=live)
-            elif record.get("held") is not None:
-                held = VectorMemory.model_validate_json(record["held"])
-                live = await p.live(held.id)
-                if live is None or (live.content, live.updated_at) != (held.content,
-                                                                       held.updated_at):
-                    raise ProposalChanged(
-                        f"proposal {pid!r} of owner {owner!r}: memory {held.id!r} changed "
-                        f"since it was applied; nothing was written")
+                if record["kept"] is not None:
+                    before_json, vec = record["kept"]
+                    p.put(VectorMemory.model_validate_json(before_json), vec, before=live)
             for mem_json, vec in record["dropped"]:
                 mem = VectorMemory.model_validate_json(mem_json)
                 if await p.live(mem.id) is None:
