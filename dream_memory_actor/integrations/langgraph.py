@@ -25,11 +25,13 @@ How LangGraph's items map onto the memory:
   locked apart, and a prefix that does not name the owner covers the owners given
   by ``owners=``.
 * **Records.** An item is one memory (its *head*: the value, key, namespace and
-  ``created_at`` in the metadata, so a value is limited by ``max_metadata_bytes``)
-  and, when its index fields give several texts, one more memory per further text,
-  each embedded on its own; a search scores an item by its best text, as LangGraph's
-  stores do. A ``put`` writes the item's new records and then removes the old ones
-  (a reader between the two sees the newest head; ``created_at`` is kept).
+  ``created_at`` in the metadata, so a value is JSON, without NaN or NUL, within
+  ``max_metadata_bytes``; another is ``InvalidMetadata`` naming the item, before
+  anything is written) and, when its index fields give several texts, one more
+  memory per further text, each embedded on its own; a search scores an item by its
+  best text, as LangGraph's stores do. A ``put`` writes the item's new records and
+  then removes the old ones (a reader between the two sees the newest head;
+  ``created_at`` is kept).
 * **Embedding.** ``index={"dims": ..., "embed": ..., "fields": [...]}`` is LangGraph's
   index configuration: ``embed`` goes through LangGraph's ``ensure_embeddings`` (an
   ``Embeddings``, a function, or a ``"provider:model"`` string), and its name and
