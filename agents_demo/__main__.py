@@ -25,6 +25,7 @@ import sys
 import time
 
 from dream_memory_actor import MemorySettings
+from dream_memory_actor.process import quiet_platform_warnings
 
 USER = "demo-user"
 
@@ -109,6 +110,7 @@ def run(settings: MemorySettings) -> int:
 
 
 def main() -> int:
+    quiet_platform_warnings()
     settings = MemorySettings()
     if settings.embedding_model is None and os.environ.get("DREAM_MEMORY_DEMO_LOCAL", "1") == "1":
         # The default local model: multilingual (Chinese and English), numpy only; chosen

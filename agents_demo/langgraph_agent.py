@@ -23,6 +23,7 @@ from langgraph.store.base import BaseStore
 
 from dream_memory_actor import MemorySettings
 from dream_memory_actor.integrations.langgraph import DreamMemoryStore
+from dream_memory_actor.process import quiet_platform_warnings
 
 
 class State(TypedDict):
@@ -65,4 +66,5 @@ def main(settings: MemorySettings | None = None, user: str = "langgraph-demo") -
 
 
 if __name__ == "__main__":
+    quiet_platform_warnings()
     sys.exit(main())

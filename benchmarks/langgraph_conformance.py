@@ -19,6 +19,12 @@ Tests of the SQL backends' private helpers (their LIKE/GLOB escaping, the namesp
 patterns of their SQL, their migrations) test no store, so they are left out. The
 result gives, per file, how many tests each store passes, and the tests InMemoryStore
 passes that DreamMemoryStore does not.
+
+The SQL files import their stores' modules (and private helpers of them), so the
+suites run with the checkout's own ``langgraph.store.sqlite`` and
+``langgraph.store.postgres`` (with ``langgraph.checkpoint.postgres``) on the path,
+whichever version is installed; what those modules and the test files import is in
+``benchmarks/requirements.txt`` (pytest-mock, aiosqlite, sqlite-vec, psycopg).
 """
 
 from __future__ import annotations
@@ -49,6 +55,14 @@ SUITES = {
         "libs/checkpoint-postgres/tests/test_async_store.py": "test_async_store.py",
         "libs/checkpoint-postgres/tests/embed_test_utils.py": "embed_test_utils.py",
     },
+}
+
+#: Suite -> the packages of the checkout its files import (copied, put on the path).
+SOURCES = {
+    "checkpoint": [],
+    "checkpoint-sqlite": ["libs/checkpoint-sqlite/langgraph/store/sqlite"],
+    "checkpoint-postgres": ["libs/checkpoint-postgres/langgraph/store/postgres",
+                            "libs/checkpoint-postgres/langgraph/checkpoint/postgres"],
 }
 
 #: Tests of the SQL backends' private helpers: they build no store.
@@ -297,6 +311,16 @@ def _read(root: Path, path: str) -> str:
                           check=True, capture_output=True, text=True).stdout
 
 
+def _files(root: Path, folder: str) -> list[str]:
+    """The repository paths of the files under ``folder``."""
+    if (root / folder).is_dir():
+        return sorted(str(f.relative_to(root)) for f in (root / folder).rglob("*")
+                      if f.is_file())
+    return subprocess.run(["git", "--git-dir", str(root), "ls-tree", "-r", "--name-only",
+                           "HEAD", folder + "/"], check=True, capture_output=True,
+                          text=True).stdout.split()
+
+
 def _commit(root: Path) -> str | None:
     args = ["git", "-C", str(root)] if (root / "libs").is_dir() else ["git", "--git-dir",
                                                                       str(root)]
@@ -313,6 +337,12 @@ def _suite_dir(work: Path, root: Path, suite: str) -> Path:
         (tests / name).write_text(_read(root, src))
     (tests / "conftest.py").write_text(POSTGRES_CONFTEST if suite == "checkpoint-postgres"
                                        else "")
+    for folder in SOURCES[suite]:
+        for path in _files(root, folder):
+            if path.endswith(".py"):
+                dest = base / "src" / path.split("/", 2)[2]  # from langgraph/...
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_text(_read(root, path))
     (base / "conftest.py").write_text(SWAP)
     (base / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n"
                                      "asyncio_default_fixture_loop_scope = function\n")
@@ -321,8 +351,9 @@ def _suite_dir(work: Path, root: Path, suite: str) -> Path:
 
 def _run_suite(base: Path, store: str, args: argparse.Namespace) -> dict[str, str]:
     out = base / f"{store}.jsonl"
+    path = os.pathsep.join(p for p in (str(base / "src"), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "LG_STORE": store, "LG_BACKEND": args.backend, "LG_OUT": str(out),
-           "LG_REDIS_URL": args.redis_url or ""}
+           "LG_REDIS_URL": args.redis_url or "", "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
            str(base / "pytest.ini"), "--rootdir", str(base), str(base / "tests")]
     if args.keyword:

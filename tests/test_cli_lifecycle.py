@@ -70,9 +70,12 @@ def test_supersede_and_history_take_id_prefixes(settings: MemorySettings,
     rc, out, err = _run(capsys, "history", "--owner", "alice", "--id", new[:8], "--json")
     assert rc == 0, err
     assert [v["id"] for v in json.loads(out)["versions"]] == [old, new]
-    # an earlier version's id still works in full (it is no longer current)
+    # an earlier version's id works too, in full or by its start (supersede prints it so)
     rc, out, _ = _run(capsys, "history", "--owner", "alice", "--id", old, "--json")
     assert rc == 0 and len(json.loads(out)["versions"]) == 2
+    rc, out, err = _run(capsys, "history", "--owner", "alice", "--id", old[:8], "--json")
+    assert rc == 0, err
+    assert [v["id"] for v in json.loads(out)["versions"]] == [old, new]
 
 
 @pytest.mark.parametrize("argv", [

@@ -171,6 +171,26 @@ async def current_id(m: MemoryBackend, owner: str, prefix: str,
     return resolve(prefix, found, "memory" if kinds == ("memory",) else "item") or prefix
 
 
+async def version_id(m: MemoryBackend, owner: str, prefix: str) -> str:
+    """The id of ``owner``'s rule or fact version that starts with ``prefix``: a current
+    item's, else one of the earlier versions in the current items' chains (read only
+    then, a chain per current item); ``prefix`` itself when it is a whole id or none does."""
+    from ..engine import operations as ops
+
+    if _whole_id(prefix):
+        return prefix
+    current = {i for i, k in (await item_kinds(m, owner, memories=False)).items()
+               if k in ("rule", "fact")}
+    found = resolve(prefix, current, "item")
+    if found is not None:
+        return found
+    versions: set[str] = set()
+    for item_id in current:
+        chain = await m.call(ops.history, owner, item_id)
+        versions.update(v.id for v in chain.versions)
+    return resolve(prefix, versions, "item") or prefix
+
+
 def _whole_id(value: str) -> bool:
     try:
         return str(uuid.UUID(value)) == value

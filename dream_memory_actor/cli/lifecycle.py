@@ -20,7 +20,7 @@ from .. import validation as check
 from ..engine import operations as ops
 from ..engine.doors import MemoryBackend
 from ..errors import InvalidQuery
-from .common import current_id, default_by, emit, memory_options, with_memory
+from .common import current_id, default_by, emit, memory_options, version_id, with_memory
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -40,7 +40,8 @@ def register(sub: Subparsers) -> None:
                           help="the versions of a rule or fact, a status key's values, or "
                                "what was held at a past time")
     what = hist.add_mutually_exclusive_group(required=True)
-    what.add_argument("--id", dest="item_id", help="a rule or fact id (any of its versions)")
+    what.add_argument("--id", dest="item_id",
+                      help="a rule or fact id (any of its versions), or its start")
     what.add_argument("--status", dest="status_key", help="a status key")
     what.add_argument("--as-of", dest="as_of", help="a time, ISO 8601 (UTC without offset)")
     hist.set_defaults(run=_history)
@@ -84,7 +85,7 @@ def _history(args: argparse.Namespace) -> int:
         return 0
     async def chain_of(m: MemoryBackend) -> Any:
         owner = check.owner_id(args.owner)
-        item_id = await current_id(m, owner, args.item_id, ("rule", "fact"))
+        item_id = await version_id(m, owner, args.item_id)
         return await m.call(ops.history, owner, item_id)
 
     chain = with_memory(args, chain_of)

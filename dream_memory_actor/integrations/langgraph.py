@@ -25,11 +25,13 @@ How LangGraph's items map onto the memory:
   locked apart, and a prefix that does not name the owner covers the owners given
   by ``owners=``.
 * **Records.** An item is one memory (its *head*: the value, key, namespace and
-  ``created_at`` in the metadata, so a value is limited by ``max_metadata_bytes``)
-  and, when its index fields give several texts, one more memory per further text,
-  each embedded on its own; a search scores an item by its best text, as LangGraph's
-  stores do. A ``put`` writes the item's new records and then removes the old ones
-  (a reader between the two sees the newest head; ``created_at`` is kept).
+  ``created_at`` in the metadata, so a value is JSON, without NaN or NUL, within
+  ``max_metadata_bytes``; another is ``InvalidMetadata`` naming the item, before
+  anything is written) and, when its index fields give several texts, one more
+  memory per further text, each embedded on its own; a search scores an item by its
+  best text, as LangGraph's stores do. A ``put`` writes the item's new records and
+  then removes the old ones (a reader between the two sees the newest head;
+  ``created_at`` is kept).
 * **Embedding.** ``index={"dims": ..., "embed": ..., "fields": [...]}`` is LangGraph's
   index configuration: ``embed`` goes through LangGraph's ``ensure_embeddings`` (an
   ``Embeddings``, a function, or a ``"provider:model"`` string), and its name and
@@ -95,6 +97,7 @@ except ImportError as exc:  # pragma: no cover - exercised via the extras messag
 
 from .. import validation as check
 from ..config import MemorySettings
+from ..errors import InvalidFilter, InvalidInput, InvalidMetadata
 from ..models import SearchHit, VectorMemory, utcnow
 from ..scoring import Weights
 from ..storage.dedup import Cuts
@@ -161,13 +164,16 @@ class DreamMemoryStore(BaseStore):
         self.index: dict[str, Any] = dict(index or {})
         embed = self.index.get("embed")
         self._embedder: LangGraphEmbedder | None = None
+        #: LangGraph's embeddings of ``index["embed"]`` (``None`` without), as its stores
+        #: expose them.
+        self.embeddings: Any = None
         if embed is not None:
             dims = self.index.get("dims")
             if isinstance(dims, bool) or not isinstance(dims, int) or dims < 1:
                 raise ValueError(f"index['dims'] must be a positive int with 'embed', got {dims!r}")
             embeddings = ensure_embeddings(embed)
             self._embedder = LangGraphEmbedder(embeddings, dims, embeddings_name(embed))
-            self.index["embed"] = embeddings
+            self.index["embed"] = self.embeddings = embeddings
             self.settings = self.settings.model_copy(update={"embedding_model": None})
         #: LangGraph's index configuration, as its stores keep it (``None``: no index).
         self.index_config: IndexConfig | None = self.index or None  # type: ignore[assignment]
@@ -372,12 +378,12 @@ class DreamMemoryStore(BaseStore):
                 isinstance(label, str) for label in op.namespace):
             raise InvalidNamespaceError(f"a namespace is a tuple of str, got {op.namespace!r}")
         if not isinstance(op.key, str) or not op.key:
-            raise ValueError("an item key must be a non-empty string")
+            raise InvalidInput("an item key must be a non-empty string")
         ttl: object = op.ttl
         if op.value is not None and ttl is not None and ttl is not NOT_PROVIDED:
             raise NotImplementedError(f"TTL is not supported by {type(self).__name__}")
         if op.value is not None and not isinstance(op.value, dict):
-            raise ValueError(f"an item value must be a dict, got {type(op.value).__name__}")
+            raise InvalidInput(f"an item value must be a dict, got {type(op.value).__name__}")
         owner = self._owner(op.namespace)
         item_id = self._item_id(op.namespace, op.key)
         async with self._writing[owner]:
@@ -389,14 +395,19 @@ class DreamMemoryStore(BaseStore):
 
     async def _write(self, engine: Any, owner: str, item_id: str, op: PutOp,
                      old: list[VectorMemory]) -> None:
-        value = dict(op.value or {})
-        texts = [] if op.index is False else self._texts(value, op.index)
         heads = [r for r in map(self._record, old) if r is not None]
         created = heads[0].get("created_at") if heads else None
         common = {ITEM_ID: item_id, **self._labels(op.namespace)}
-        head = {**common, PART: 0, ITEM: {"namespace": list(op.namespace), "key": op.key,
-                                          "value": value,
-                                          "created_at": created or utcnow().isoformat()}}
+        record = {"namespace": list(op.namespace), "key": op.key, "value": dict(op.value or {}),
+                  "created_at": created or utcnow().isoformat()}
+        head: dict[str, Any] = {**common, PART: 0, ITEM: record}
+        try:  # checked before anything is embedded or written, as the memory stores it
+            head = check.metadata(head, engine.vector.limits)
+        except InvalidMetadata as exc:
+            raise InvalidMetadata(f"item {op.key!r} of {op.namespace!r} is kept as a "
+                                  f"memory's metadata, and {exc}") from None
+        value = head[ITEM]["value"]
+        texts = [] if op.index is False else self._texts(value, op.index)
         contents = texts or [self._texts(value, ["$"])[0]]
         items = [{"content": contents[0], "metadata": head}]
         items += [{"content": t, "metadata": {**common, PART: i}}
@@ -549,4 +560,4 @@ def _operator(value: Any, operator: str, wanted: Any) -> bool:
         except (TypeError, ValueError):
             return False
         return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[operator]
-    raise ValueError(f"Unsupported operator: {operator}")
+    raise InvalidFilter(f"Unsupported operator: {operator}")

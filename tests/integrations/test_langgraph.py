@@ -4,6 +4,7 @@ LangGraph graph that uses it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any, TypedDict
 
 import pytest
@@ -12,12 +13,18 @@ pytest.importorskip("langgraph", reason="the langgraph extra is not installed")
 
 from langchain_core.embeddings import Embeddings
 from langgraph.graph import END, START, StateGraph
-from langgraph.store.base import BaseStore, InvalidNamespaceError
+from langgraph.store.base import BaseStore, InvalidNamespaceError, PutOp
 from langgraph.store.memory import InMemoryStore
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.engine import MemoryEngine
-from dream_memory_actor.errors import EmbeddingModelMismatch, InvalidOwnerId
+from dream_memory_actor.errors import (
+    EmbeddingModelMismatch,
+    InvalidFilter,
+    InvalidInput,
+    InvalidMetadata,
+    InvalidOwnerId,
+)
 from dream_memory_actor.integrations.langgraph import DreamMemoryStore
 from tests.conftest import BACKENDS, backend_settings
 
@@ -277,6 +284,44 @@ def test_owner_label_and_refusals() -> None:
             s.search(("memories",))
         with pytest.raises(NotImplementedError):
             s.put(("memories", "carol"), "b", {"content": "x"}, ttl=5)
+
+
+@pytest.mark.parametrize("value", [{"when": datetime(2026, 1, 1)}, {"n": float("nan")},
+                                   {"text": "a\x00b"}, {"text": "x" * 20_000}],
+                         ids=["datetime", "nan", "nul", "too-large"])
+def test_a_value_the_memory_cannot_keep_is_a_typed_error_and_writes_nothing(
+        store: DreamMemoryStore, value: dict[str, Any]) -> None:
+    store.put(("alice", "m"), "k", {"content": "kept"})
+    with pytest.raises(InvalidMetadata, match=r"item 'k' of \('alice', 'm'\)"):
+        store.put(("alice", "m"), "k", value)
+    with pytest.raises(InvalidMetadata):
+        store.put(("alice", "m"), "new", value, index=False)
+    got = store.get(("alice", "m"), "k")
+    assert got is not None and got.value == {"content": "kept"}
+    assert store.get(("alice", "m"), "new") is None
+    assert [i.key for i in store.search(("alice",))] == ["k"]
+
+
+def test_bad_keys_values_and_operators_are_typed_errors(store: DreamMemoryStore) -> None:
+    with pytest.raises(InvalidInput):
+        store.put(("alice", "m"), "", {"content": "x"})
+    with pytest.raises(InvalidInput):
+        store.batch([PutOp(("alice", "m"), "k", ["not", "a", "dict"])])  # type: ignore[arg-type]
+    store.put(("alice", "m"), "k", {"n": 1})
+    with pytest.raises(InvalidFilter):
+        store.search(("alice",), filter={"n": {"$in": [1]}})
+    assert store.search(("alice",)) and store.get(("alice", "m"), "") is None
+
+
+def test_the_embeddings_are_exposed_as_langgraphs_stores_expose_them() -> None:
+    letters = Letters()
+    with DreamMemoryStore(MemorySettings(backend="memory"),
+                          index={"dims": 26, "embed": letters}) as s:
+        assert s.embeddings is letters and s.index_config is not None
+        assert s.index_config["dims"] == 26
+    with DreamMemoryStore(MemorySettings(backend="memory")) as s:
+        assert s.embeddings is None and s.index_config is None
+    assert InMemoryStore().embeddings is None  # what LangGraph's store says without an index
 
 
 async def test_async_twins(store: DreamMemoryStore) -> None:
