@@ -1,0 +1,127 @@
+"""The report's section on the consolidation pass (``python -m benchmarks
+consolidation``): retrieval before and after a pass, the labelled pairs in one owner,
+and a pass over a large owner timed beside a writer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .report_format import get, num, paragraphs, provenance, table, yes_no
+
+
+def _points(stat: Any, scale: float) -> str:
+    if not isinstance(stat, Mapping):
+        return "-"
+    f = ".1f" if scale == 100 else ".3f"
+    return (f"{num(scale * stat['mean'], f)} [{num(scale * stat['ci95_lo'], f)}, "
+            f"{num(scale * stat['ci95_hi'], f)}]")
+
+
+def _kinds(counts: Any) -> str:
+    c = counts if isinstance(counts, Mapping) else {}
+    return " / ".join(str(c.get(k, 0)) for k in ("merge", "supersede", "expire"))
+
+
+def _quality_row(name: str, owners: Any, figures: Mapping[str, Any], paired: Any,
+                 scale: float) -> list[Any]:
+    f = figures
+    return [name, owners, f"{num(f.get('memories_before'))} → {num(f.get('memories_after'))}",
+            _kinds(f.get("proposals")), f"{num(f.get('applied'))} / {num(f.get('refused'))}",
+            _points(get(paired, "before"), scale), _points(get(paired, "after"), scale),
+            _points(get(paired, "after_minus_before"), scale),
+            num(get(paired, "questions_changed")), yes_no(f.get("undo_exact"))]
+
+
+def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """The newest run: retrieval before and after, the pairs, the scale pass."""
+    lines = ["## Consolidation: a pass over an owner's look-alike memories", ""]
+    if not items:
+        return [*lines, "No consolidation results yet: run `python -m benchmarks "
+                "consolidation --json`.", ""]
+    path, d = items[-1]
+    parts = d.get("parts") or {}
+    lines += [f"Model `{d.get('model')}`, no judge model. Each owner is built with the "
+              "write path's judgement off (every memory stored beside the others, as an "
+              "imported owner looks), then one pass proposes and applies every proposal "
+              "(`consolidate(apply_all=True)`), and every applied proposal is undone. A "
+              "merge's kept memory stands for the items of all it merged; a superseded "
+              "memory's items are no longer found. Quality on the in-memory backend; "
+              "proposals as merge / supersede / expire; the difference is after minus "
+              "before, paired by question, with a bootstrap 95% interval. Undo exact: "
+              "memories, embeddings, histories and every question's figure as before "
+              "the pass.", ""]
+    rows: list[list[Any]] = []
+    lo = parts.get("locomo") or {}
+    for context, r in sorted((lo.get("by_context") or {}).items()):
+        t = r.get("totals") or {}
+        rows.append(_quality_row(f"LoCoMo, context {context}, recall@10", t.get("owners"),
+                                 t, r.get("recall@10"), 100))
+    for lang, r in sorted((get(parts, "madial", "languages") or {}).items()):
+        rows.append(_quality_row(f"MADial {lang}, gold recall@5", 1, r, r.get("gold@5"), 100))
+    if rows:
+        lines += table(["data", "owners", "memories", "proposals", "applied / refused",
+                        "before", "after", "difference", "questions changed", "undo exact"],
+                       rows)
+    pairs = get(parts, "pairs", "languages") or {}
+    if pairs:
+        lines += ["The labelled look-alike pairs, every pair of a language in one owner "
+                  "(the first memory stored before the second), one pass: the pairs whose "
+                  "two memories one proposal touches. A `distinct` pair should never be "
+                  "touched; an `update` should be superseded by its newer memory; a "
+                  "`duplicate` merged.", ""]
+        prow = []
+        for lang, r in sorted(pairs.items()):
+            for label in ("distinct", "update", "duplicate"):
+                x = get(r, "labels", label) or {}
+                prow.append([lang, label, num(x.get("pairs")), num(x.get("touched_both")),
+                             num(x.get("merge")), num(x.get("supersede")),
+                             num(x.get("supersede_newest_kept")),
+                             num(len(r.get("across_pairs") or []))])
+        lines += table(["lang", "label", "pairs", "touched both", "merged", "superseded",
+                        "superseded, newer kept", "proposals across pairs (language)"],
+                       prow)
+        for lang, r in sorted(pairs.items()):
+            for w in r.get("distinct_touched") or []:
+                lines += [f"- distinct pair touched ({lang}, {w.get('kind')}): "
+                          + " / ".join(f"“{t}”" for t in w.get("texts") or [])
+                          + f" — {w.get('reason')}"]
+        lines += [""]
+    s = parts.get("scale")
+    if s:
+        w = s.get("writer") or {}
+        c = s.get("consolidate") or {}
+        lines += [f"A pass over one owner of {num(s.get('memories'), ',.0f')} memories on "
+                  f"PostgreSQL ({s.get('postgres')}), at most {num(s.get('max_proposals'))} "
+                  "proposals a pass, while a writer stores to the same owner every "
+                  f"{num(w.get('interval_ms'), '.0f')} ms; a write's wait runs from when it "
+                  "was due to when it returned.", ""]
+        lines += table(
+            ["step", "seconds", "proposals", "applied / refused", "writes", "longest wait ms",
+             "wait p50 ms"],
+            [["writer alone", "-", "-", "-", num(get(w, "no_pass", "writes")),
+              num(get(w, "no_pass", "longest_wait_ms")),
+              num(get(w, "no_pass", "wait_p50_ms"), ".1f")],
+             ["`propose`", num(get(s, "propose", "s")), num(get(s, "propose", "proposals")),
+              "-", num(get(w, "during_propose", "writes")),
+              num(get(w, "during_propose", "longest_wait_ms")),
+              num(get(w, "during_propose", "wait_p50_ms"), ".1f")],
+             ["`consolidate(apply_all=True)`", num(c.get("s")), _kinds(c.get("proposals")),
+              f"{num(c.get('applied'))} / {num(c.get('refused'))}",
+              num(get(w, "during_consolidate", "writes")),
+              num(get(w, "during_consolidate", "longest_wait_ms")),
+              num(get(w, "during_consolidate", "wait_p50_ms"), ".1f")]])
+        lines += [f"One proposal's write: p50 {num(get(c, 'proposal_write', 'p50_ms'), '.1f')}"
+                  f" ms, longest {num(c.get('longest_proposal_write_ms'))} ms. Target: a "
+                  f"pass under {num(get(s, 'targets', 'pass_under_s'), '.0f')} s: "
+                  f"{'met' if get(s, 'targets', 'pass_met') else 'not met'}.", ""]
+    notes = [f"Load average (1, 5, 15 min) before: {_load(d.get('load_before'))}; after: "
+             f"{_load(d.get('load_after'))}. {provenance(path, d)}"]
+    return [*lines, *paragraphs(notes)]
+
+
+def _load(x: Any) -> str:
+    if not isinstance(x, Mapping):
+        return "-"
+    return ", ".join(num(x.get(k)) for k in ("1m", "5m", "15m"))
