@@ -13,21 +13,16 @@ so the pass has the look-alikes a store would have judged. Parts:
   was (memories, embeddings, histories, and every question's recall: ``undo_exact``).
   A merge's kept memory stands for the turns of every memory closed into it (as a
   merge on store does, ``benchmarks/corpus.py``); a superseded memory's turns are no
-  longer found (its fact was replaced).
+  longer found (its fact was replaced). ``strict``: the same searches scored with a
+  merge's kept memory standing only for its own turns.
 - ``madial``: the same on MADial-Bench, one owner per language, gold recall@5.
 - ``pairs``: every labelled pair of a language in ONE owner (``a`` stored before
   ``b``), one pass (``propose``): how many proposals touch both memories of a
   ``distinct`` pair (should be none), of an ``update`` pair (supersede keeping ``b``)
   and of a ``duplicate`` pair (merge); proposals joining memories of different pairs
   are listed with their reasons.
-- ``scale``: one owner of ``--scale-memories`` memories on PostgreSQL (embedded unless
-  ``--dsn``): LoCoMo turns, its observations and summaries, MADial memories and the
-  labelled pairs' texts, plus ``--scale-variants`` of near-duplicates and updates made
-  from them (a value substituted). A pass is timed (``propose``, then ``consolidate``
-  with ``apply_all``) while a writer stores to the same owner every
-  ``--writer-interval-ms``; each write's wait (from when it was due to when it
-  returned, so a write held back by the pass counts from when it was due) against
-  the same writer with no pass.
+- ``scale``: a pass over one owner of ``--scale-memories`` memories on PostgreSQL,
+  timed while a writer stores to the same owner (``benchmarks/consolidation_scale.py``).
 
 Quality parts run on the in-memory backend (the judgement is the same on every
 backend), the scale part on PostgreSQL. Embeddings come from the disk cache
@@ -67,7 +62,7 @@ from .locomo import (
 )
 from .madial import DEPTH as MADIAL_DEPTH
 from .madial import MadialSet, dialogue_metrics, load_madial
-from .retrieval_madial import _engine, _ranked
+from .retrieval_madial import _engine, _ranked_ids
 from .stats import command, machine
 
 PARTS = ("locomo", "madial", "pairs", "scale")
@@ -151,9 +146,10 @@ def applied_ids(entries: Sequence[Any], found: Sequence[MemoryPendingItem]) -> l
 
 
 def after_pass(ids_of: Mapping[str, set[str]], found: Sequence[MemoryPendingItem],
-               applied: Sequence[str]) -> dict[str, set[str]]:
+               applied: Sequence[str], *, merged: bool = True) -> dict[str, set[str]]:
     """What each memory stands for once the ``applied`` proposals are: a merge's kept
-    memory for the ids of all it merged, a superseded or expired memory for nothing."""
+    memory for the ids of all it merged (``merged=False``: only its own), a superseded
+    or expired memory for nothing."""
     out = {k: set(v) for k, v in ids_of.items()}
     done = set(applied)
     for p in found:
@@ -164,7 +160,7 @@ def after_pass(ids_of: Mapping[str, set[str]], found: Sequence[MemoryPendingItem
             if t.id == keep:
                 continue
             gone = out.pop(t.id, set())
-            if p.kind == "merge" and keep is not None:
+            if merged and p.kind == "merge" and keep is not None:
                 out.setdefault(keep, set()).update(gone)
     return out
 
@@ -174,19 +170,25 @@ async def state(o: Owner) -> tuple[Any, Any]:
     return await o.engine.vector.dump(o.owner), await o.engine.vector.versions(o.owner)
 
 
-Score = Callable[[Owner, Mapping[str, set[str]]], Awaitable[list[float]]]
+#: The ranked memory ids of every question of an owner (one search each).
+Search = Callable[[Owner], Awaitable[list[list[str]]]]
+#: Each question's figure from its ranked memory ids and what each memory stands for.
+Measure = Callable[[Owner, Sequence[Sequence[str]], Mapping[str, set[str]]], list[float]]
 
 
-async def consolidate_and_undo(o: Owner, score: Score) -> dict[str, Any]:
-    """Score, pass (apply all), score, undo every applied proposal, score: the figures
-    of one owner, and the per-question values before and after."""
+async def consolidate_and_undo(o: Owner, search: Search, measure: Measure) -> dict[str, Any]:
+    """Search, pass (apply all), search, undo every applied proposal, search: the figures
+    of one owner, and the per-question values before and after (``_after_strict``: a
+    merge's kept memory standing only for its own items)."""
     before_state = await state(o)
-    before = await score(o, o.ids_of)
+    before = measure(o, await search(o), o.ids_of)
     report = await o.engine.consolidate(o.owner, apply_all=True, by="benchmark")
     applied = applied_ids(await o.engine.structured.audit(o.owner, limit=None),
                           report.proposals)
     live_after = len(await o.engine.vector.dump(o.owner))
-    after = await score(o, after_pass(o.ids_of, report.proposals, applied))
+    hits = await search(o)
+    after = measure(o, hits, after_pass(o.ids_of, report.proposals, applied))
+    strict = measure(o, hits, after_pass(o.ids_of, report.proposals, applied, merged=False))
     t0 = time.perf_counter()
     back = 0
     for pid in reversed(applied):
@@ -196,7 +198,7 @@ async def consolidate_and_undo(o: Owner, score: Score) -> dict[str, Any]:
             continue
     undo_s = time.perf_counter() - t0
     undone_state = await state(o)
-    again = await score(o, o.ids_of)
+    again = measure(o, await search(o), o.ids_of)
     most = o.engine.settings.consolidation_max_proposals
     return {
         "memories_before": len(before_state[0]), "memories_after": live_after,
@@ -210,7 +212,7 @@ async def consolidate_and_undo(o: Owner, score: Score) -> dict[str, Any]:
                         "versions": undone_state[1] == before_state[1],
                         "scores": again == before},
         "examples": examples(report.proposals, applied),
-        "_before": before, "_after": after,
+        "_before": before, "_after": after, "_after_strict": strict,
     }
 
 
@@ -236,14 +238,19 @@ def describe(p: MemoryPendingItem) -> dict[str, Any]:
 def paired(values: Mapping[str, Sequence[float]], args: argparse.Namespace, metric: str
            ) -> dict[str, Any]:
     """Before and after over the same questions: means with intervals, and the paired
-    difference (after minus before) with its bootstrap interval."""
-    b, a = values["before"], values["after"]
+    difference (after minus before) with its bootstrap interval; ``strict``, the same
+    with a merge's kept memory standing only for its own items."""
+    b, a, st = values["before"], values["after"], values["after_strict"]
     return {"metric": metric, "questions": len(b),
             "before": mean_ci(b, args.seed, args.resamples),
             "after": mean_ci(a, args.seed, args.resamples),
             "after_minus_before": paired_difference(a, b, seed=args.seed,
                                                     resamples=args.resamples),
-            "questions_changed": sum(x != y for x, y in zip(a, b, strict=True))}
+            "questions_changed": sum(x != y for x, y in zip(a, b, strict=True)),
+            "strict": {"after": mean_ci(st, args.seed, args.resamples),
+                       "after_minus_before": paired_difference(
+                           st, b, seed=args.seed, resamples=args.resamples),
+                       "questions_changed": sum(x != y for x, y in zip(st, b, strict=True))}}
 
 
 def totals(owners: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -287,26 +294,28 @@ async def locomo_part(args: argparse.Namespace, open_engine: Opener = _engine
                            "data": data.describe(), "metric": "recall@10", "by_context": {}}
     convs = {c.owner: c for c in data.conversations}
 
-    async def score(o: Owner, ids_of: Mapping[str, set[str]]) -> list[float]:
+    async def search(o: Owner) -> list[list[str]]:
         conv = convs[o.owner]
-        vals = []
-        for q in conv.questions:
-            hits = await o.engine.search(o.owner, q.question, limit=DEPTH, now=conv.now,
-                                         embedding=qvec.get(q.question))
-            ranked = [ids_of.get(h.memory.id, set()) for h in hits]
-            vals.append(question_metrics(ranked, q.evidence)["recall@10"])
-        return vals
+        return [[h.memory.id for h in await o.engine.search(
+            o.owner, q.question, limit=DEPTH, now=conv.now, embedding=qvec.get(q.question))]
+            for q in conv.questions]
+
+    def measure(o: Owner, hits: Sequence[Sequence[str]], ids_of: Mapping[str, set[str]]
+                ) -> list[float]:
+        return [question_metrics([ids_of.get(m, set()) for m in ranked],
+                                 q.evidence)["recall@10"]
+                for q, ranked in zip(convs[o.owner].questions, hits, strict=True)]
 
     for context in [c for c in args.contexts.split(",") if c]:
         engine = await open_engine(_settings(args, "memory"), emb)
         try:
             owners = []
-            values: dict[str, list[float]] = {"before": [], "after": []}
+            values: dict[str, list[float]] = defaultdict(list)
             for conv in data.conversations:
                 o = await locomo_owner(engine, conv, context, emb)
-                found = await consolidate_and_undo(o, score)
-                values["before"] += found.pop("_before")
-                values["after"] += found.pop("_after")
+                found = await consolidate_and_undo(o, search, measure)
+                for k in ("before", "after", "after_strict"):
+                    values[k] += found.pop(f"_{k}")
                 owners.append({"owner": conv.owner, **found})
         finally:
             await engine.close()
@@ -366,13 +375,15 @@ async def madial_language(data: MadialSet, args: argparse.Namespace,
             else [None] * len(data.dialogues))
     vecs = await emb.embed([m.text for m in data.memories]) if emb is not None else None
 
-    async def score(o: Owner, ids_of: Mapping[str, set[str]]) -> list[float]:
-        vals = []
-        for d, vec in zip(data.dialogues, qvec, strict=True):
-            hits = await o.engine.search(o.owner, d.query, limit=MADIAL_DEPTH, now=data.now,
-                                         embedding=vec)
-            vals.append(dialogue_metrics(_ranked(hits, ids_of), d)["gold@5"])
-        return vals
+    async def search(o: Owner) -> list[list[str]]:
+        return [[h.memory.id for h in await o.engine.search(
+            o.owner, d.query, limit=MADIAL_DEPTH, now=data.now, embedding=vec)]
+            for d, vec in zip(data.dialogues, qvec, strict=True)]
+
+    def measure(o: Owner, hits: Sequence[Sequence[str]], ids_of: Mapping[str, set[str]]
+                ) -> list[float]:
+        return [dialogue_metrics(_ranked_ids(ranked, ids_of), d)["gold@5"]
+                for d, ranked in zip(data.dialogues, hits, strict=True)]
 
     engine = await open_engine(_settings(args, "memory"), emb)
     try:
@@ -382,10 +393,10 @@ async def madial_language(data: MadialSet, args: argparse.Namespace,
                                   [{"content": m.text, "metadata": {"madial_id": m.id}}],
                                   None if vecs is None else [vecs[i]], m.at)
             o.ids_of[ids[0]] = {m.id}
-        found = await consolidate_and_undo(o, score)
+        found = await consolidate_and_undo(o, search, measure)
     finally:
         await engine.close()
-    values = {"before": found.pop("_before"), "after": found.pop("_after")}
+    values = {k: found.pop(f"_{k}") for k in ("before", "after", "after_strict")}
     return {"data": data.describe(), "gold@5": paired(values, args, "gold@5"), **found}
 
 

@@ -31,7 +31,9 @@ def _quality_row(name: str, owners: Any, figures: Mapping[str, Any], paired: Any
             _kinds(f.get("proposals")), f"{num(f.get('applied'))} / {num(f.get('refused'))}",
             _points(get(paired, "before"), scale), _points(get(paired, "after"), scale),
             _points(get(paired, "after_minus_before"), scale),
-            num(get(paired, "questions_changed")), yes_no(f.get("undo_exact"))]
+            num(get(paired, "questions_changed")),
+            _points(get(paired, "strict", "after_minus_before"), scale),
+            yes_no(f.get("undo_exact"))]
 
 
 def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
@@ -49,7 +51,8 @@ def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[
               "merge's kept memory stands for the items of all it merged; a superseded "
               "memory's items are no longer found. Quality on the in-memory backend; "
               "proposals as merge / supersede / expire; the difference is after minus "
-              "before, paired by question, with a bootstrap 95% interval. Undo exact: "
+              "before, paired by question, with a bootstrap 95% interval; strict: a merge's "
+              "kept memory standing only for its own items. Undo exact: "
               "memories, embeddings, histories and every question's figure as before "
               "the pass.", ""]
     rows: list[list[Any]] = []
@@ -62,7 +65,8 @@ def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[
         rows.append(_quality_row(f"MADial {lang}, gold recall@5", 1, r, r.get("gold@5"), 100))
     if rows:
         lines += table(["data", "owners", "memories", "proposals", "applied / refused",
-                        "before", "after", "difference", "questions changed", "undo exact"],
+                        "before", "after", "difference", "questions changed",
+                        "difference, strict", "undo exact"],
                        rows)
     pairs = get(parts, "pairs", "languages") or {}
     if pairs:

@@ -99,6 +99,8 @@ async def test_each_part_merges_the_planted_duplicate_and_keeps_the_distinct_pai
         assert r["questions"] == 3 and set(r) >= {"before", "after", "after_minus_before"}
         # the merged memory stands for both turns: the question on the first still finds it
         assert r["after"]["mean"] >= r["before"]["mean"]
+        # read strictly, the kept memory is the second turn only: the first is lost
+        assert r["strict"]["after"]["mean"] < r["before"]["mean"]
 
     md = got["parts"]["madial"]["languages"]["en"]
     assert (md["memories_before"], md["memories_after"]) == (3, 2)
