@@ -25,7 +25,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.engine import MemoryEngine, consolidation
+from dream_memory_actor.models import MemoryPendingItem
 
 from .consolidation import (
     PAIRS_START,
@@ -121,10 +122,11 @@ def _session_time(conv: Mapping[str, Any], n: str) -> datetime | None:
 
 def scale_memories(sources: Sequence[tuple[str, datetime, str]], n: int, share: float,
                    writer: int, seed: int
-                   ) -> tuple[list[tuple[str, datetime, str]], list[str]]:
-    """``n`` memories: base texts, and ``share`` of them near-duplicates (``restated``)
-    or updates (``updated``) of a base text, a day after it; plus ``writer`` base texts
-    kept out of the owner for the writer to store."""
+                   ) -> tuple[list[tuple[str, datetime, str]], list[str], dict[str, str]]:
+    """``n`` memories: base texts, and ``share`` of them (at least; more when the
+    sources run short) near-duplicates (``restated``) or updates (``updated``) of a
+    base text, a day after it; ``writer`` base texts kept out of the owner for the
+    writer to store; and the base text of each variant."""
     rng = random.Random(seed)
     base = list(sources)
     rng.shuffle(base)
@@ -135,6 +137,7 @@ def scale_memories(sources: Sequence[tuple[str, datetime, str]], n: int, share: 
     out = list(base)
     made: set[str] = {t for t, _, _ in sources}  # a variant is a new text
     valued = [b for b in base if _NUMBER.search(b[0]) or _WORD_SET.search(b[0])]
+    made_from: dict[str, str] = {}
     tries = 0
     while len(out) < n and tries < 50 * n:
         tries += 1
@@ -147,8 +150,34 @@ def scale_memories(sources: Sequence[tuple[str, datetime, str]], n: int, share: 
         if new is None or new in made:
             continue
         made.add(new)
+        made_from[new] = text
         out.append((new, when + timedelta(days=1), kind))
-    return out, for_writer
+    return out, for_writer, made_from
+
+
+def of_planted(found: Sequence[MemoryPendingItem], mems: Sequence[tuple[str, datetime, str]],
+            made_from: Mapping[str, str], id_of: Mapping[str, str]) -> dict[str, Any]:
+    """What the proposals ``found`` (no cap) make of the planted variants: a restated
+    text merged with its base; an updated one superseding its base (kept), or merged
+    with it (an update merged silently: wrong)."""
+    kinds = {id_of[t]: k for t, _, k in mems if t in made_from}
+    base = {id_of[t]: id_of[b] for t, b in made_from.items()}
+    out: Counter[str] = Counter()
+    for p in found:
+        if p.proposal is None:
+            continue
+        ids = {t.id for t in p.proposal.touches}
+        hit = [v for v in ids if v in base and base[v] in ids]
+        for v in hit:
+            right = ("merge" if kinds[v] == "restated" else "supersede") == p.kind
+            kept = p.proposal.keep == v
+            out[f"{kinds[v]}_{p.kind}"] += 1
+            out[f"{kinds[v]}_{'right' if right and kept else 'wrong'}"] += 1
+        out["touching_no_planted_pair"] += not hit
+    return {"proposals": len(found), "counts": dict(Counter(p.kind for p in found)),
+            "planted": {k: sum(1 for t, _, s in mems if s == k) for k in ("restated",
+                                                                      "updated")},
+            "found": dict(sorted(out.items()))}
 
 
 @dataclass
@@ -195,8 +224,8 @@ async def scale_part(args: argparse.Namespace, open_engine: Opener = _engine
                      ) -> dict[str, Any]:
     emb: Embedder = args.embedder
     sources = scale_sources(args)
-    mems, for_writer = scale_memories(sources, args.scale_memories, args.scale_variants,
-                                      200, args.seed)
+    mems, for_writer, made_from = scale_memories(sources, args.scale_memories,
+                                                 args.scale_variants, 200, args.seed)
     vecs = await emb.embed([t for t, _, _ in mems]) if emb is not None else None
     wvecs = (await emb.embed(for_writer) if emb is not None else [None] * len(for_writer))
     backend = "postgres"
@@ -209,10 +238,17 @@ async def scale_part(args: argparse.Namespace, open_engine: Opener = _engine
         by_time: dict[datetime, list[int]] = defaultdict(list)
         for i, (_, when, _) in enumerate(mems):
             by_time[when].append(i)
+        id_of: dict[str, str] = {}
         for when, idx in sorted(by_time.items()):
-            await store_off(engine, owner, [{"content": mems[i][0]} for i in idx],
-                            None if vecs is None else [vecs[i] for i in idx], when)
+            ids = await store_off(engine, owner, [{"content": mems[i][0]} for i in idx],
+                                  None if vecs is None else [vecs[i] for i in idx], when)
+            id_of.update((mems[i][0], mid) for i, mid in zip(idx, ids, strict=True))
         load_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        every = await consolidation.proposals(await engine.vector.dump(owner), engine.cuts,
+                                              most=len(mems))
+        uncapped = {"s": round(time.perf_counter() - t0, 2),
+                    **of_planted(every, mems, made_from, id_of)}
         writer = Writer(engine, owner, list(zip(for_writer, wvecs, strict=True)),
                         args.writer_interval_ms / 1000)
         timed: dict[str, float] = {}  # proposal id -> its write (the first apply)
@@ -245,6 +281,7 @@ async def scale_part(args: argparse.Namespace, open_engine: Opener = _engine
             "backend": backend, "postgres": "embedded" if not args.dsn else "dsn given",
             "memories": len(mems), "by_source": dict(planted), "load_s": round(load_s, 1),
             "max_proposals": settings.consolidation_max_proposals,
+            "uncapped": uncapped,
             "propose": {"s": round(prop1 - base1, 2), "proposals": len(found),
                         "counts": dict(Counter(p.kind for p in found))},
             "consolidate": {"s": round(cons1 - prop1, 2), "pass_s": round(report.duration_s, 2),

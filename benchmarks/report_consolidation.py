@@ -86,12 +86,12 @@ def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[
         lines += table(["lang", "label", "pairs", "touched both", "merged", "superseded",
                         "superseded, newer kept", "proposals across pairs (language)"],
                        prow)
-        for lang, r in sorted(pairs.items()):
-            for w in r.get("distinct_touched") or []:
-                lines += [f"- distinct pair touched ({lang}, {w.get('kind')}): "
-                          + " / ".join(f"“{t}”" for t in w.get("texts") or [])
-                          + f" — {w.get('reason')}"]
-        lines += [""]
+        touched = [f"- distinct pair touched ({lang}, {w.get('kind')}): "
+                   + " / ".join(f"“{t}”" for t in w.get("texts") or [])
+                   + f" — {w.get('reason')}"
+                   for lang, r in sorted(pairs.items())
+                   for w in r.get("distinct_touched") or []]
+        lines += [*touched, ""] if touched else []
     s = parts.get("scale")
     if s:
         w = s.get("writer") or {}
@@ -119,7 +119,8 @@ def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[
         lines += [f"One proposal's write: p50 {num(get(c, 'proposal_write', 'p50_ms'), '.1f')}"
                   f" ms, longest {num(c.get('longest_proposal_write_ms'))} ms. Target: a "
                   f"pass under {num(get(s, 'targets', 'pass_under_s'), '.0f')} s: "
-                  f"{'met' if get(s, 'targets', 'pass_met') else 'not met'}.", ""]
+                  f"{'met' if get(s, 'targets', 'pass_met') else 'not met'}. Load average "
+                  f"after this part: {_load(s.get('load_after'))}.", ""]
     notes = [f"Load average (1, 5, 15 min) before: {_load(d.get('load_before'))}; after: "
              f"{_load(d.get('load_after'))}. {provenance(path, d)}"]
     return [*lines, *paragraphs(notes)]

@@ -45,14 +45,14 @@ from ..storage.ops import pending_fingerprint
 from ..text import terms
 from ..validation.l1 import MAX_TOUCHED
 
-#: Rows of the similarity matrix computed at once (a block of 1024 x n float32).
-BLOCK = 1024
+#: Rows of the similarity matrix computed at once (a block of 256 x n float32).
+BLOCK = 256
 #: The most characters of the memories' texts a proposal's evidence shows.
 EVIDENCE_CHARS = 2000
 #: Words held by more memories than this do not make two memories a pair by themselves.
 COMMON_WORD = 50
 #: The longest the pass computes before it lets other work on its event loop run (s).
-SLICE_S = 0.01
+SLICE_S = 0.002
 
 Item = tuple[VectorMemory, "list[float] | None"]
 
@@ -167,10 +167,16 @@ def _pairs(mems: Sequence[VectorMemory], vecs: dict[str, list[float]], cuts: Cut
     k = max(cuts.nearest, 1)
     with_vec = [m for m in mems if m.id in vecs]
     if len(with_vec) > 1:
-        mat = np.asarray([vecs[m.id] for m in with_vec], dtype=np.float32)
+        parts, cuts_of = [], []
+        for start in range(0, len(with_vec), BLOCK):  # in blocks too: a pause between
+            part = with_vec[start:start + BLOCK]
+            parts.append(np.asarray([vecs[m.id] for m in part], dtype=np.float32))
+            cuts_of += [cuts.band(m.content).candidate for m in part]
+            yield None
+        mat = np.concatenate(parts)
         norms = np.linalg.norm(mat, axis=1)
         mat /= np.where(norms == 0, 1.0, norms)[:, None]
-        cut = np.asarray([cuts.band(m.content).candidate for m in with_vec], dtype=np.float32)
+        cut = np.asarray(cuts_of, dtype=np.float32)
         for start in range(0, len(with_vec), BLOCK):
             sims = mat[start:start + BLOCK] @ mat.T
             for row in range(sims.shape[0]):

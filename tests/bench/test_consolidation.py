@@ -128,7 +128,7 @@ def test_scale_variants_are_updates_and_restatements_of_stored_texts() -> None:
     at = datetime(2024, 1, 1, tzinfo=UTC)
     sources: list[tuple[str, datetime, str]] = [
         (f"Memory {i} happened on Monday.", at, "src") for i in range(40)]
-    mems, writer = scale_memories(sources, 30, 0.2, 5, seed=1)
+    mems, writer, made_from = scale_memories(sources, 30, 0.2, 5, seed=1)
     texts = [t for t, _, _ in mems]
     assert len(mems) == 30 and len(set(texts)) == 30 and len(writer) == 5
     assert not set(writer) & set(texts)
@@ -136,3 +136,4 @@ def test_scale_variants_are_updates_and_restatements_of_stored_texts() -> None:
     assert len(made) == 6 and all(when > at for _, when, _ in made)
     kinds: Any = {k for _, _, k in made}
     assert kinds <= {"restated", "updated"}
+    assert set(made_from) == {t for t, _, _ in made} and set(made_from.values()) <= set(texts)
