@@ -35,6 +35,7 @@ from .consolidation import (
     Opener,
     _load,
     _settings,
+    describe,
     examples,
     store_off,
 )
@@ -163,6 +164,7 @@ def of_planted(found: Sequence[MemoryPendingItem], mems: Sequence[tuple[str, dat
     kinds = {id_of[t]: k for t, _, k in mems if t in made_from}
     base = {id_of[t]: id_of[b] for t, b in made_from.items()}
     out: Counter[str] = Counter()
+    merged_updates: list[dict[str, Any]] = []
     for p in found:
         if p.proposal is None:
             continue
@@ -172,12 +174,14 @@ def of_planted(found: Sequence[MemoryPendingItem], mems: Sequence[tuple[str, dat
             right = ("merge" if kinds[v] == "restated" else "supersede") == p.kind
             kept = p.proposal.keep == v
             out[f"{kinds[v]}_{p.kind}"] += 1
+            if kinds[v] == "updated" and p.kind == "merge":
+                merged_updates.append(describe(p))
             out[f"{kinds[v]}_{'right' if right and kept else 'wrong'}"] += 1
         out["touching_no_planted_pair"] += not hit
     return {"proposals": len(found), "counts": dict(Counter(p.kind for p in found)),
             "planted": {k: sum(1 for t, _, s in mems if s == k) for k in ("restated",
                                                                       "updated")},
-            "found": dict(sorted(out.items()))}
+            "found": dict(sorted(out.items())), "updates_merged": merged_updates}
 
 
 @dataclass

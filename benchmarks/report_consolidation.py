@@ -116,6 +116,20 @@ def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[
               num(get(w, "during_consolidate", "writes")),
               num(get(w, "during_consolidate", "longest_wait_ms")),
               num(get(w, "during_consolidate", "wait_p50_ms"), ".1f")]])
+        u = s.get("uncapped") or {}
+        if u:
+            found = u.get("found") or {}
+            planted = u.get("planted") or {}
+            lines += [f"The same pass without the cap (`proposals`, {num(u.get('s'))} s): "
+                      f"{num(u.get('proposals'))} proposals (merge / supersede / expire "
+                      f"{_kinds(u.get('counts'))}). Of the planted variants, restated "
+                      f"texts merged with the text they restate: "
+                      f"{num(found.get('restated_right', 0))} of "
+                      f"{num(planted.get('restated'))}; updated texts superseding the "
+                      f"text they update: {num(found.get('updated_right', 0))} of "
+                      f"{num(planted.get('updated'))}, merged with it (wrong): "
+                      f"{num(found.get('updated_merge', 0))}; proposals touching no "
+                      f"planted pair: {num(found.get('touching_no_planted_pair', 0))}.", ""]
         lines += [f"One proposal's write: p50 {num(get(c, 'proposal_write', 'p50_ms'), '.1f')}"
                   f" ms, longest {num(c.get('longest_proposal_write_ms'))} ms. Target: a "
                   f"pass under {num(get(s, 'targets', 'pass_under_s'), '.0f')} s: "
