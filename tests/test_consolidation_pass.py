@@ -52,3 +52,26 @@ async def test_the_pass_gives_its_event_loop_back_while_it_judges() -> None:
     await task
     assert took > 0.2  # enough judging to see the loop held or not
     assert max(gaps) < took / 4, (max(gaps), took)
+
+
+async def test_two_versions_of_a_fact_are_not_merged_through_a_third_that_rewords_both(
+        ) -> None:
+    at = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    texts = ["Maria participated in a charity event last Friday and found it rewarding and "
+             "heartwarming.",
+             "Maria participated in a charity event last Thursday and found it rewarding and "
+             "heartwarming.",
+             "Maria has been doing charity work recently, which she finds rewarding and "
+             "fulfilling."]
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=64)
+    items = [(VectorMemory(owner="o", content=t, created_at=at + timedelta(days=i),
+                           updated_at=at + timedelta(days=i), has_embedding=True),
+              (base + 0.01 * rng.normal(size=64)).tolist()) for i, t in enumerate(texts)]
+    friday, thursday, recently = (m.id for m, _ in items)
+    found = await consolidation.proposals(items, Cuts.uniform(0.5))
+    merges = [{t.id for t in p.proposal.touches} for p in found
+              if p.proposal is not None and p.kind == "merge"]
+    assert merges  # each is a rewording of the newest
+    assert all({friday, thursday} - m for m in merges), merges
+    assert all(recently in m for m in merges)

@@ -217,7 +217,9 @@ async def _clusters(judged: dict[tuple[str, str], Pair], vecs: dict[str, list[fl
                     cuts: Cuts, pause: _Slices) -> list[list[VectorMemory]]:
     """Groups of memories joined by duplicate judgements, oldest first, each member a
     duplicate of the newest as judged directly (a chain of look-alikes, each like the
-    next, is not one fact); at most ``MAX_TOUCHED`` of them, those nearest the newest."""
+    next, is not one fact) and judged nothing else against another member (two that
+    each reword a third may still be an update of one another: "last Friday", "last
+    Thursday"); at most ``MAX_TOUCHED`` of them, those nearest the newest."""
     parent: dict[str, str] = {}
 
     def root(x: str) -> str:
@@ -237,14 +239,17 @@ async def _clusters(judged: dict[tuple[str, str], Pair], vecs: dict[str, list[fl
     for group in groups.values():
         group.sort(key=lambda m: (m.updated_at, m.id))
         keep = group[-1]
-        members = []
-        for m in group[:-1]:
+        members: list[VectorMemory] = []  # newest first
+        for m in reversed(group[:-1]):
+            if len(members) >= MAX_TOUCHED - 1:
+                break
             await pause()
-            if _duplicate_of(m, keep, judged, vecs, cuts):
+            if _duplicate_of(m, keep, judged, vecs, cuts) and not any(
+                    (j := judged.get((m.id, o.id))) is not None
+                    and j.judgement.outcome != "duplicate" for o in members):
                 members.append(m)
-        members = members[-(MAX_TOUCHED - 1):]
         if members:
-            out.append([*members, keep])
+            out.append([*reversed(members), keep])
     out.sort(key=lambda c: (c[-1].updated_at, c[-1].id))
     return out
 
