@@ -11,10 +11,9 @@ from typing import Any
 from .report_format import get, num, paragraphs, provenance, table, yes_no
 
 
-def _points(stat: Any, scale: float) -> str:
+def _points(stat: Any, scale: float, f: str = ".1f") -> str:
     if not isinstance(stat, Mapping):
         return "-"
-    f = ".1f" if scale == 100 else ".3f"
     return (f"{num(scale * stat['mean'], f)} [{num(scale * stat['ci95_lo'], f)}, "
             f"{num(scale * stat['ci95_hi'], f)}]")
 
@@ -30,9 +29,9 @@ def _quality_row(name: str, owners: Any, figures: Mapping[str, Any], paired: Any
     return [name, owners, f"{num(f.get('memories_before'))} → {num(f.get('memories_after'))}",
             _kinds(f.get("proposals")), f"{num(f.get('applied'))} / {num(f.get('refused'))}",
             _points(get(paired, "before"), scale), _points(get(paired, "after"), scale),
-            _points(get(paired, "after_minus_before"), scale),
+            _points(get(paired, "after_minus_before"), scale, "+.2f"),
             num(get(paired, "questions_changed")),
-            _points(get(paired, "strict", "after_minus_before"), scale),
+            _points(get(paired, "strict", "after_minus_before"), scale, "+.2f"),
             yes_no(f.get("undo_exact"))]
 
 
@@ -130,10 +129,17 @@ def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[
                       f"{num(planted.get('updated'))}, merged with it (wrong): "
                       f"{num(found.get('updated_merge', 0))}; proposals touching no "
                       f"planted pair: {num(found.get('touching_no_planted_pair', 0))}.", ""]
+        one = c.get("longest_proposal_write_ms")
+        waits = [get(w, k, "longest_wait_ms") for k in ("during_propose", "during_consolidate")]
+        waited = max((x for x in waits if isinstance(x, (int, float))), default=None)
+        wait_met = ("-" if one is None or waited is None
+                    else "met" if waited <= 2 * one else "not met")
         lines += [f"One proposal's write: p50 {num(get(c, 'proposal_write', 'p50_ms'), '.1f')}"
-                  f" ms, longest {num(c.get('longest_proposal_write_ms'))} ms. Target: a "
-                  f"pass under {num(get(s, 'targets', 'pass_under_s'), '.0f')} s: "
-                  f"{'met' if get(s, 'targets', 'pass_met') else 'not met'}. Load average "
+                  f" ms, longest {num(one)} ms. Targets: a pass under "
+                  f"{num(get(s, 'targets', 'pass_under_s'), '.0f')} s: "
+                  f"{'met' if get(s, 'targets', 'pass_met') else 'not met'}; no write waiting "
+                  f"during the pass longer than about one proposal's write (at most twice the "
+                  f"longest; the longest wait {num(waited)} ms): {wait_met}. Load average "
                   f"after this part: {_load(s.get('load_after'))}.", ""]
     notes = [f"Load average (1, 5, 15 min) before: {_load(d.get('load_before'))}; after: "
              f"{_load(d.get('load_after'))}. {provenance(path, d)}"]
