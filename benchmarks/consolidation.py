@@ -26,7 +26,8 @@ so the pass has the look-alikes a store would have judged. Parts:
 
 Quality parts run on the in-memory backend (the judgement is the same on every
 backend), the scale part on PostgreSQL. Embeddings come from the disk cache
-(``benchmarks/embed_cache.py``); no judge model is configured.
+(``benchmarks/embed_cache.py``); the judgement is the product's default (its calibrated
+``dedup_threshold``, recorded with the raw cuts as ``cuts``), with no judge model.
 """
 
 from __future__ import annotations
@@ -253,6 +254,14 @@ def paired(values: Mapping[str, Sequence[float]], args: argparse.Namespace, metr
                        "questions_changed": sum(x != y for x, y in zip(st, b, strict=True))}}
 
 
+def cuts_of(engine: MemoryEngine) -> dict[str, Any]:
+    """The raw cosines the engine's judgement cuts at, per script (candidate, rewording)."""
+    c = engine.cuts
+    return {"dedup_threshold": engine.settings.dedup_threshold, "nearest": c.nearest,
+            **{name: {"candidate": round(b.candidate, 4), "paraphrase": round(b.paraphrase, 4)}
+               for name, b in (("latin", c.latin), ("cjk", c.cjk))}}
+
+
 def totals(owners: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The owners' figures summed (``undo_exact`` only if exact for every owner)."""
     kinds: Counter[str] = Counter()
@@ -268,11 +277,15 @@ def totals(owners: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "undo_exact": all(o["undo_exact"] for o in owners)}
 
 
+#: The product's judgement: its calibrated threshold (``MemorySettings.dedup_threshold``).
+THRESHOLD = MemorySettings.model_fields["dedup_threshold"].default
+
+
 def _settings(args: argparse.Namespace, backend: str, **extra: Any) -> MemorySettings:
     if args.max_proposals is not None:
         extra["consolidation_max_proposals"] = args.max_proposals
-    settings = bench_settings(backend, args.dsn, 0.85, args.model if args.embedder else MODEL,
-                              **extra)
+    settings = bench_settings(backend, args.dsn, THRESHOLD,
+                              args.model if args.embedder else MODEL, **extra)
     if args.embedder is None:
         settings = settings.model_copy(update={"embedding_model": None})
     return settings
@@ -319,6 +332,7 @@ async def locomo_part(args: argparse.Namespace, open_engine: Opener = _engine
                 owners.append({"owner": conv.owner, **found})
         finally:
             await engine.close()
+        out["cuts"] = cuts_of(engine)
         out["by_context"][context] = {
             "ingest": "store_many with Cuts.off() (no judgement), turns in session order, "
                       "each session's turns stamped with its time",
@@ -397,7 +411,8 @@ async def madial_language(data: MadialSet, args: argparse.Namespace,
     finally:
         await engine.close()
     values = {k: found.pop(f"_{k}") for k in ("before", "after", "after_strict")}
-    return {"data": data.describe(), "gold@5": paired(values, args, "gold@5"), **found}
+    return {"data": data.describe(), "cuts": cuts_of(engine),
+            "gold@5": paired(values, args, "gold@5"), **found}
 
 
 # -- labelled pairs ----------------------------------------------------------------------
@@ -445,6 +460,7 @@ async def pairs_language(rows: Sequence[Mapping[str, Any]], args: argparse.Names
     finally:
         await engine.close()
     return {"pairs": len(rows), "memories": len(texts), "propose_s": round(propose_s, 3),
+            "cuts": cuts_of(engine),
             **pair_outcomes(rows, found, where)}
 
 

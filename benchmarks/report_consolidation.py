@@ -43,17 +43,20 @@ def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[
                 "consolidation --json`.", ""]
     path, d = items[-1]
     parts = d.get("parts") or {}
-    lines += [f"Model `{d.get('model')}`, no judge model. Each owner is built with the "
-              "write path's judgement off (every memory stored beside the others, as an "
-              "imported owner looks), then one pass proposes and applies every proposal "
-              "(`consolidate(apply_all=True)`), and every applied proposal is undone. A "
-              "merge's kept memory stands for the items of all it merged; a superseded "
-              "memory's items are no longer found. Quality on the in-memory backend; "
-              "proposals as merge / supersede / expire; the difference is after minus "
-              "before, paired by question, with a bootstrap 95% interval; strict: a merge's "
-              "kept memory standing only for its own items. Undo exact: "
-              "memories, embeddings, histories and every question's figure as before "
-              "the pass.", ""]
+    cuts = next((c for c in (get(parts, "locomo", "cuts"), get(parts, "scale", "cuts"))
+                 if isinstance(c, Mapping)), {})
+    lines += [f"Model `{d.get('model')}`, dedup threshold {num(cuts.get('dedup_threshold'))} "
+              f"(raw cosine cuts, rewording: latin {num(get(cuts, 'latin', 'paraphrase'))}, "
+              f"CJK {num(get(cuts, 'cjk', 'paraphrase'))}), no judge model. Each owner is "
+              "built with the write path's judgement off (every memory stored beside the "
+              "others, as an imported owner looks), then one pass proposes and applies "
+              "every proposal (`consolidate(apply_all=True)`), and every applied proposal "
+              "is undone. A merge's kept memory stands for the items of all it merged; a "
+              "superseded memory's items are no longer found. Quality on the in-memory "
+              "backend; proposals as merge / supersede / expire; the difference is after "
+              "minus before, paired by question, with a bootstrap 95% interval; strict: a "
+              "merge's kept memory standing only for its own items. Undo exact: memories, "
+              "embeddings, histories and every question's figure as before the pass.", ""]
     rows: list[list[Any]] = []
     lo = parts.get("locomo") or {}
     for context, r in sorted((lo.get("by_context") or {}).items()):
