@@ -70,6 +70,13 @@ def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[
                         "before", "after", "difference", "questions changed",
                         "difference, strict", "undo exact"],
                        rows)
+    shown = [f"- MADial {lang}, {e.get('kind')}: "
+             + " / ".join(f"“{t}”" for t in e.get("texts") or []) + f" — {e.get('reason')}"
+             for lang, r in sorted((get(parts, "madial", "languages") or {}).items())
+             for e in (r.get("examples") or {}).get("merge", [])]
+    if shown:
+        lines += ["The merges a pass applied on MADial (up to five a language; each text a "
+                  "memory of its own in the dataset, the kept one last):", "", *shown, ""]
     pairs = get(parts, "pairs", "languages") or {}
     if pairs:
         lines += ["The labelled look-alike pairs, every pair of a language in one owner "
