@@ -13,7 +13,8 @@ point) and ``agents`` (every run, when there is one). The runtime section reads
 ``cold-start`` (the newest figure of each placement), and the extraction section
 the newest ``extraction`` run, the batch-ingest section every ``batch-ingest`` run;
 ``embedding-speed`` (every run) the section on the local embedding models, ``dedup``
-(the newest run of each model) the judgement of look-alike memories.
+(the newest run of each model) the judgement of look-alike memories, and
+``consolidation`` (the newest run) what a consolidation pass does to them.
 Each table says which machine and which command produced it. The README's table
 of measured figures (``--readme``, between its markers) is rewritten from the same
 results (see ``report_figures``). Plots need matplotlib
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .report_agents import agents_section
+from .report_consolidation import consolidation_section
 from .report_dedup import dedup_section
 from .report_embedding import embedding_speed_section
 from .report_figures import figures_block, with_figures
@@ -114,6 +116,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         path, d = results["retrieval-madial"][-1]
         lines += madial_section(path, d)
     lines += dedup_section(results.get("dedup", []))
+    lines += consolidation_section(results.get("consolidation", []))
     if results.get("compare-mem0"):
         runs = results["compare-mem0"]
         path, d = runs[-1]

@@ -26,10 +26,17 @@ proposals as pending items, and a confirmed one is applied through the owner's w
 Pairs are found as a store finds them: each memory's ``cuts.nearest`` most similar
 by cosine above the candidate cut (a matrix product in blocks); memories without an
 embedding, by the rarest words they share.
+
+The pass runs where the owner's writes run (the engine's event loop; on Ray, the
+VectorIndex actor's), and judging the pairs of a large owner takes seconds to minutes:
+it lets the loop go every ``SLICE_S`` of work, so a write waits for a slice, not for
+the pass.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,16 +59,31 @@ from ..storage.ops import SHOWN_CHARS, pending_fingerprint
 from ..text import terms
 from ..validation.l1 import MAX_TOUCHED
 
-#: Rows of the similarity matrix computed at once (a block of 1024 x n float32).
-BLOCK = 1024
+#: Rows of the similarity matrix computed at once (a block of 256 x n float32).
+BLOCK = 256
 #: The most characters of the memories' texts a proposal's evidence shows.
 EVIDENCE_CHARS = 2000
 #: Words held by more memories than this do not make two memories a pair by themselves.
 COMMON_WORD = 50
+#: The longest the pass computes before it lets other work on its event loop run (s).
+SLICE_S = 0.002
 
 Item = tuple[VectorMemory, "list[float] | None"]
 #: A merge's texts, oldest first, to the one text a model words for them (or ``None``).
 Phrase = Callable[[list[str]], Awaitable["str | None"]]
+
+
+class _Slices:
+    """Awaited between steps of the pass: lets the event loop go once ``SLICE_S`` of
+    work has passed since it last did."""
+
+    def __init__(self) -> None:
+        self._end = time.perf_counter() + SLICE_S
+
+    async def __call__(self) -> None:
+        if time.perf_counter() > self._end:
+            await asyncio.sleep(0)
+            self._end = time.perf_counter() + SLICE_S
 
 
 @dataclass(frozen=True)
@@ -90,7 +112,12 @@ async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = 
     mems = sorted((m for m, _ in items), key=lambda m: (m.updated_at, m.id))
     vecs = {m.id: v for m, v in items if v is not None}
     judged: dict[tuple[str, str], Pair] = {}
-    for a, b, sim in _pairs(mems, vecs, cuts):
+    pause = _Slices()
+    for found in _pairs(mems, vecs, cuts):
+        await pause()
+        if found is None:
+            continue
+        a, b, sim = found
         old, new = (a, b) if (a.updated_at, a.id) <= (b.updated_at, b.id) else (b, a)
         key = (old.id, new.id)
         if key not in judged:
@@ -119,7 +146,7 @@ async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = 
         out.append(item)
         return True
 
-    for cluster in _clusters(judged, vecs, cuts):
+    for cluster in await _clusters(judged, vecs, cuts, pause):
         keep = cluster[-1]
         pairs = [judged.get((m.id, keep.id)) for m in cluster[:-1]]
         sims = [p.judgement.similarity for p in pairs if p and p.judgement.similarity]
@@ -201,16 +228,23 @@ async def _judge(old: VectorMemory, new: VectorMemory, sim: float | None, cuts: 
 
 
 def _pairs(mems: Sequence[VectorMemory], vecs: dict[str, list[float]], cuts: Cuts
-           ) -> Iterable[tuple[VectorMemory, VectorMemory, float | None]]:
+           ) -> Iterable[tuple[VectorMemory, VectorMemory, float | None] | None]:
     """Each memory with its ``cuts.nearest`` nearest above the candidate cut (cosine), or,
-    without an embedding, those that share the most of its rarer words."""
+    without an embedding, those that share the most of its rarer words; ``None`` after
+    each memory's (a point where the pass may let its event loop go)."""
     k = max(cuts.nearest, 1)
     with_vec = [m for m in mems if m.id in vecs]
     if len(with_vec) > 1:
-        mat = np.asarray([vecs[m.id] for m in with_vec], dtype=np.float32)
+        parts, cuts_of = [], []
+        for start in range(0, len(with_vec), BLOCK):  # in blocks too: a pause between
+            part = with_vec[start:start + BLOCK]
+            parts.append(np.asarray([vecs[m.id] for m in part], dtype=np.float32))
+            cuts_of += [cuts.band(m.content).candidate for m in part]
+            yield None
+        mat = np.concatenate(parts)
         norms = np.linalg.norm(mat, axis=1)
         mat /= np.where(norms == 0, 1.0, norms)[:, None]
-        cut = np.asarray([cuts.band(m.content).candidate for m in with_vec], dtype=np.float32)
+        cut = np.asarray(cuts_of, dtype=np.float32)
         for start in range(0, len(with_vec), BLOCK):
             sims = mat[start:start + BLOCK] @ mat.T
             for row in range(sims.shape[0]):
@@ -221,13 +255,14 @@ def _pairs(mems: Sequence[VectorMemory], vecs: dict[str, list[float]], cuts: Cut
                     s = float(sims[row, j])
                     if s > cut[i]:
                         yield with_vec[i], with_vec[j], s
+                yield None
     without = [m for m in mems if m.id not in vecs]
     if without:
         yield from _worded_pairs(without, mems, k)
 
 
 def _worded_pairs(todo: Sequence[VectorMemory], mems: Sequence[VectorMemory], k: int
-                  ) -> Iterable[tuple[VectorMemory, VectorMemory, None]]:
+                  ) -> Iterable[tuple[VectorMemory, VectorMemory, None] | None]:
     words = {m.id: set(terms(m.content)) for m in mems}
     holders: defaultdict[str, list[VectorMemory]] = defaultdict(list)
     for m in mems:
@@ -243,13 +278,16 @@ def _worded_pairs(todo: Sequence[VectorMemory], mems: Sequence[VectorMemory], k:
         by_id = {o.id: o for w in words[m.id] for o in holders[w]}
         for other_id, _ in shared.most_common(k):
             yield m, by_id[other_id], None
+        yield None
 
 
-def _clusters(judged: dict[tuple[str, str], Pair], vecs: dict[str, list[float]], cuts: Cuts
-              ) -> list[list[VectorMemory]]:
+async def _clusters(judged: dict[tuple[str, str], Pair], vecs: dict[str, list[float]],
+                    cuts: Cuts, pause: _Slices) -> list[list[VectorMemory]]:
     """Groups of memories joined by duplicate judgements, oldest first, each member a
     duplicate of the newest as judged directly (a chain of look-alikes, each like the
-    next, is not one fact); at most ``MAX_TOUCHED`` of them, those nearest the newest."""
+    next, is not one fact) and judged nothing else against another member (two that
+    each reword a third may still be an update of one another: "last Friday", "last
+    Thursday"); at most ``MAX_TOUCHED`` of them, those nearest the newest."""
     parent: dict[str, str] = {}
 
     def root(x: str) -> str:
@@ -269,10 +307,17 @@ def _clusters(judged: dict[tuple[str, str], Pair], vecs: dict[str, list[float]],
     for group in groups.values():
         group.sort(key=lambda m: (m.updated_at, m.id))
         keep = group[-1]
-        members = [m for m in group[:-1] if _duplicate_of(m, keep, judged, vecs, cuts)]
-        members = members[-(MAX_TOUCHED - 1):]
+        members: list[VectorMemory] = []  # newest first
+        for m in reversed(group[:-1]):
+            if len(members) >= MAX_TOUCHED - 1:
+                break
+            await pause()
+            if _duplicate_of(m, keep, judged, vecs, cuts) and not any(
+                    (j := judged.get((m.id, o.id))) is not None
+                    and j.judgement.outcome != "duplicate" for o in members):
+                members.append(m)
         if members:
-            out.append([*members, keep])
+            out.append([*reversed(members), keep])
     out.sort(key=lambda c: (c[-1].updated_at, c[-1].id))
     return out
 

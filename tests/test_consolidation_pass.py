@@ -1,0 +1,77 @@
+"""The consolidation pass shares its event loop: the owner's writes go on while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+
+from dream_memory_actor.engine import consolidation
+from dream_memory_actor.models import VectorMemory
+from dream_memory_actor.storage.dedup import Cuts
+
+TOPICS = ("deploys", "billing", "the office", "hiring", "the roadmap", "the database")
+
+
+def _items(n: int) -> list[tuple[VectorMemory, list[float]]]:
+    """``n`` memories whose embeddings are all near one another (every one a candidate
+    pair of its nearest), worded apart."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=64)
+    at = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    out = []
+    for i in range(n):
+        m = VectorMemory(owner="o", content=f"Note {i} of the team about {TOPICS[i % 6]}.",
+                         created_at=at + timedelta(minutes=i),
+                         updated_at=at + timedelta(minutes=i), has_embedding=True)
+        out.append((m, (base + 0.01 * rng.normal(size=64)).tolist()))
+    return out
+
+
+async def test_the_pass_gives_its_event_loop_back_while_it_judges() -> None:
+    items = _items(400)
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def other_work() -> None:  # what a store waiting on the same loop would see
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.create_task(other_work())
+    await asyncio.sleep(0)
+    t0 = time.perf_counter()
+    await consolidation.proposals(items, Cuts.uniform(0.5))
+    took = time.perf_counter() - t0
+    done.set()
+    await task
+    assert took > 0.2  # enough judging to see the loop held or not
+    assert max(gaps) < took / 4, (max(gaps), took)
+
+
+async def test_two_versions_of_a_fact_are_not_merged_through_a_third_that_rewords_both(
+        ) -> None:
+    at = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    texts = ["Maria participated in a charity event last Friday and found it rewarding and "
+             "heartwarming.",
+             "Maria participated in a charity event last Thursday and found it rewarding and "
+             "heartwarming.",
+             "Maria has been doing charity work recently, which she finds rewarding and "
+             "fulfilling."]
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=64)
+    items = [(VectorMemory(owner="o", content=t, created_at=at + timedelta(days=i),
+                           updated_at=at + timedelta(days=i), has_embedding=True),
+              (base + 0.01 * rng.normal(size=64)).tolist()) for i, t in enumerate(texts)]
+    friday, thursday, recently = (m.id for m, _ in items)
+    found = await consolidation.proposals(items, Cuts.uniform(0.5))
+    merges = [{t.id for t in p.proposal.touches} for p in found
+              if p.proposal is not None and p.kind == "merge"]
+    assert merges  # each is a rewording of the newest
+    assert all({friday, thursday} - m for m in merges), merges
+    assert all(recently in m for m in merges)
