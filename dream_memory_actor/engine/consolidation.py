@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -66,7 +66,10 @@ EVIDENCE_CHARS = 2000
 #: Words held by more memories than this do not make two memories a pair by themselves.
 COMMON_WORD = 50
 #: The longest the pass computes before it lets other work on its event loop run (s).
-SLICE_S = 0.002
+#: A store waits about one slice per step it awaits: at 10,000 memories a writer's
+#: median wait during a pass was 73 ms with 2 ms slices and 41 ms with 0.5 ms, the pass
+#: 20 s and 22 s (``python -m benchmarks consolidation --parts scale``).
+SLICE_S = 0.0005
 
 Item = tuple[VectorMemory, "list[float] | None"]
 #: A merge's texts, oldest first, to the one text a model words for them (or ``None``).
@@ -113,7 +116,7 @@ async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = 
     vecs = {m.id: v for m, v in items if v is not None}
     judged: dict[tuple[str, str], Pair] = {}
     pause = _Slices()
-    for found in _pairs(mems, vecs, cuts):
+    async for found in _pairs(mems, vecs, cuts):
         await pause()
         if found is None:
             continue
@@ -227,11 +230,13 @@ async def _judge(old: VectorMemory, new: VectorMemory, sim: float | None, cuts: 
     return j
 
 
-def _pairs(mems: Sequence[VectorMemory], vecs: dict[str, list[float]], cuts: Cuts
-           ) -> Iterable[tuple[VectorMemory, VectorMemory, float | None] | None]:
+async def _pairs(mems: Sequence[VectorMemory], vecs: dict[str, list[float]], cuts: Cuts
+                 ) -> AsyncIterator[tuple[VectorMemory, VectorMemory, float | None] | None]:
     """Each memory with its ``cuts.nearest`` nearest above the candidate cut (cosine), or,
     without an embedding, those that share the most of its rarer words; ``None`` after
-    each memory's (a point where the pass may let its event loop go)."""
+    each memory's (a point where the pass may let its event loop go). The products of
+    the similarity matrix, the longest steps, run in a worker thread (numpy lets the
+    event loop's thread run meanwhile)."""
     k = max(cuts.nearest, 1)
     with_vec = [m for m in mems if m.id in vecs]
     if len(with_vec) > 1:
@@ -246,7 +251,7 @@ def _pairs(mems: Sequence[VectorMemory], vecs: dict[str, list[float]], cuts: Cut
         mat /= np.where(norms == 0, 1.0, norms)[:, None]
         cut = np.asarray(cuts_of, dtype=np.float32)
         for start in range(0, len(with_vec), BLOCK):
-            sims = mat[start:start + BLOCK] @ mat.T
+            sims = await asyncio.to_thread(np.matmul, mat[start:start + BLOCK], mat.T)
             for row in range(sims.shape[0]):
                 i = start + row
                 sims[row, i] = -np.inf
@@ -258,16 +263,19 @@ def _pairs(mems: Sequence[VectorMemory], vecs: dict[str, list[float]], cuts: Cut
                 yield None
     without = [m for m in mems if m.id not in vecs]
     if without:
-        yield from _worded_pairs(without, mems, k)
+        for found in _worded_pairs(without, mems, k):
+            yield found
 
 
 def _worded_pairs(todo: Sequence[VectorMemory], mems: Sequence[VectorMemory], k: int
                   ) -> Iterable[tuple[VectorMemory, VectorMemory, None] | None]:
-    words = {m.id: set(terms(m.content)) for m in mems}
+    words: dict[str, set[str]] = {}
     holders: defaultdict[str, list[VectorMemory]] = defaultdict(list)
     for m in mems:
+        words[m.id] = set(terms(m.content))
         for w in words[m.id]:
             holders[w].append(m)
+        yield None
     for m in todo:
         shared: Counter[str] = Counter()
         for w in words[m.id]:
