@@ -62,7 +62,7 @@ from ..validation import l2 as check_l2
 from . import versions
 from .dedup import Cuts, absorbed
 from .lifecycle import _Lifecycle
-from .writes import KEEP, PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector
+from .writes import PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector
 
 #: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
 Embed = Callable[[str], Awaitable["list[float] | None"]]
@@ -497,9 +497,9 @@ class VectorStore(_Lifecycle, ABC):
         write under the operation id ``proposal:<item id>`` (a retry applies it once):
         every memory it touches but the one it keeps is closed into that one (a
         ``merge``), superseded by it, or let expire, its version naming the proposal;
-        a merge's kept memory takes the result (``edited``, else the proposal's) as its
-        content and the merge records of a store's merge (``dedup.absorbed``), its
-        previous version closed. ``ProposalChanged`` and nothing written when a touched
+        a merge whose result (``edited``, else the proposal's) is not the kept memory's
+        text rewrites it, with the merge records of a store's merge (``dedup.absorbed``),
+        its previous version closed. ``ProposalChanged`` and nothing written when a touched
         memory is not as the proposal saw it. The kept memory's id (``None``: an
         expiry). :meth:`undo_proposal` reverses it exactly: the write records what it
         replaced."""
@@ -551,17 +551,19 @@ class VectorStore(_Lifecycle, ABC):
                 p.drop(r.memory)
                 undo["dropped"].append([r.memory.model_dump_json(), r.vector])
                 undo["versions"].append(v.model_dump_json())
-            if item.kind == "merge" and kept is not None:
+            if item.kind == "merge" and kept is not None and result not in (
+                    None, rows[kept.id].memory.content):
+                # A person (or the judge model) rewrote the kept memory: a change of it,
+                # now, with the merge records a store's merge writes. A merge that keeps
+                # its text leaves it as it was, its time too: nothing new was said.
                 r = rows[kept.id]
-                text = result or r.memory.content
                 others = [rows[t.id].memory for t in prop.touches if t.id != kept.id]
-                new = absorbed(r.memory, sorted(others, key=lambda m: m.updated_at), text,
-                               at, self.limits)
-                if text != r.memory.content:
-                    new = new.model_copy(update={"has_embedding": new_vec is not None})
+                new = absorbed(r.memory, sorted(others, key=lambda m: m.updated_at),
+                               result, at, self.limits)
+                new = new.model_copy(update={"has_embedding": new_vec is not None})
                 v = versions.closed(r.memory, at, "merge", by=who, reason=why)
                 p.close(v)
-                p.put(new, new_vec if text != r.memory.content else KEEP, before=r.memory)
+                p.put(new, new_vec, before=r.memory)
                 undo["kept"] = [r.memory.model_dump_json(), r.vector]
                 undo["after"] = new.model_dump_json()
                 undo["versions"].append(v.model_dump_json())
