@@ -318,7 +318,8 @@ async def test_consolidation_tools(target: Target) -> None:
             "t1: went live on Kubernetes with helm", "t2: the team prefers short answers"]}))
         done = ok(await c.call_tool("consolidate", {"owner": who}))
         assert done["proposals"] == [] and done["applied"] == done["refused"] == 0
-        assert done["counts"] == {"merge": 0, "supersede": 0, "expire": 0}
+        assert done["counts"] == {"merge": 0, "supersede": 0, "expire": 0,
+                                  "correction": 0}
         assert ok(await c.call_tool("consolidate", {"owner": who, "apply_all": True}))[
             "proposals"] == []
         text = error_text(await c.call_tool("undo_proposal", {"owner": who,
