@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import urllib.request
+import uuid
 
 import pytest
 
@@ -76,19 +77,20 @@ async def test_gate_outcomes_hitl_and_pending_gauge(port: int) -> None:
     from dream_memory_actor.extraction.service import ExtractionService
     from dream_memory_actor.models import ChatMessage
 
+    owner = f"gauge-{uuid.uuid4().hex[:8]}"  # an owner no other test's metrics have seen
     before = _scrape(port)
     engine = await MemoryEngine.open(MemorySettings(backend="memory"))
     try:
         service = ExtractionService.for_engine(engine)
-        report = await service.extract("bob", [
+        report = await service.extract(owner, [
             ChatMessage(role="user", content="From now on, reply in Chinese."),
             ChatMessage(role="user", content="I am a Java developer."),
         ])
-        pending = await service.pending("bob")
+        pending = await service.pending(owner)
         assert pending, "the rule-based extractor queues \"I am a Java developer.\""
         mid = _scrape(port)
         for p in pending:
-            await service.reject("bob", p.id, by="tester")
+            await service.reject(owner, p.id, by="tester")
     finally:
         await engine.close()
     after = _scrape(port)
