@@ -75,3 +75,23 @@ async def test_two_versions_of_a_fact_are_not_merged_through_a_third_that_reword
     assert merges  # each is a rewording of the newest
     assert all({friday, thursday} - m for m in merges), merges
     assert all(recently in m for m in merges)
+
+
+def test_kinds_take_turns_up_to_the_cap() -> None:
+    """One kind in abundance does not crowd out the others (a capped pass over an owner
+    with many merges still proposes its supersessions)."""
+    from dream_memory_actor.engine.consolidation import _taking_turns
+    from dream_memory_actor.models import MemoryPendingItem, Proposal, Touched, utcnow
+
+    def item(kind: str, i: int) -> MemoryPendingItem:
+        touched = (Touched(id=f"00000000-0000-4000-8000-{i:012d}", content="x",
+                           updated_at=utcnow()),)
+        return MemoryPendingItem(kind=kind, confidence=1.0,  # type: ignore[arg-type]
+                                 proposal=Proposal(touches=touched))
+
+    found = {"merge": [item("merge", i) for i in range(10)],
+             "supersede": [item("supersede", 100 + i) for i in range(2)],
+             "expire": []}
+    chosen = _taking_turns(found, 5)  # type: ignore[arg-type]
+    assert [p.kind for p in chosen] == ["merge", "supersede", "merge", "supersede", "merge"]
+    assert len(_taking_turns(found, 100)) == 12  # type: ignore[arg-type]

@@ -45,6 +45,7 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from ..models import (
+    PROPOSAL_KINDS,
     ExtractedKind,
     MemoryFact,
     MemoryPendingItem,
@@ -126,43 +127,34 @@ async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = 
         if key not in judged:
             judged[key] = Pair(old, new, await _judge(old, new, sim, cuts))
     skipped = set(skip)
-    out: list[MemoryPendingItem] = []
+    offered: dict[ProposalKind, list[MemoryPendingItem]] = {k: [] for k in PROPOSAL_KINDS}
     used: set[str] = set()
 
     def offer(kind: ProposalKind, touched: Sequence[VectorMemory], keep: VectorMemory | None,
-              reason: str, confidence: float, result: str | None = None) -> bool:
-        if len(out) >= most or any(m.id in used for m in touched):
-            return False
+              reason: str, confidence: float) -> None:
+        if any(m.id in used for m in touched):
+            return
         item = MemoryPendingItem(
-            kind=kind, content=result or (None if keep is None else keep.content),
+            kind=kind, content=None if keep is None else keep.content,
             confidence=min(1.0, max(0.0, confidence)), source="consolidation",
             expires_at=expires_at, evidence=_evidence(touched, keep),
             proposal=Proposal(touches=tuple(Touched(id=m.id, content=m.content,
                                                     updated_at=m.updated_at)
                                             for m in touched),
-                              keep=None if keep is None else keep.id, result=result,
-                              reason=reason),
+                              keep=None if keep is None else keep.id, reason=reason),
         )
         if pending_fingerprint(item) in skipped:
-            return False
+            return
         used.update(m.id for m in touched)
-        out.append(item)
-        return True
+        offered[kind].append(item)
 
     for cluster in await _clusters(judged, vecs, cuts, pause):
         keep = cluster[-1]
         pairs = [judged.get((m.id, keep.id)) for m in cluster[:-1]]
         sims = [p.judgement.similarity for p in pairs if p and p.judgement.similarity]
         reasons = sorted({p.judgement.reason for p in pairs if p is not None})
-        why = "the same fact: " + "; ".join(reasons)
-        if offer("merge", cluster, keep, why, min(sims) if sims else 1.0) and phrase:
-            text = await phrase([m.content for m in cluster])
-            if text is not None and text != keep.content:  # the model's wording of them
-                item = out.pop()
-                assert item.proposal is not None
-                worded = item.proposal.model_copy(
-                    update={"result": text, "reason": why + "; worded by the model"})
-                out.append(item.model_copy(update={"content": text, "proposal": worded}))
+        offer("merge", cluster, keep, "the same fact: " + "; ".join(reasons),
+              min(sims) if sims else 1.0)
     updates = sorted((p for p in judged.values() if p.judgement.outcome == "update"),
                      key=lambda p: (p.new.updated_at, p.new.id), reverse=True)
     for p in updates:
@@ -177,7 +169,36 @@ async def proposals(items: Sequence[Item], cuts: Cuts, *, skip: Iterable[str] = 
                       f"unchanged since {m.updated_at.date().isoformat()}, "
                       + ("never found by a search" if read is None
                          else f"last found by a search on {read.date().isoformat()}"), 1.0)
+    out = _taking_turns(offered, most)
+    if phrase is not None:
+        out = [await _worded(p, phrase) if p.kind == "merge" else p for p in out]
     return out
+
+
+def _taking_turns(found: Mapping[ProposalKind, list[MemoryPendingItem]], most: int
+                  ) -> list[MemoryPendingItem]:
+    """At most ``most`` proposals, the kinds taking turns (a merge, a supersession, an
+    expiry, a merge, ...), so one kind in abundance does not crowd out the others."""
+    queues = [list(found[k]) for k in PROPOSAL_KINDS]
+    out: list[MemoryPendingItem] = []
+    while len(out) < most and any(queues):
+        for q in queues:
+            if q and len(out) < most:
+                out.append(q.pop(0))
+    return out
+
+
+async def _worded(item: MemoryPendingItem, phrase: Phrase) -> MemoryPendingItem:
+    """A merge proposal with the judge model's wording of its memories, when it gives one
+    other than the kept text."""
+    prop = item.proposal
+    assert prop is not None
+    text = await phrase([t.content for t in prop.touches])
+    if text is None or text == item.content:
+        return item
+    worded = prop.model_copy(update={"result": text,
+                                     "reason": prop.reason + "; worded by the model"})
+    return item.model_copy(update={"content": text, "proposal": worded})
 
 
 def corrections(items: Sequence[MemoryRule | MemoryFact], *, skip: Iterable[str] = (),
