@@ -55,7 +55,8 @@ from ..models import (
     Touched,
     VectorMemory,
 )
-from ..storage.dedup import Band, Cuts, Judgement, judge_pair, updated_item
+from ..scoring import cosine
+from ..storage.dedup import Cuts, Judgement, asked, judge_near, updated_item
 from ..storage.ops import SHOWN_CHARS, pending_fingerprint
 from ..text import terms
 from ..validation.l1 import MAX_TOUCHED
@@ -236,19 +237,9 @@ def corrections(items: Sequence[MemoryRule | MemoryFact], *, skip: Iterable[str]
 
 async def _judge(old: VectorMemory, new: VectorMemory, sim: float | None, cuts: Cuts
                  ) -> Judgement:
-    """What ``new`` is to ``old``, as a store would judge it (``dedup.judge``): with
-    contexts, their cosine never merges two texts worded apart; ``cuts.ask`` decides a
-    pair the rules call ``unsure``."""
-    band = cuts.band(new.content)
-    if old.context or new.context:
-        band = Band(band.candidate, float("inf"))
-    j = judge_pair(old.content, new.content, sim, band)
-    if j.outcome == "unsure" and cuts.ask is not None:
-        verdict = await cuts.ask(old.content, new.content)
-        if verdict is not None and verdict != "unsure":
-            return Judgement(verdict, similarity=sim,
-                             reason=f"judged by the model; rules: {j.reason}")
-    return j
+    """What ``new`` is to ``old``, as a store judges a new memory against a stored one."""
+    j = judge_near(old.content, new.content, sim, cuts, bool(old.context or new.context))
+    return await asked(j, old.content, new.content, cuts)
 
 
 async def _pairs(mems: Sequence[VectorMemory], vecs: dict[str, list[float]], cuts: Cuts
@@ -355,14 +346,10 @@ def _duplicate_of(m: VectorMemory, keep: VectorMemory, judged: dict[tuple[str, s
                   vecs: dict[str, list[float]], cuts: Cuts) -> bool:
     p = judged.get((m.id, keep.id))
     if p is None:
-        sim = None
-        if m.id in vecs and keep.id in vecs:
-            a, b = np.asarray(vecs[m.id]), np.asarray(vecs[keep.id])
-            sim = float(a @ b / ((np.linalg.norm(a) * np.linalg.norm(b)) or 1.0))
-        band = cuts.band(keep.content)
-        if m.context or keep.context:
-            band = Band(band.candidate, float("inf"))
-        return judge_pair(m.content, keep.content, sim, band).outcome == "duplicate"
+        sim = (cosine(vecs[m.id], vecs[keep.id]) if m.id in vecs and keep.id in vecs
+               else None)
+        j = judge_near(m.content, keep.content, sim, cuts, bool(m.context or keep.context))
+        return j.outcome == "duplicate"
     return p.judgement.outcome == "duplicate"
 
 

@@ -297,6 +297,29 @@ def _conflict(c: Comparison) -> str | None:
     return None
 
 
+def judge_near(stored: str, new: str, similarity: float | None, cuts: Cuts,
+               context: bool = False) -> Judgement:
+    """:func:`judge_pair` with the cuts of ``new``'s script. ``context``: either memory
+    carries one (the turns before it, its date); two such memories are near when their
+    contexts are, whatever they say, so their cosine finds candidates but never merges
+    two texts worded apart: the comparison of the contents decides alone."""
+    band = cuts.band(new)
+    if context:
+        band = Band(band.candidate, math.inf)
+    return judge_pair(stored, new, similarity, band)
+
+
+async def asked(j: Judgement, stored: str, new: str, cuts: Cuts) -> Judgement:
+    """``j``, or, for a pair the rules call ``unsure``, the verdict of ``cuts.ask`` (the
+    judge model) when it gives one."""
+    if j.outcome != "unsure" or cuts.ask is None:
+        return j
+    verdict = await cuts.ask(stored, new)
+    if verdict is None or verdict == "unsure":
+        return j
+    return replace(j, outcome=verdict, reason=f"judged by the model; rules: {j.reason}")
+
+
 def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgement | None:
     """What ``content`` is to the owner's memories nearest to it (``neighbours``, best
     first): a duplicate of the most similar duplicate, else an update of the most
@@ -306,14 +329,9 @@ def judge(content: str, neighbours: Sequence[Neighbour], cuts: Cuts) -> Judgemen
     if cuts.nearest == 0:
         return None
     band = cuts.band(content)
-    # Two memories with contexts (the turns before them, their dates) are near when their
-    # contexts are, whatever they say: their cosine finds candidates but never merges two
-    # texts worded apart; the comparison of the contents decides alone.
-    unmerged = Band(band.candidate, math.inf)
     same = content_hash(content)
     judged = [
-        replace(judge_pair(n.content, content, n.similarity, unmerged if n.context else band),
-                memory_id=n.id)
+        replace(judge_near(n.content, content, n.similarity, cuts, n.context), memory_id=n.id)
         for i, n in enumerate(neighbours)
         if content_hash(n.content) == same or (i < cuts.nearest and (
             n.similarity is None or n.similarity > band.candidate))
@@ -356,13 +374,10 @@ async def decide(content: str, neighbours: Sequence[Neighbour], cuts: Cuts
                  ) -> Judgement | None:
     """:func:`judge`, with ``cuts.ask`` deciding a pair the rules call ``unsure``."""
     j = judge(content, neighbours, cuts)
-    if j is None or j.outcome != "unsure" or cuts.ask is None:
-        return j
+    if j is None:
+        return None
     stored = next(n for n in neighbours if n.id == j.memory_id)
-    verdict = await cuts.ask(stored.content, content)
-    if verdict is None or verdict == "unsure":
-        return j
-    return Judgement(verdict, j.memory_id, j.similarity, f"judged by the model; rules: {j.reason}")
+    return await asked(j, stored.content, content, cuts)
 
 
 def df_delta(old: str | None, new: str | None) -> dict[str, int]:

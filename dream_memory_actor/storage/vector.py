@@ -584,6 +584,9 @@ class VectorStore(_Lifecycle, ABC):
         check.owner_id(owner)
         pid = check.ids([pending_id], "pending item id")[0]
 
+        # The apply's own record, read back through the write that made it: a write of
+        # a recorded op id returns its result; one never applied runs this plan instead,
+        # which refuses, writing nothing.
         async def unapplied() -> tuple[str, Any]:
             raise ProposalNotApplied(f"owner {owner!r} has no applied proposal {pid!r}")
 

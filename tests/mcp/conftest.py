@@ -55,11 +55,14 @@ async def serving(app: Any, port: int) -> AsyncIterator[None]:
         await asyncio.wait_for(task, 15)
 
 
-@pytest.fixture
-async def http_server() -> AsyncIterator[HttpServer]:
-    backend = await LocalBackend.open(MemorySettings(backend="memory"))
+@asynccontextmanager
+async def http_server_on(settings: MemorySettings, alice: Any = ("alice",)
+                         ) -> AsyncIterator[HttpServer]:
+    """The HTTP server over in-process memory of ``settings``; ``TOKEN_ALICE`` granted as
+    ``alice`` says (its owners, or a grant with a name), ``TOKEN_ADMIN`` every owner."""
+    backend = await LocalBackend.open(settings)
     tokens = TokenMap.parse({"tokens": {
-        hash_token(TOKEN_ALICE): ["alice"],
+        hash_token(TOKEN_ALICE): alice if isinstance(alice, dict) else list(alice),
         hash_token(TOKEN_ADMIN): {"owners": ["*"], "name": "admin"},
     }})
     port = free_port()
@@ -69,3 +72,9 @@ async def http_server() -> AsyncIterator[HttpServer]:
             yield HttpServer(f"http://127.0.0.1:{port}/mcp", backend)
     finally:
         await backend.close()
+
+
+@pytest.fixture
+async def http_server() -> AsyncIterator[HttpServer]:
+    async with http_server_on(MemorySettings(backend="memory")) as server:
+        yield server

@@ -15,11 +15,10 @@ from typing import Any
 import pytest
 
 from dream_memory_actor.config import MemorySettings
-from dream_memory_actor.mcp import LocalBackend, TokenMap, build_server, hash_token, http_app
 from dream_memory_actor.models import utcnow
 from dream_memory_actor.storage.dedup import Cuts
 
-from .conftest import TOKEN_ADMIN, TOKEN_ALICE, HttpServer, free_port, serving
+from .conftest import TOKEN_ADMIN, TOKEN_ALICE, HttpServer, http_server_on
 from .test_http import error_text, ok
 
 TEA = ("Alice likes green tea", "alice likes green tea.")
@@ -30,19 +29,10 @@ OLD = "The office wifi is called orchard-guest"
 @pytest.fixture
 async def server() -> AsyncIterator[HttpServer]:
     """An HTTP server over in-process memory whose pass lets memories of a year expire."""
-    backend = await LocalBackend.open(MemorySettings(backend="memory",
-                                                     consolidation_expire_after_days=365))
-    tokens = TokenMap.parse({"tokens": {
-        hash_token(TOKEN_ALICE): {"owners": ["alice"], "name": "ana"},
-        hash_token(TOKEN_ADMIN): {"owners": ["*"], "name": "admin"},
-    }})
-    port = free_port()
-    app = http_app(build_server(backend, tokens, issuer_url=f"http://127.0.0.1:{port}"))
-    try:
-        async with serving(app, port):
-            yield HttpServer(f"http://127.0.0.1:{port}/mcp", backend)
-    finally:
-        await backend.close()
+    async with http_server_on(MemorySettings(backend="memory",
+                                             consolidation_expire_after_days=365),
+                              alice={"owners": ["alice"], "name": "ana"}) as server:
+        yield server
 
 
 async def seed(server: HttpServer, owner: str) -> dict[str, str]:
