@@ -1,6 +1,6 @@
 """Consolidation ("dreaming"): what a pass proposes and applies, what it does to retrieval.
 
-``python -m benchmarks consolidation [--parts locomo,madial,pairs,scale] --json``. The
+``python -m benchmarks consolidation [--parts locomo,madial,pairs,scale,runtime] --json``. The
 owners are built with the write path's judgement off (``Cuts.off()``: every memory
 stored beside the others, as an owner imported, or written with dedup off, looks),
 so the pass has the look-alikes a store would have judged. Parts:
@@ -23,6 +23,9 @@ so the pass has the look-alikes a store would have judged. Parts:
   are listed with their reasons.
 - ``scale``: a pass over one owner of ``--scale-memories`` memories on PostgreSQL,
   timed while a writer stores to the same owner (``benchmarks/consolidation_scale.py``).
+- ``runtime``: the same owner in a Ray memory system: the waits of a writer storing
+  through its handle with no pass, during passes and during a pass applying its
+  proposals (``consolidation_scale.runtime_part``).
 
 Quality parts run on the in-memory backend (the judgement is the same on every
 backend), the scale part on PostgreSQL. Embeddings come from the disk cache
@@ -66,7 +69,7 @@ from .madial import MadialSet, dialogue_metrics, load_madial
 from .retrieval_madial import _engine, _ranked_ids
 from .stats import command, machine
 
-PARTS = ("locomo", "madial", "pairs", "scale")
+PARTS = ("locomo", "madial", "pairs", "scale", "runtime")
 LOCOMO_PATH = "../shared/bench/locomo/locomo_dev7.json"
 MADIAL_PATH = "../shared/bench/madial"
 PAIRS_PATH = "../shared/bench/dedup/pairs_dev.jsonl"
@@ -103,6 +106,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="scale: the writer's pause between two stores")
     p.add_argument("--writer-baseline-s", type=float, default=20.0,
                    help="scale: how long the writer runs with no pass")
+    p.add_argument("--runtime-rounds", type=int, default=2,
+                   help="runtime: how many passes (proposals only) the writer is timed in")
     p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: the embedded server)")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--seed", type=int, default=0)
@@ -518,10 +523,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                            "machine": machine(), "load_before": _load(),
                            "model": "none" if args.embedder is None else f"local:{args.model}",
                            "judge_model": None, "parts": {}}
-    from .consolidation_scale import scale_part
+    from .consolidation_scale import runtime_part, scale_part
 
     runners = {"locomo": locomo_part, "madial": madial_part, "pairs": pairs_part,
-               "scale": scale_part}
+               "scale": scale_part, "runtime": runtime_part}
     for part in parts:
         t0 = time.perf_counter()
         found = await runners[part](args)

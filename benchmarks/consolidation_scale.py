@@ -19,7 +19,7 @@ import random
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -187,11 +187,11 @@ def of_planted(found: Sequence[MemoryPendingItem], mems: Sequence[tuple[str, dat
 
 @dataclass
 class Writer:
-    """Stores to one owner every ``interval`` seconds; each write's wait is from when it
-    was due (the previous write's end plus the interval) to when it returned."""
+    """Stores to one owner every ``interval`` seconds (``store(text, vector)``); each
+    write's wait is from when it was due (the previous write's end plus the interval) to
+    when it returned."""
 
-    engine: MemoryEngine
-    owner: str
+    store: Callable[[str, Sequence[float] | None], Awaitable[Any]]
     texts: Sequence[tuple[str, Sequence[float] | None]]
     interval: float
     waits: list[tuple[float, float]] = field(default_factory=list)  # (due, wait s)
@@ -208,8 +208,7 @@ class Writer:
             text, vec = self.texts[self._i % len(self.texts)]
             self._i += 1
             t0 = time.perf_counter()
-            await self.engine.store(self.owner, text, embedding=vec,
-                                    metadata={"source": "writer"})
+            await self.store(text, vec)
             end = time.perf_counter()
             self.calls.append(end - t0)
             self.waits.append((due, end - due))
@@ -225,36 +224,46 @@ class Writer:
                 **{f"wait_{k}": v for k, v in percentiles_ms(w).items() if k != "n"}}
 
 
+async def load_owner(engine: MemoryEngine, owner: str,
+                     mems: Sequence[tuple[str, datetime, str]], emb: Embedder
+                     ) -> tuple[float, dict[str, str]]:
+    """``mems`` stored into ``owner`` unjudged, each at its time; the seconds it took and
+    each text's memory id."""
+    vecs = await emb.embed([t for t, _, _ in mems]) if emb is not None else None
+    t0 = time.perf_counter()
+    by_time: dict[datetime, list[int]] = defaultdict(list)
+    for i, (_, when, _) in enumerate(mems):
+        by_time[when].append(i)
+    id_of: dict[str, str] = {}
+    for when, idx in sorted(by_time.items()):
+        ids = await store_off(engine, owner, [{"content": mems[i][0]} for i in idx],
+                              None if vecs is None else [vecs[i] for i in idx], when)
+        id_of.update((mems[i][0], mid) for i, mid in zip(idx, ids, strict=True))
+    return time.perf_counter() - t0, id_of
+
+
 async def scale_part(args: argparse.Namespace, open_engine: Opener = _engine
                      ) -> dict[str, Any]:
     emb: Embedder = args.embedder
     sources = scale_sources(args)
     mems, for_writer, made_from = scale_memories(sources, args.scale_memories,
                                                  args.scale_variants, 200, args.seed)
-    vecs = await emb.embed([t for t, _, _ in mems]) if emb is not None else None
     wvecs = (await emb.embed(for_writer) if emb is not None else [None] * len(for_writer))
-    backend = "postgres"
-    settings = _settings(args, backend)
+    settings = _settings(args, "postgres")
     engine = await open_engine(settings, emb)
     corpus = Corpus(engine.vector, engine.structured, settings, 0.0, "store_many")
     owner = "scale-owner"
     try:
-        t0 = time.perf_counter()
-        by_time: dict[datetime, list[int]] = defaultdict(list)
-        for i, (_, when, _) in enumerate(mems):
-            by_time[when].append(i)
-        id_of: dict[str, str] = {}
-        for when, idx in sorted(by_time.items()):
-            ids = await store_off(engine, owner, [{"content": mems[i][0]} for i in idx],
-                                  None if vecs is None else [vecs[i] for i in idx], when)
-            id_of.update((mems[i][0], mid) for i, mid in zip(idx, ids, strict=True))
-        load_s = time.perf_counter() - t0
+        load_s, id_of = await load_owner(engine, owner, mems, emb)
         t0 = time.perf_counter()
         every = await consolidation.proposals(await engine.vector.dump(owner), engine.cuts,
                                               most=len(mems))
         uncapped = {"s": round(time.perf_counter() - t0, 2),
                     **of_planted(every, mems, made_from, id_of)}
-        writer = Writer(engine, owner, list(zip(for_writer, wvecs, strict=True)),
+        async def store(text: str, vec: Sequence[float] | None) -> Any:
+            return await engine.store(owner, text, embedding=vec, metadata={"source": "writer"})
+
+        writer = Writer(store, list(zip(for_writer, wvecs, strict=True)),
                         args.writer_interval_ms / 1000)
         timed: dict[str, float] = {}  # proposal id -> its write (the first apply)
         apply = engine.apply_proposal
@@ -283,7 +292,7 @@ async def scale_part(args: argparse.Namespace, open_engine: Opener = _engine
         live = len(await engine.vector.dump(owner))
         planted = Counter(s for _, _, s in mems)
         return {
-            "backend": backend, "postgres": "embedded" if not args.dsn else "dsn given",
+            "backend": "postgres", "postgres": "embedded" if not args.dsn else "dsn given",
             "memories": len(mems), "by_source": dict(planted), "load_s": round(load_s, 1),
             "max_proposals": settings.consolidation_max_proposals,
             "cuts": cuts_of(engine),
@@ -312,3 +321,81 @@ async def scale_part(args: argparse.Namespace, open_engine: Opener = _engine
         }
     finally:
         await corpus.close()
+
+
+async def runtime_part(args: argparse.Namespace, open_engine: Opener = _engine
+                       ) -> dict[str, Any]:
+    """What a writer of the owner feels of a pass on a Ray memory system over
+    PostgreSQL: the scale owner loaded as in ``scale_part``, a writer storing through
+    the owner's handle with no pass, then during ``--runtime-rounds`` passes that only
+    propose (``propose``, through the handle), then during one ``consolidate(apply_all=
+    True)`` through the handle, its proposals applied one write each."""
+    import logging
+    import uuid
+
+    import ray
+
+    from dream_memory_actor.runtime import MemorySystem
+
+    emb: Embedder = args.embedder
+    if emb is None:
+        raise SystemExit("the runtime part needs a model (its writer's stores embed)")
+    sources = scale_sources(args)
+    mems, for_writer, _ = scale_memories(sources, args.scale_memories, args.scale_variants,
+                                         200, args.seed)
+    await emb.embed(for_writer)  # the replica finds them in the disk cache
+    settings = _settings(args, "postgres")
+    owner = "scale-owner"
+    engine = await open_engine(settings, emb)
+    try:
+        load_s, _ = await load_owner(engine, owner, mems, emb)
+    finally:
+        await engine.close()
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 object_store_memory=200 * 1024 * 1024, logging_level=logging.ERROR)
+    system = MemorySystem.start(settings, name=f"bench-dream-{uuid.uuid4().hex[:6]}",
+                                embedder_factory=emb, call_timeout_s=600.0)
+    try:
+        handle = system.owner(owner)
+        await system.owner("scale-warmup").propose_async()  # every process of a pass started
+
+        async def store(text: str, _: Sequence[float] | None) -> Any:
+            return await handle.store_async(text, {"source": "writer"})
+
+        writer = Writer(store, [(t, None) for t in for_writer], args.writer_interval_ms / 1000)
+        task = asyncio.create_task(writer.run())
+        phases: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        try:
+            t0 = time.perf_counter()
+            await asyncio.sleep(args.writer_baseline_s)
+            phases["no_pass"].append(writer.summary(t0, time.perf_counter()))
+            for _ in range(args.runtime_rounds):
+                t0 = time.perf_counter()
+                n = len(await handle.propose_async())
+                t1 = time.perf_counter()
+                phases["propose"].append({"pass_s": round(t1 - t0, 2), "proposals": n,
+                                          **writer.summary(t0, t1)})
+                await asyncio.sleep(2 * args.writer_interval_ms / 1000)
+            t0 = time.perf_counter()
+            report = await handle.consolidate_async(apply_all=True, by="benchmark")
+            t1 = time.perf_counter()
+            phases["consolidate_apply_all"].append({
+                "s": round(t1 - t0, 2), "proposals": report.counts,
+                "applied": report.applied, "refused": report.refused,
+                **writer.summary(t0, t1)})
+            await asyncio.sleep(2 * args.writer_interval_ms / 1000)
+        finally:
+            writer.stop()
+            await task
+    finally:
+        system.shutdown(grace_period_s=1)
+        if owns_ray:
+            ray.shutdown()
+    longest = {k: max((p["longest_wait_ms"] or 0.0) for p in v) for k, v in phases.items()}
+    return {"backend": "postgres", "memories": len(mems), "load_s": round(load_s, 1),
+            "writer": {"interval_ms": args.writer_interval_ms, "via": "OwnerHandle.store_async",
+                       "call_ms": percentiles_ms(writer.calls)},
+            "rounds": args.runtime_rounds, "phases": dict(phases),
+            "longest_wait_ms": longest, "load_after": _load()}

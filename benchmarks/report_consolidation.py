@@ -38,10 +38,17 @@ def _quality_row(name: str, owners: Any, figures: Mapping[str, Any], paired: Any
 def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     """The newest run: retrieval before and after, the pairs, the scale pass."""
     lines = ["## Consolidation: a pass over an owner's look-alike memories", ""]
+    runtime = [(p, d) for p, d in items if "runtime" in (d.get("parts") or {})]
+    items = [(p, d) for p, d in items if set(d.get("parts") or {}) - {"runtime"}]
     if not items:
         return [*lines, "No consolidation results yet: run `python -m benchmarks "
                 "consolidation --json`.", ""]
-    path, d = items[-1]
+    return [*lines, *_passes(*items[-1]), *(_runtime(*runtime[-1]) if runtime else [])]
+
+
+def _passes(path: Path, d: Mapping[str, Any]) -> list[str]:
+    """What one run's passes did to retrieval, to the pairs, and at scale."""
+    lines: list[str] = []
     parts = d.get("parts") or {}
     cuts = next((c for c in (get(parts, "locomo", "cuts"), get(parts, "scale", "cuts"))
                  if isinstance(c, Mapping)), {})
@@ -151,6 +158,28 @@ def consolidation_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[
                   f"during the pass longer than about one proposal's write (at most twice the "
                   f"longest; the longest wait {num(waited)} ms): {wait_met}. Load average "
                   f"after this part: {_load(s.get('load_after'))}.", ""]
+    notes = [f"Load average (1, 5, 15 min) before: {_load(d.get('load_before'))}; after: "
+             f"{_load(d.get('load_after'))}. {provenance(path, d)}"]
+    return [*lines, *paragraphs(notes)]
+
+
+def _runtime(path: Path, d: Mapping[str, Any]) -> list[str]:
+    """A writer's waits during passes on a Ray memory system (the ``runtime`` part)."""
+    r = get(d, "parts", "runtime") or {}
+    phases = r.get("phases") or {}
+    names = {"no_pass": "writer alone", "propose": "`propose` (proposals only)",
+             "consolidate_apply_all": "`consolidate(apply_all=True)`"}
+    rows = [[names.get(k, k), num(p.get("pass_s", p.get("s"))), num(p.get("writes")),
+             num(p.get("wait_p50_ms"), ".1f"), num(p.get("wait_p95_ms"), ".1f"),
+             num(p.get("longest_wait_ms"))]
+            for k in names for p in phases.get(k) or []]
+    lines = [f"On a Ray memory system over PostgreSQL, an owner of "
+             f"{num(r.get('memories'), ',.0f')} memories and a writer storing through its "
+             f"handle every {num(get(r, 'writer', 'interval_ms'), '.0f')} ms; the passes "
+             "are computed by the system's proposer, a process of its own at a lower CPU "
+             "priority (`runtime.proposer`). One row a pass.", "",
+             *table(["while", "seconds", "writes", "wait p50 ms", "wait p95 ms",
+                     "longest wait ms"], rows)]
     notes = [f"Load average (1, 5, 15 min) before: {_load(d.get('load_before'))}; after: "
              f"{_load(d.get('load_after'))}. {provenance(path, d)}"]
     return [*lines, *paragraphs(notes)]

@@ -45,6 +45,10 @@ def index_name(system: str, replica: int) -> str:
     return f"_index.{system}.{replica}"
 
 
+def proposer_name(system: str) -> str:
+    return f"_proposer.{system}"
+
+
 def host_name(system: str, shard: int) -> str:
     return f"_shard.{system}.{shard}"
 

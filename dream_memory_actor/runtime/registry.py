@@ -29,7 +29,8 @@ from ..metrics import get_metrics
 from .dreamer import Dreamer, interval
 from .handle import OwnerHandle
 from .owner_actor import HostActor, OwnerActor, sweep_interval
-from .placement import NAMESPACE, LiveSet, host_name, index_name, owner_name
+from .placement import NAMESPACE, LiveSet, host_name, index_name, owner_name, proposer_name
+from .proposer import ProposerActor
 from .spec import ClientView, SystemSpec
 from .threaded import CALL_THREADS, threaded_actor
 from .vector_index import IndexActor
@@ -44,6 +45,7 @@ BASE_OPTIONS: Mapping[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_task_
 UNBORN_GRACE_S = 60.0
 
 _Index = ray.remote(IndexActor)
+_Proposer = ray.remote(ProposerActor)
 # Threaded actors (``max_concurrency`` in HOLDER_OPTIONS): their snapshot read skips
 # the event loop, see threaded.py.
 _Owner: Any = ray.remote(threaded_actor(OwnerActor))
@@ -73,6 +75,7 @@ class Registry:
         s = spec.settings
         self._indexes: list[Any] = []
         self._hosts: list[Any] = []
+        self._proposer: Any = None
         self._live: LiveSet[Any] = LiveSet(s.max_live_owners, s.idle_timeout_s)
         self._lock = asyncio.Lock()
         self._started: asyncio.Task[None] | None = None
@@ -145,6 +148,16 @@ class Registry:
         await self._ready()
         self._check(incarnation)
         return self._indexes
+
+    async def proposer(self, incarnation: str) -> Any:
+        """The process consolidation passes run in (``runtime.proposer``), made on the
+        first call: a system that never consolidates never starts it."""
+        self._check(incarnation)
+        if self._proposer is None:
+            self._proposer = _Proposer.options(**_options(
+                proposer_name(self._spec.name), self._spec.system_actor_options)).remote(
+                self._spec)
+        return self._proposer
 
     async def hosts(self, incarnation: str) -> list[Any]:
         await self._ready()
@@ -307,12 +320,13 @@ class Registry:
             await asyncio.wait(
                 [asyncio.ensure_future(_quiet(h.drain.remote(grace_s))) for h in holders],
                 timeout=grace_s + 1)
-        closers = [_quiet(a.close.remote()) for a in [*holders, *self._indexes]]
+        system = [*self._indexes, *([self._proposer] if self._proposer is not None else [])]
+        closers = [_quiet(a.close.remote()) for a in [*holders, *system]]
         if closers:
             await asyncio.wait([asyncio.ensure_future(c) for c in closers], timeout=5)
-        for actor in [*holders, *self._indexes]:
+        for actor in [*holders, *system]:
             _kill(actor)
-        self._hosts, self._indexes = [], []
+        self._hosts, self._indexes, self._proposer = [], [], None
         for owner, _ in self._live.items():
             self._live.pop(owner)
         pool = self._spec.extractor_pool

@@ -17,9 +17,9 @@ from typing import Any
 import ray
 
 from ..engine import MemoryEngine, operations
-from ..models import SearchHit
+from ..models import MemoryPendingItem, SearchHit
 from .errors import ray_errors
-from .placement import NAMESPACE, index_name, shard_of
+from .placement import NAMESPACE, index_name, registry_name, shard_of
 from .spec import SystemSpec, open_index_engine
 
 
@@ -46,6 +46,7 @@ class IndexActor:
         self._replica = replica
         self._engine: MemoryEngine | None = None
         self._opening = asyncio.Lock()
+        self._proposer: Any = None
 
     async def _open(self, setup: bool = False) -> MemoryEngine:
         if self._engine is None:
@@ -76,6 +77,22 @@ class IndexActor:
 
     async def last_changes(self) -> dict[str, datetime]:
         return await (await self._open()).last_changes()
+
+    async def propose(self, owner: str) -> list[MemoryPendingItem]:
+        """A consolidation pass over ``owner``, computed by the system's proposer (a
+        process of its own, so the pass does not slow the owner's writes here; see
+        ``runtime.proposer``) once this replica has written the reads its searches
+        noted. The in-process backend's memories are only here: its passes are too."""
+        engine = await self._open()
+        if self._spec.settings.backend == "memory":
+            return await engine.propose(owner)
+        await engine.write_reads()
+        if self._proposer is None:
+            registry = ray.get_actor(registry_name(self._spec.name), namespace=NAMESPACE)
+            self._proposer = await registry.proposer.remote(self._spec.incarnation)
+        with ray_errors("consolidation proposer"):
+            found: list[MemoryPendingItem] = await self._proposer.propose.remote(owner)
+        return found
 
     async def import_document(self, lines: list[str]) -> dict[str, int]:
         return await (await self._open()).import_document(lines)
@@ -171,5 +188,6 @@ def _path_method(op: operations.Operation[Any, Any]) -> Any:
 # Every L2 read and write is the engine's on the VectorIndex; the owner actors send
 # the writes, and the reads they need themselves (a handle's come straight here).
 for _op in operations.serving("index", "writer"):
-    _op.install(IndexActor, _index_method(_op))
+    if _op.name not in vars(IndexActor):
+        _op.install(IndexActor, _index_method(_op))
     _op.install(IndexL2, _path_method(_op))

@@ -137,3 +137,20 @@ def test_scale_variants_are_updates_and_restatements_of_stored_texts() -> None:
     kinds: Any = {k for _, _, k in made}
     assert kinds <= {"restated", "updated"}
     assert set(made_from) == {t for t, _, _ in made} and set(made_from.values()) <= set(texts)
+
+
+def test_the_report_shows_each_part_from_its_newest_run(tmp_path: Path) -> None:
+    """A run of the runtime part alone does not hide the passes of an earlier full run."""
+    full = {"benchmark": "consolidation", "model": "m", "parts": {"pairs": {"languages": {
+        "en": {"labels": {"distinct": {"pairs": 3, "touched_both": 0}}}}}}}
+    runtime = {"benchmark": "consolidation", "model": "m", "parts": {"runtime": {
+        "memories": 10_000, "writer": {"interval_ms": 50.0}, "phases": {
+            "no_pass": [{"writes": 300, "wait_p50_ms": 15.5, "wait_p95_ms": 23.3,
+                         "longest_wait_ms": 147.3}],
+            "propose": [{"pass_s": 10.2, "writes": 152, "wait_p50_ms": 15.6,
+                         "wait_p95_ms": 26.4, "longest_wait_ms": 76.6}]}}}}
+    text = "\n".join(consolidation_section([(tmp_path / "a.json", full),
+                                            (tmp_path / "b.json", runtime)]))
+    assert "| en | distinct | 3 | 0 |" in text
+    assert "| `propose` (proposals only) | 10.2 | 152 | 15.6 | 26.4 | 76.6 |" in text
+    assert "File: `a.json`" in text and "File: `b.json`" in text

@@ -50,3 +50,21 @@ def test_a_pass_proposes_a_person_confirms_and_undoes(system: MemorySystem) -> N
     assert h.undo_proposal(pending["merge"].id) == 1
     assert sorted(m.content for m in h.list()) == before
     assert h.snapshot().pending == ()
+
+
+def test_a_pass_runs_in_the_proposer_at_a_lower_priority(system: MemorySystem) -> None:
+    """The pass is computed apart from the replica that makes the owner's writes, in a
+    process the operating system serves after the others."""
+    import ray
+
+    from dream_memory_actor.runtime.placement import NAMESPACE, index_name, proposer_name
+
+    owner = f"rt-dream-apart-{system.settings.placement}"
+    h = system.owner(owner)
+    h.import_document(_document(owner, ["t10: Bob drinks coffee", "t10: bob drinks coffee."]))
+    assert [p.kind for p in h.propose()] == ["merge"]
+    proposer = ray.get_actor(proposer_name(system.name), namespace=NAMESPACE)
+    index = ray.get_actor(index_name(system.name, 0), namespace=NAMESPACE)
+    apart = ray.get(proposer.info.remote())
+    assert apart["pid"] != ray.get(index.info.remote())["pid"]
+    assert apart["nice"] > 0
