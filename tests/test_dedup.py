@@ -151,3 +151,49 @@ def test_cuts_off_judge_nothing_not_even_the_same_text() -> None:
     same = Neighbour("m1", "The user deploys on Fridays", 1.0)
     assert judge("The user deploys on Fridays", [same], Cuts.uniform(0.9)) is not None
     assert judge("The user deploys on Fridays", [same], Cuts.off()) is None
+
+
+@pytest.mark.parametrize(("a", "b", "want"), [
+    # a time of day in words, on a 12-hour or a 24-hour clock, is one time
+    ("Production deploys happen every Thursday at 3 pm.",
+     "Every Thursday at 15:00 the team deploys to production.", "duplicate"),
+    ("The standup is every weekday at 9:30.",
+     "Every weekday at half past nine there is a standup.", "duplicate"),
+    ("The user commutes on the 7:45 a.m. train.",
+     "The user's train to work leaves at a quarter to eight.", "duplicate"),
+    ("今晚八点发版。", "版本发布时间定在今天晚上20:00。", "duplicate"),
+    ("孩子下午三点一刻要从学校接回来。", "三点十五分要去学校接孩子。", "duplicate"),
+    # ... and two times stay two values
+    ("Deploys happen at 3 pm.", "Deploys happen at 4 pm.", "update"),
+    ("Every Thursday at 3 pm the team deploys.", "The team deploys on Thursdays at 16:00.",
+     "unsure"),
+    ("每天夜里两点自动备份。", "备份在每天下午两点运行。", "unsure"),
+    # an acronym and its words are one name
+    ("The CI pipeline runs on GitHub Actions.",
+     "The continuous integration pipeline runs on GitHub Actions.", "duplicate"),
+    ("The SRE team owns the alerts.", "The site team owns the alerts.", "distinct"),
+    # "on Fridays" is "every Friday"
+    ("The user deploys on Fridays.", "The user deploys every Friday.", "duplicate"),
+])
+def test_one_thing_in_other_words_is_not_a_change(a: str, b: str, want: str) -> None:
+    assert judge_pair(a, b, 0.95, BAND).outcome == want
+
+
+def test_times_of_day_are_read_on_a_24_hour_clock() -> None:
+    assert [t.norm for t in tokens("at a quarter to eight")] == ["at", "7:45"]
+    assert [t.norm for t in tokens("9:30 a.m. or 4 pm")] == ["9:30", "or", "16"]
+    assert [t.norm for t in tokens("晚上八点半")] == ["晚", "上", "20:30"]
+    # 夜里两点 is at night; 三点 alone says neither, and 一点 may be "a little"
+    assert [t.norm for t in tokens("夜里两点")] == ["夜", "里", "2"]
+    assert [t.norm for t in tokens("快一点")] == ["快", "1", "点"]
+
+
+def test_words_that_hold_a_negation_character_and_negate_nothing() -> None:
+    # 差不多 is "about": no "not" against 大约
+    assert not compare("账单大约一万二千美元。", "账单差不多一万两千美元。").negation_differs
+    assert compare("账单大约一万二千美元。", "账单不到一万二千美元。").negation_differs
+
+
+def test_a_time_made_more_precise_is_another_value() -> None:
+    j = judge_pair("The standup is at 9.", "The standup is at 9:30.", 0.95, BAND)
+    assert j.outcome == "update"

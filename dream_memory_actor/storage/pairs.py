@@ -5,8 +5,9 @@ admin server listens on 8080" as close as two wordings of one fact, so the write
 path compares the texts too (:func:`compare`). Both are cut into tokens (words,
 numbers, and single characters of Chinese, Japanese and Korean, where words have no
 spaces), normalized (case, number words and Chinese numerals as digits, 礼拜/星期 as
-周), and aligned: what is left is what was substituted, inserted or deleted at the
-same place. Each such change is of one kind, the strongest of its tokens:
+周, a time of day on a 24-hour clock: "half past nine" and 九点半 are 9:30, "3 pm" and
+下午三点 are 15), and aligned: what is left is what was substituted, inserted or
+deleted at the same place. Each such change is of one kind, the strongest of its tokens:
 
 - ``negation``: one side says "not", "no longer", "dislikes", 不, 没 where the
   other does not (a preference reversed);
@@ -68,13 +69,14 @@ CJK_NEGATIONS = frozenset("不没别非未无勿莫")
 #: Chinese words that hold a negation character and negate nothing: 非常 is "very",
 #: 未来 "the future", 没问题 "fine". Each is one token, so its 非, 未 or 没 is no "not".
 CJK_UNNEGATED = ("没问题", "没关系", "非常", "未来", "不错", "不断", "不久", "不过", "不仅",
-                 "不管", "无论", "不少", "不然", "莫名")
+                 "不管", "无论", "不少", "不然", "莫名", "差不多", "不得不")
 #: Prefixes that turn a word into its opposite: likes / dislikes, happy / unhappy.
 ANTONYM_PREFIXES = ("dis", "un", "in", "im", "non")
 
 WEEKDAYS = {d: str(i) for i, d in enumerate(
     ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"], 1)}
 WEEKDAYS.update({d[:3]: v for d, v in list(WEEKDAYS.items())})
+WEEKDAYS.update({d + "s": v for d, v in list(WEEKDAYS.items()) if len(d) > 3})  # on Fridays
 MONTHS = frozenset(
     """january february march april may june july august september october november
     december jan feb mar apr jun jul aug sep sept oct nov dec""".split())  # noqa: SIM905
@@ -93,6 +95,20 @@ CJK_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四":
 CJK_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
 #: Other wordings of the Chinese week: 星期四 and 礼拜四 are 周四.
 CJK_WEEK = re.compile(r"星期|礼拜")
+#: A time of day in English words or on a 12-hour clock: "half past nine", "a quarter to
+#: eight", "3 pm", "9:30 a.m.".
+_HOUR = r"(\d{1,2}|" + "|".join(list(NUMBER_WORDS)[1:13]) + ")"
+_SPOKEN_TIME = re.compile(r"\b(?:a\s+)?(half|quarter)\s+(past|to)\s+" + _HOUR + r"\b", re.I)
+_MERIDIEM = re.compile(r"\b(\d{1,2})(?::(\d{2}))?\s*([ap])\.?\s?m\b\.?", re.I)
+_OCLOCK = re.compile(r"\s*o'clock\b", re.I)
+#: A Chinese time of day: 九点半, 三点一刻, 下午三点, 晚上八点二十分. The hour is moved to a
+#: 24-hour clock only after a word for the afternoon or evening (not 夜里两点: 2:00).
+_CJK_TIME = re.compile(r"(下午|傍晚|晚上|今晚|夜里|中午)?([零〇一二两三四五六七八九十\d]+)[点點]"
+                       r"(半|一刻|三刻|[零〇一二两三四五六七八九十\d]+分)?")
+#: The hours from which a word for part of the day means the afternoon or evening: 下午
+#: 两点 is 14:00, 中午十二点 noon and 中午一点 13:00, 晚上八点 20:00 but 夜里两点 2:00.
+_CJK_PM_FROM = {"下午": 0, "中午": 0, "傍晚": 5, "晚上": 5, "今晚": 5, "夜里": 5}
+_CJK_QUARTERS = {"半": 30, "一刻": 15, "三刻": 45}
 
 _TOKEN = re.compile(
     r"\d+(?:[.,:]\d+)*(?:st|nd|rd|th)?"      # 1.27, 20,000, 9:30, 14th
@@ -155,7 +171,7 @@ def _cjk_number(run: str) -> str:
 def tokens(text: str) -> list[Token]:
     """The tokens of ``text`` for comparison: words and numbers, one token per CJK
     character except runs of Chinese numerals (one number), each normalized."""
-    s = CJK_WEEK.sub("周", unicodedata.normalize("NFKC", text))
+    s = _clock(CJK_WEEK.sub("周", unicodedata.normalize("NFKC", text)))
     out: list[Token] = []
     quote = False
     for run in CJK_RUN.split(s):
@@ -169,6 +185,46 @@ def tokens(text: str) -> list[Token]:
                 continue
             out.append(_latin_token(raw, quote))
     return out
+
+
+def _clock(s: str) -> str:
+    """``s`` with its times of day as ``H:MM`` on a 24-hour clock (see :data:`_SPOKEN_TIME`,
+    :data:`_CJK_TIME`), so that two wordings of one time agree and two times differ."""
+
+    def spoken(m: re.Match[str]) -> str:
+        hour = int(NUMBER_WORDS.get(m.group(3).lower(), m.group(3)))
+        minutes = 30 if m.group(1).lower() == "half" else 15
+        if m.group(2).lower() == "to":
+            hour, minutes = (hour - 1) % 12 or 12, 60 - minutes
+        return f"{hour}:{minutes:02d}"
+
+    def meridiem(m: re.Match[str]) -> str:
+        hour = int(m.group(1))
+        if hour > 12:
+            return m.group()
+        hour = hour % 12 + (12 if m.group(3).lower() == "p" else 0)
+        return f"{hour}:{m.group(2) or '00'}"
+
+    def cjk(m: re.Match[str]) -> str:
+        when, hour_text, part = m.group(1) or "", m.group(2), m.group(3)
+        if not when and not part:
+            return m.group()  # 三点 as it is; 一点 is also "a little"
+        hour = int(hour_text) if hour_text.isdigit() else int(_cjk_number(hour_text))
+        if when and _CJK_PM_FROM[when] <= hour < (11 if when == "中午" else 12):
+            hour += 12
+        if part is None:
+            minutes = 0
+        elif part in _CJK_QUARTERS:
+            minutes = _CJK_QUARTERS[part]
+        else:
+            digits = part[:-1]
+            minutes = int(digits) if digits.isdigit() else int(_cjk_number(digits))
+        return f"{when} {hour}:{minutes:02d} "
+
+    s = _SPOKEN_TIME.sub(spoken, s)
+    s = _MERIDIEM.sub(meridiem, s)
+    s = _OCLOCK.sub("", s)
+    return _CJK_TIME.sub(cjk, s)
 
 
 def _latin_token(raw: str, quoted: bool) -> Token:
@@ -303,9 +359,21 @@ def _names_apart(ta: Sequence[Token], tb: Sequence[Token]
     both have such names; ``None`` otherwise."""
     na, nb = _names(ta), _names(tb)
     words_a, words_b = {t.norm for t in ta}, {t.norm for t in tb}
-    only_a = {x for x in na - words_b if not any(_abbreviates(x, y) for y in nb)}
-    only_b = {y for y in nb - words_a if not any(_abbreviates(x, y) for x in na)}
+    only_a = {x for x in na - words_b if not any(_abbreviates(x, y) for y in nb)
+              and not _spelled_out(x, tb)}
+    only_b = {y for y in nb - words_a if not any(_abbreviates(x, y) for x in na)
+              and not _spelled_out(y, ta)}
     return (tuple(sorted(only_a)), tuple(sorted(only_b))) if only_a and only_b else None
+
+
+def _spelled_out(name: str, ts: Sequence[Token]) -> bool:
+    """``ts`` has, one after another, the words whose initials are ``name`` (an acronym
+    and its long form: CI / "Continuous integration")."""
+    content = [t for t in ts if not t.function and not t.cjk]
+    n = len(name)
+    return 2 <= n <= 6 and any(
+        _acronym([Token(name.upper(), name)], content[i:i + n])
+        for i in range(len(content) - n + 1))
 
 
 def _names(ts: Sequence[Token]) -> set[str]:
@@ -344,7 +412,19 @@ def _equivalent(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
     cb = [t for t in xb if not t.function]
     if len(ca) == len(cb) == 1 and _abbreviates(ca[0].norm, cb[0].norm):
         return not any(t.negation for t in (*xa, *xb))
+    if _acronym(ca, cb) or _acronym(cb, ca):
+        return not any(t.negation for t in (*xa, *xb))
     return all(t.function and not t.negation for t in (*xa, *xb))
+
+
+def _acronym(short: Sequence[Token], long: Sequence[Token]) -> bool:
+    """``short`` is one word in capitals made of the initials of the words of ``long``:
+    CI / continuous integration, SRE / site reliability engineering."""
+    if len(short) != 1 or not 2 <= len(long) <= 6:
+        return False
+    word = short[0].text
+    return (word.isalpha() and word.isupper() and not any(t.cjk for t in long)
+            and word.lower() == "".join(t.norm[:1] for t in long))
 
 
 def _abbreviates(x: str, y: str) -> bool:
@@ -377,12 +457,30 @@ def _kind(xa: Sequence[Token], xb: Sequence[Token]) -> Kind:
     if any(t.negation for t in xa) != any(t.negation for t in xb) or _antonyms(xa, xb):
         return "negation"
     content = [t for t in (*xa, *xb) if not t.function]
-    if any(t.value for t in xa) and any(t.value for t in xb):  # one value for another
-        return "value"
+    if any(t.value for t in xa) and any(t.value for t in xb) and not _one_time(xa, xb):
+        return "value"  # one value for another
     if any(t.quoted or (t.text[:1].isupper() and not t.cjk) or t.text.startswith("@")
            for t in content):
         return "name"
     return "word"
+
+
+def _one_time(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
+    """Both sides name the same times, one on a 24-hour clock where the other is on a
+    12-hour one (下午 15:15 / 3:15): no other value."""
+    va = {t.norm for t in xa if t.value}
+    vb = {t.norm for t in xb if t.value}
+    return va != vb and _twelve_hour(va) == _twelve_hour(vb)
+
+
+def _twelve_hour(values: set[str]) -> set[str]:
+    """``values`` with the afternoon times ``H:MM`` on a 12-hour clock: 15:15 as 3:15."""
+    out = set()
+    for v in values:
+        m = re.fullmatch(r"(\d{1,2}):(\d{2})", v)
+        out.add(f"{int(m.group(1)) - 12}:{m.group(2)}" if m and 12 < int(m.group(1)) < 24
+                else v)
+    return out
 
 
 def _antonyms(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
@@ -396,6 +494,12 @@ def _antonyms(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
 
 
 def _numbers(ts: Sequence[Token]) -> frozenset[str]:
-    """The numbers of a text; a time also names its hour (9:30 is "half past nine")."""
+    """The numbers of a text; a time also names its hour (9:30 is "half past nine"), and
+    an afternoon time its hour on a 12-hour clock (15:15 is also 3:15: "三点十五分" says
+    no "afternoon" but does not contradict "下午三点一刻")."""
     found = {t.norm for t in ts if t.norm[:1].isdigit()}
-    return frozenset(found | {n.split(":")[0] for n in found if ":" in n})
+    times = [n.split(":") for n in found if re.fullmatch(r"\d{1,2}:\d{2}", n)]
+    found |= {h for h, _ in times}
+    found |= {f"{int(h) - 12}{suffix}" for h, m in times if 12 < int(h) < 24
+              for suffix in ("", f":{m}")}
+    return frozenset(found)
