@@ -14,6 +14,7 @@ same way. Public methods validate their arguments before any I/O and raise
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import json
 import uuid
@@ -798,13 +799,24 @@ class VectorStore(_Lifecycle, ABC):
         text = check.content(query, self.max_content_bytes, what="query")
         n = check.limit(limit)
         floor = check.unit_interval(min_score, "min_score")
+        vector_k, keyword_k = max(vector_k, n), max(keyword_k, n)
         if embedding is None and embed is not None:
-            embedding = await embed(text)
-        vec = self._check_embedding(embedding)
-        q_terms, t_weights, cands = await self._weighted_candidates(
-            who, text, vec, vector_k=max(vector_k, n), keyword_k=max(keyword_k, n),
-            where=where,
-        )
+            # The query is embedded while the keyword statistics are read: the search
+            # waits for the slower of the two, not for both.
+            embedding_of = asyncio.ensure_future(embed(text))
+            try:
+                q_terms, t_weights, stats = await self.weighted_terms(who, text)
+            except BaseException:
+                embedding_of.cancel()
+                raise
+            vec = self._check_embedding(await embedding_of)
+            cands = await self._candidates(who, q_terms, vec, vector_k=vector_k,
+                                           keyword_k=keyword_k, weights=t_weights,
+                                           stats=stats, where=where)
+        else:
+            vec = self._check_embedding(embedding)
+            q_terms, t_weights, cands = await self._weighted_candidates(
+                who, text, vec, vector_k=vector_k, keyword_k=keyword_k, where=where)
         hybrid = vec is not None
         best = rank(cands, q_terms, now or utcnow(), weights, n, hybrid=hybrid, min_score=floor,
                     term_weights=t_weights)

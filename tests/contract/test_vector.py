@@ -282,3 +282,28 @@ async def test_retried_store_is_applied_once(stores: Stores) -> None:
     assert (await v.get("alice", a.memory.id)).metadata == {}  # no merge recorded
     c = await v.store("alice", "first text", embedding=vec(1, 0), op_id="op-8")
     assert c.merged and await v.count("alice") == 1
+
+
+async def test_the_query_is_embedded_while_the_keyword_statistics_are_read(
+        stores: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search that embeds its query reads the keyword statistics meanwhile: here the
+    embedding only finishes once that read has begun, so a search that waited for the
+    embedding first would never finish."""
+    v = stores.vector
+    await v.store("alice", "deploys happen on Thursday", embedding=vec(1))
+    reading = asyncio.Event()
+    term_stats = v._term_stats
+
+    async def counted(owners, terms):  # type: ignore[no-untyped-def]
+        reading.set()
+        return await term_stats(owners, terms)
+
+    monkeypatch.setattr(v, "_term_stats", counted)
+
+    async def embed(text: str) -> list[float]:
+        await reading.wait()
+        return vec(1)
+
+    hits = await asyncio.wait_for(v.search("alice", "when do deploys happen", embed=embed), 10)
+    assert [h.memory.content for h in hits] == ["deploys happen on Thursday"]
+    assert hits[0].vector_score is not None
