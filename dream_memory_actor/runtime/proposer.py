@@ -1,12 +1,12 @@
 """The proposer: consolidation passes computed in a process of their own.
 
-A pass reads all of an owner's memories and judges many pairs of them; in the owner's
-VectorIndex replica, the process that also makes that owner's writes, it made a
-writer wait up to about a second at 10,000 memories (``python -m benchmarks
-consolidation --parts runtime``). Here the pass runs beside the replicas, at a lower
-CPU priority, so on a busy machine the writes (and the database serving them) come
-first; the proposals it returns are queued and applied through the owner's writer, one
-write each. Backends whose memories live in a replica's process (``memory``) keep
+A pass reads all of an owner's memories and judges many pairs of them. In the owner's
+VectorIndex replica, the process that also makes that owner's writes, it held each of
+those writes up (``python -m benchmarks consolidation --parts runtime`` measures a
+writer's waits during passes). Here the pass runs beside the replicas, at a lower CPU
+priority, so on a busy machine the writes (and the database serving them) come first;
+the proposals it returns are queued and applied through the owner's writer, one write
+each. Backends whose memories live in a replica's process (``memory``) keep
 their passes there.
 """
 
