@@ -199,7 +199,7 @@ async def consolidate_and_undo(o: Owner, search: Search, measure: Measure) -> di
     back = 0
     for pid in reversed(applied):
         try:
-            back += await o.engine.undo_proposal(o.owner, pid)
+            back += (await o.engine.undo_proposal(o.owner, pid, by="benchmark")).entry.restored or 0
         except ProposalNotApplied:
             continue
     undo_s = time.perf_counter() - t0

@@ -21,7 +21,7 @@ name                                           type       labels
 ``dream_memory_gate_outcomes_total``           counter    ``outcome`` (written, queued,
                                                           already_pending, duplicate,
                                                           skipped)
-``dream_memory_hitl_decisions_total``          counter    ``action`` (confirmed, rejected)
+``dream_memory_hitl_decisions_total``          counter    ``action`` (confirmed, rejected, undone)
 ``dream_memory_pending_items``                 gauge      none
 ``dream_memory_live_owner_actors``             gauge      none
 ``dream_memory_snapshot_reads_total``          counter    ``source`` (actor: served by an

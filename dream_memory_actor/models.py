@@ -22,7 +22,8 @@ ProposalKind = Literal["merge", "supersede", "expire"]
 PendingKind = Literal[ExtractedKind, ProposalKind]
 PROPOSAL_KINDS: tuple[ProposalKind, ...] = ("merge", "supersede", "expire")
 ChatRole = Literal["user", "assistant", "system", "tool"]
-AuditAction = Literal["confirmed", "rejected"]
+#: A person's decision on a pending item, or the undo of a confirmed proposal.
+AuditAction = Literal["confirmed", "rejected", "undone"]
 
 
 def utcnow() -> datetime:
@@ -348,11 +349,15 @@ class ChatAppend(_Frozen):
 
 
 class AuditEntry(_Frozen):
-    """A person's decision on a pending item: who confirmed or rejected what, and when.
+    """A person's decision on a pending item: who confirmed or rejected what, and when;
+    or who undid a confirmed consolidation proposal (``action == "undone"``).
 
     ``item`` is the pending item as it was queued; ``written`` is the text that
     was written on confirmation (the content, or the value of a status item),
-    which differs from the item's when the person edited it.
+    which differs from the item's when the person edited it. An undo is an entry
+    of its own beside the confirmation it reverses (same ``pending_id``): how many
+    memories came back (``restored``), and the pending item the proposal waits in
+    again (``requeued``).
     """
 
     id: str = Field(default_factory=new_id)
@@ -362,6 +367,8 @@ class AuditEntry(_Frozen):
     at: datetime = Field(default_factory=utcnow)
     item: MemoryPendingItem
     written: str | None = None
+    restored: int | None = Field(None, ge=0)
+    requeued: str | None = None
 
 
 class Tombstone(_Frozen):

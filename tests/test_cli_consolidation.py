@@ -118,16 +118,26 @@ def test_proposals_are_shown_decided_and_undone(settings: MemorySettings,
     assert "confirmed by ana: [merge] 2 memories" in out and "rejected by ana: [supersede]" in out
 
     # undo the merge by its id's start, then the expiry: every memory is back as it was
-    rc, out, err = _run(capsys, "undo-proposal", *o, merge["id"][:10])
+    rc, out, err = _run(capsys, "undo-proposal", *o, merge["id"][:10], "--by", "bo")
     assert rc == 0 and err == ""
-    assert out.strip() == (f"undid proposal {merge['id']} of alice: 1 memory(ies) back as "
-                           "they were")
-    done: Any = _json(capsys, "undo-proposal", *o, expire["id"])
-    assert done == {"pending_id": expire["id"], "restored": 1}
+    first, second = out.strip().splitlines()
+    assert first == f"undid proposal {merge['id']} of alice by bo: 1 memory(ies) back as they were"
+    assert second.startswith("  queued again as ")
+    done: Any = _json(capsys, "undo-proposal", *o, expire["id"], "--by", "bo")
+    assert done["applied"] and done["entry"]["action"] == "undone"
+    assert (done["entry"]["pending_id"], done["entry"]["restored"]) == (expire["id"], 1)
     assert contents(capsys, "alice") == sorted([OLD, *CLUSTER, *TEA])
     history: Any = _json(capsys, "memory-history", *o, "--id", ids[TEA[1]])
     assert [v["content"] for v in history] == [TEA[1]]
-    # decided once: a pass proposes none of them again
+    rc, out, _ = _run(capsys, "audit", *o)
+    assert "undone by bo: [merge] 2 memories" in out and "1 memory(ies) back; queued again" in out
+    # again: as recorded, nothing changed
+    rc, out, _ = _run(capsys, "undo-proposal", *o, expire["id"], "--by", "bo")
+    assert rc == 0 and "(undone before, at " in out and "nothing changed" in out
+    # undone: waiting in the queue again, so a pass proposes none of them again
+    waiting = by_kind(_json(capsys, "pending", "list", *o))  # type: ignore[arg-type]
+    assert set(waiting) == {"merge", "expire"}
+    assert waiting["expire"]["id"] == done["entry"]["requeued"] != expire["id"]
     assert _json(capsys, "consolidate", *o)["proposals"] == []  # type: ignore[index]
 
 

@@ -123,7 +123,7 @@ def register(sub: Subparsers) -> None:
 
     p = sub.add_parser("audit", parents=parents, help="show the decisions on pending items",
                        description="Who confirmed or rejected which pending item, and when, "
-                                   "newest first.")
+                                   "and who undid which confirmed proposal, newest first.")
     p.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     p.set_defaults(run=_audit)
 
@@ -277,6 +277,8 @@ def _audit(args: argparse.Namespace) -> int:
     entries = with_memory(args, go)
     lines = [f"{len(entries)} decision(s) for {args.owner}"]
     lines += [f"  {e.at:%Y-%m-%d %H:%M}  {e.action} by {e.by}: {e.item.describe()}"
+              + ("" if e.action != "undone" else
+                 f" ({e.restored} memory(ies) back; queued again as {e.requeued})")
               for e in entries]
     emit(args, [e.model_dump(mode="json") for e in entries], "\n".join(lines))
     return 0

@@ -82,11 +82,15 @@ def register(sub: Subparsers) -> None:
                        description="Reverse a confirmed consolidation proposal exactly: the "
                                    "memories it closed live again as they were, the memory it "
                                    "kept has its text back, and their histories are as "
-                                   "before. Refused, with nothing written, when the kept "
-                                   "memory changed since.")
+                                   "before. The undo is recorded in the audit trail, and the "
+                                   "proposal waits in the pending queue again (a new id) to "
+                                   "be confirmed or rejected once more. Refused, with nothing "
+                                   "written, when the kept memory changed since.")
     p.add_argument("pending_id", metavar="PENDING_ID",
                    help="the proposal's pending item id, or its start (as pending list and "
                         "audit show it)")
+    p.add_argument("--by", default=default_by(),
+                   help="who undoes it (default: the login name)")
     p.set_defaults(run=_undo_proposal)
 
     sub.add_parser("snapshot", parents=parents,
@@ -209,11 +213,15 @@ def _undo_proposal(args: argparse.Namespace) -> int:
         confirmed = [e.pending_id for e in await m.call(ops.audit, owner, check.MAX_SEARCH_LIMIT)
                      if e.action == "confirmed" and e.item.proposal is not None]
         pid = resolve(args.pending_id, confirmed, "proposal") or args.pending_id
-        return pid, await m.call(ops.undo_proposal, owner, pid)
+        return await m.call(ops.undo_proposal, owner, pid, args.by)
 
-    pid, restored = with_memory(args, go)
-    emit(args, {"pending_id": pid, "restored": restored},
-         f"undid proposal {pid} of {args.owner}: {restored} memory(ies) back as they were")
+    result = with_memory(args, go)
+    e = result.entry
+    how = "" if result.applied else f" (undone before, at {e.at:%Y-%m-%d %H:%M}; nothing changed)"
+    emit(args, result.model_dump(mode="json"),
+         f"undid proposal {e.pending_id} of {args.owner} by {e.by}{how}: {e.restored} "
+         f"memory(ies) back as they were\n  queued again as {e.requeued}: "
+         f"dream-memory pending confirm|reject --owner {args.owner} --id {e.requeued}")
     return 0
 
 

@@ -128,6 +128,8 @@ class LocalBackend(MemoryBackend):
             return 0  # nothing runs in the background here: every extraction is awaited
         if op is ops.consolidate:  # its proposals are confirmed as a person confirms them
             return await self.service.consolidate(owner, **named)
+        if op is ops.undo_proposal:  # recorded and queued again as a decision is
+            return await self.service.undo_proposal(owner, **named)
         if op is ops.import_document:  # the document's owner was checked by its rule
             return await self.engine.import_document(named["lines"])
         run = getattr(self.engine, op.name, None) or getattr(self.service, op.name)

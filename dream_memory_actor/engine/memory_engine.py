@@ -32,7 +32,7 @@ from ..errors import (
     MemoryNotFound,
     SystemClosed,
 )
-from ..extraction.service import ConsolidationReport
+from ..extraction.service import ConsolidationReport, HitlDecision
 from ..history import ItemHistory, StatusChange
 from ..metrics import get_metrics
 from ..models import (
@@ -487,7 +487,8 @@ class MemoryEngine:
                       ) -> builtins.list[MemoryPendingItem]:
         """What a consolidation pass proposes for ``owner`` (``engine.consolidation``):
         corrections of its rules and facts, then changes of its memories; unqueued, none
-        already queued, and none decided before for the same items."""
+        already queued, and none decided before for the same items (an undone proposal
+        is queued again by its undo, so it counts as queued, or as decided there)."""
         from ..storage.ops import pending_fingerprint
         from . import consolidation
 
@@ -498,9 +499,11 @@ class MemoryEngine:
         await self.write_reads()  # what this process's searches found counts too
         items = await self.vector.dump(owner)
         snap = await self.structured.load(owner)
-        # decided before (rejected, or confirmed and undone), or waiting: not again
-        seen = {pending_fingerprint(e.item)
-                for e in await self.structured.audit(owner, limit=None)}
+        # Decided before, or waiting: not again. An undone proposal was queued again by
+        # its undo: waiting, or decided there (or lapsed undecided, and so made again).
+        trail = await self.structured.audit(owner, limit=None)
+        undone = {e.pending_id for e in trail if e.action == "undone"}
+        seen = {pending_fingerprint(e.item) for e in trail if e.pending_id not in undone}
         seen.update(pending_fingerprint(p) for p in snap.pending)
         ttl = s.pending_ttl_s
         until = None if ttl is None else at + timedelta(seconds=ttl)
@@ -544,12 +547,33 @@ class MemoryEngine:
             return await self.vector.apply_proposal(owner, item, by=by, edited=edited,
                                                     embed=self.embed)
 
-    async def undo_proposal(self, owner: str, pending_id: str) -> int:
-        """Reverse an applied proposal exactly (``VectorStore.undo_proposal``); how many
-        memories came back."""
+    async def unapply_proposal(self, owner: str, pending_id: str) -> int:
+        """Reverse an applied proposal's change of the memories exactly
+        (``VectorStore.undo_proposal``), recording nothing; how many memories came back.
+        ``undo_proposal`` calls it, then records the undo."""
         self._open()
         with self.metrics.operation("apply", self.settings.backend):
             return await self.vector.undo_proposal(owner, pending_id)
+
+    async def undo_decision(self, owner: str, pending_id: str, by: str, *, restored: int,
+                            expires_at: datetime | None = None, op_id: str | None = None
+                            ) -> tuple[MemorySnapshot, AuditEntry] | None:
+        """Record the undo of the confirmed proposal ``pending_id`` and queue it again
+        (``StructuredStore.undo_decision``); ``undo_proposal`` calls it."""
+        self._open()
+        with self.metrics.operation("apply", self.settings.backend):
+            done = await self.structured.undo_decision(owner, pending_id, by, restored=restored,
+                                                       expires_at=expires_at, op_id=op_id)
+        if done is not None:
+            self.metrics.observe_pending(owner, len(done[0].pending))
+        return done
+
+    async def undo_proposal(self, owner: str, pending_id: str, *, by: str) -> HitlDecision:
+        """Undo the confirmed proposal ``pending_id`` in this process and record it: see
+        ``ExtractionService.undo_proposal``."""
+        from ..extraction.service import ExtractionService
+
+        return await ExtractionService.for_engine(self).undo_proposal(owner, pending_id, by=by)
 
     async def reembed(self, owner: str) -> int:
         """Embed every memory of ``owner`` again with this engine's model (an engine

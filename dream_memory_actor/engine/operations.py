@@ -492,7 +492,8 @@ def consolidate(*, apply_all: bool = False, by: Decider = "consolidation"
                 ) -> ConsolidationReport:
     """Run a consolidation pass: its proposals wait in the pending queue for a person's
     ``confirm`` (with an edit) or ``reject``; with ``apply_all`` (for owners who opt in),
-    ``by`` confirms each at once. A proposal rejected before is not made again."""
+    ``by`` confirms each at once. A proposal rejected before is not made again; one
+    undone waits in the queue again (``undo_proposal``)."""
     raise NotImplementedError
 
 
@@ -505,9 +506,21 @@ def apply_proposal(item: Proposed, *, by: Decider, edited: Edited = None
 
 
 @operation("writer", metric="apply")
-def undo_proposal(pending_id: PendingId) -> int:
+def unapply_proposal(pending_id: PendingId) -> int:
+    """Reverse an applied proposal's change of the memories exactly, recording nothing
+    (``undo_proposal`` calls it): how many memories came back."""
+    raise NotImplementedError
+
+
+@operation("owner", metric="apply")
+def undo_proposal(pending_id: PendingId, by: Decider) -> HitlDecision:
     """Reverse a confirmed proposal exactly: its memories live again as they were, their
-    versions gone from the histories; how many memories came back."""
+    versions gone from the histories. The undo is recorded in the audit trail (who,
+    when, how many memories came back) and the proposal waits in the queue again, under
+    a new id (``entry.requeued``), for a person to confirm or reject once more.
+    Idempotent: a second call answers the recorded undo (``applied`` False).
+    ``ProposalNotApplied`` if no such proposal was confirmed; ``ProposalChanged``,
+    nothing written, if the memory it kept changed since."""
     raise NotImplementedError
 
 

@@ -53,6 +53,7 @@ from ..models import (
     StoreResult,
     utcnow,
 )
+from ..storage.decisions import UNDO_OP
 from ..storage.ops import AddPending, L1Op
 from .candidates import ExtractionResult, Extractor, Usage, check_items
 from .configured import open_extractor
@@ -89,7 +90,11 @@ class MemoryWriter(Protocol):
     async def apply_proposal(self, owner: str, item: MemoryPendingItem, *, by: str,
                              edited: str | None = None) -> str | None: ...
 
-    async def undo_proposal(self, owner: str, pending_id: str) -> int: ...
+    async def unapply_proposal(self, owner: str, pending_id: str) -> int: ...
+
+    async def undo_decision(self, owner: str, pending_id: str, by: str, *, restored: int,
+                            expires_at: datetime | None = None, op_id: str | None = None
+                            ) -> tuple[MemorySnapshot, AuditEntry] | None: ...
 
 
 class Engine(MemoryWriter, Protocol):
@@ -320,11 +325,52 @@ class ExtractionService:
     async def _unapply(self, owner: str, pending_id: str) -> None:
         """Undo proposal ``pending_id`` if a confirmation applied it (a rejected one)."""
         with contextlib.suppress(ProposalNotApplied):
-            await self.writer.undo_proposal(owner, pending_id)
+            await self.writer.unapply_proposal(owner, pending_id)
+
+    async def undo_proposal(self, owner: str, pending_id: str, *, by: str) -> HitlDecision:
+        """Reverse the confirmed consolidation proposal ``pending_id`` exactly, record who
+        undid it in the audit trail, and queue the proposal again (a new id: the entry's
+        ``requeued``) for a person to confirm or reject once more.
+
+        Undo puts things back as they were before the confirmation, and before it the
+        proposal was waiting for a decision: so it waits again, rather than being made
+        again by a later pass, which, for an owner whose passes confirm what they propose
+        (``consolidation_auto_apply``), would apply it again behind the person's back.
+
+        The memories are reversed first, as a confirmation applies them before its
+        decision is recorded: a refusal (``ProposalChanged``: the memory it kept changed
+        since) records nothing, and the undo is recorded with the queued item in one
+        write under the operation id ``hitl-undo:<pending id>``, so a retry, or a call
+        stopped between the two, records it once. A second call answers the recorded
+        undo (``applied`` False). ``ProposalNotApplied`` if ``pending_id`` is not a
+        confirmed proposal (rejected, never applied, unknown)."""
+        owner = check.owner_id(owner)
+        by = check.decider(by)
+        pending_id = check.ids([pending_id], "pending item id")[0]
+        trail = await self.structured.audit(owner, limit=2, pending_id=pending_id)
+        recorded = next((e for e in trail if e.action == "undone"), None)
+        if recorded is not None:
+            return HitlDecision(entry=recorded, applied=False)
+        if not any(e.action == "confirmed" and e.item.proposal is not None for e in trail):
+            raise ProposalNotApplied(f"owner {owner!r} has no applied proposal {pending_id!r}")
+        restored = await self.writer.unapply_proposal(owner, pending_id)
+        done = await self.writer.undo_decision(owner, pending_id, by, restored=restored,
+                                               expires_at=self._expiry(),
+                                               op_id=UNDO_OP + pending_id)
+        found = await self.structured.audit(owner, limit=2, pending_id=pending_id)
+        entry = next((e for e in found if e.action == "undone"), None)
+        if entry is None:  # the owner was erased meanwhile
+            raise ProposalNotApplied(f"owner {owner!r} has no applied proposal {pending_id!r}")
+        mine = done is not None and entry.id == done[1].id
+        self._stats["undone"] += int(mine)
+        if mine:
+            get_metrics().hitl_decision("undone")
+        return HitlDecision(entry=entry, applied=mine)
 
     async def _recorded(self, owner: str, pending_id: str, action: AuditAction
                         ) -> HitlDecision:
-        found = await self.structured.audit(owner, limit=1, pending_id=pending_id)
+        found = [e for e in await self.structured.audit(owner, limit=2, pending_id=pending_id)
+                 if e.action != "undone"]
         if not found:
             raise PendingItemNotFound(
                 f"owner {owner!r} has no pending item {pending_id!r} (expired, or never queued)")

@@ -140,11 +140,6 @@ class Consolidated(BaseModel):
                    applied=report.applied, refused=report.refused)
 
 
-class Undone(BaseModel):
-    restored: int = Field(description="How many memories the proposal had closed live again "
-                                      "(a merge's kept memory has its text back as well)")
-
-
 def _written(snap: MemorySnapshot) -> Written:
     return Written(version=snap.version, status=dict(snap.status))
 
@@ -193,7 +188,8 @@ async def list_pending(door: Door, owner: str) -> PendingList:
 
 
 async def audit(door: Door, owner: str, limit: int = 100) -> AuditTrail:
-    """Who confirmed or rejected which pending item, and when, newest first."""
+    """Who confirmed or rejected which pending item, and when, and who undid which
+    confirmed proposal (action undone), newest first."""
     return AuditTrail(entries=await door.call(ops.audit, door.owner(owner), limit))
 
 
@@ -314,12 +310,15 @@ async def consolidate(door: Door, owner: str, apply_all: bool = False) -> Consol
     return Consolidated.of(report)
 
 
-async def undo_proposal(door: Door, owner: str, pending_id: str) -> Undone:
+async def undo_proposal(door: Door, owner: str, pending_id: str) -> HitlDecision:
     """Reverse a confirmed consolidation proposal exactly: the memories it closed live
     again as they were and the memory it kept has its text back, their histories as
-    before. ProposalNotApplied if no such proposal was applied; ProposalChanged, with
+    before. The undo is recorded in the audit trail (entry: who, when, restored: how many
+    memories came back) and the proposal waits in list_pending again under a new id
+    (entry.requeued), to be confirmed or rejected once more. Calling it again changes
+    nothing. ProposalNotApplied if no such proposal was confirmed; ProposalChanged, with
     nothing written, if the kept memory changed since."""
-    return Undone(restored=await door.call(ops.undo_proposal, door.owner(owner), pending_id))
+    return await door.call(ops.undo_proposal, door.owner(owner), pending_id, door.by())
 
 
 _UNDO_PARAMS = {"pending_id": Param("The id of the confirmed proposal (its pending item id, "

@@ -43,7 +43,7 @@ from .access import (
     with_session,
 )
 from .decisions import AUDIT_REACH, decision_of, in_place
-from .render import proposed
+from .render import proposed, stamp
 from .sessions import (
     Forbidden,
     ReplayedForm,
@@ -112,7 +112,7 @@ async def _owner_context(
             *(review.backend.call(ops.memory_history, owner, h.memory.id) for h in hits))
         earlier = [[v for v in chain if v.valid_to is not None] for chain in chains]
     shown = entries[(number - 1) * AUDIT_PAGE : number * AUDIT_PAGE]
-    undo = await in_place(review.backend, owner, shown)
+    undo = await in_place(review.backend, owner, shown, entries)
     return {
         "session": session,
         "owner": owner,
@@ -288,16 +288,18 @@ async def undo(request: Request) -> Response:
         same_origin(request)
         form = await read_form(request)
         session.spend(form.get("csrf", ""), form.get("form", ""), f"undo:{owner}:{pending_id}")
-        restored = await review.backend.call(ops.undo_proposal, owner, pending_id)
+        done = await review.backend.call(ops.undo_proposal, owner, pending_id,
+                                         session.grant.name)
     except DreamMemoryError as exc:
         if session is None or owner is None or isinstance(exc, (Forbidden, ReplayedForm)):
             return refusal(request, exc, session)
         return await _told(request, review, session, owner, "error", str(exc), status_of(exc))
-    entry = await decision_of(review.backend, owner, pending_id)
-    what = pending_id if entry is None else entry.item.describe()
+    e = done.entry
+    n = e.restored or 0
+    when = "" if done.applied else f" by {e.by} at {stamp(e.at)}"
     return await _told(request, review, session, owner, "ok", (
-        f"Undone: {what}. {restored} {'memory' if restored == 1 else 'memories'} back as "
-        "before it."), 200)
+        f"Undone{when}: {e.item.describe()} ({n} {'memory' if n == 1 else 'memories'} back "
+        "as before it; the proposal waits for a decision again)"), 200)
 
 
 async def _told(request: Request, review: Review, session: Session, owner: str, kind: str,

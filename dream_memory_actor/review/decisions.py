@@ -5,8 +5,9 @@ the decision at once).
 
 A decision is answered as recorded (a ``HitlDecision``): written now, or already
 decided before (by whom, when; ``applied`` False), never a second write. A confirmed
-consolidation proposal can be undone (``operations.undo_proposal``); the audit trail
-shows which are still in place (:func:`in_place`).
+consolidation proposal can be undone (``operations.undo_proposal``): the undo is an
+entry of the audit trail of its own, and the proposal waits in the queue again. The
+trail shows which confirmed proposals are still in place (:func:`in_place`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ async def decision_of(backend: MemoryBackend, owner: str, pending_id: str
                       ) -> AuditEntry | None:
     """The recorded decision on ``owner``'s item ``pending_id``, if there is one in reach."""
     trail = await backend.call(ops.audit, owner, AUDIT_REACH)
-    return next((e for e in trail if e.pending_id == pending_id), None)
+    return next((e for e in trail if e.pending_id == pending_id and e.action != "undone"),
+                None)
 
 
 async def decide(backend: MemoryBackend, owner: str, pending_id: str, action: AuditAction,
@@ -45,26 +47,27 @@ async def decide(backend: MemoryBackend, owner: str, pending_id: str, action: Au
     return HitlDecision(entry=entry, applied=False)
 
 
-async def in_place(backend: MemoryBackend, owner: str, entries: Iterable[AuditEntry]
-                   ) -> dict[str, bool]:
+async def in_place(backend: MemoryBackend, owner: str, entries: Iterable[AuditEntry],
+                   trail: Iterable[AuditEntry]) -> dict[str, bool]:
     """For each confirmed consolidation proposal of ``entries``, by pending id: whether its
-    change is in place (it can be undone) or was undone. A confirmed proposal closed a
-    memory (any but the one it keeps) with a version naming the proposal; undoing it
-    takes that version out of the history. A proposal whose memory is gone altogether
-    (deleted, forgotten) is left out."""
+    change is in place (it can be undone) or was undone (an undo of it is in ``trail``,
+    the audit trail from its newest entry to ``entries`` at least: an undo is newer than
+    the confirmation it reverses). A proposal whose memory is gone altogether (deleted,
+    forgotten) is left out."""
+    undone = {e.pending_id for e in trail if e.action == "undone"}
     confirmed = [e for e in entries if e.action == "confirmed" and e.item.proposal is not None]
 
     async def applied(entry: AuditEntry) -> bool | None:
+        if entry.pending_id in undone:
+            return False
         prop = entry.item.proposal
         assert prop is not None
         closed = next(t.id for t in prop.touches if t.id != prop.keep)
         try:
-            chain = await backend.call(ops.memory_history, owner, closed)
+            await backend.call(ops.memory_history, owner, closed)
         except MemoryNotFound:
             return None
-        named = f"proposal {entry.pending_id}:"
-        return any(v.memory_id == closed and v.valid_to is not None
-                   and (v.reason or "").startswith(named) for v in chain)
+        return True
 
     found = await asyncio.gather(*(applied(e) for e in confirmed))
     return {e.pending_id: done for e, done in zip(confirmed, found, strict=True)

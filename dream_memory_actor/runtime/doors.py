@@ -54,8 +54,8 @@ class RayBackend(MemoryBackend):
             done = await run(*args, **kwargs)
         if op is ops.store:
             self._metrics.judged(self.settings.backend, done.judgement)
-        elif op in (ops.confirm, ops.reject) and done.applied:
-            self._metrics.hitl_decision("confirmed" if op is ops.confirm else "rejected")
+        elif op in (ops.confirm, ops.reject, ops.undo_proposal) and done.applied:
+            self._metrics.hitl_decision(done.entry.action)
         return done
 
     async def snapshot(self, owner: str) -> MemorySnapshot:

@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any
 
 import ray
@@ -340,10 +341,16 @@ class _OwnerWriter:
             kept: str | None = await mem.l2(operations.apply_proposal, (item, by, edited))
             return kept
 
-    async def undo_proposal(self, owner: str, pending_id: str) -> int:
+    async def unapply_proposal(self, owner: str, pending_id: str) -> int:
         async with self._holder._use(owner) as mem:
-            came_back: int = await mem.l2(operations.undo_proposal, (pending_id,))
+            came_back: int = await mem.l2(operations.unapply_proposal, (pending_id,))
             return came_back
+
+    async def undo_decision(self, owner: str, pending_id: str, by: str, *, restored: int,
+                            expires_at: datetime | None = None, op_id: str | None = None
+                            ) -> tuple[MemorySnapshot, AuditEntry] | None:
+        async with self._holder._use(owner) as mem:
+            return await mem.undo_decision(pending_id, by, restored, expires_at, op_id)
 
 
 def _writer_method(op: operations.Operation[Any, Any]) -> Any:

@@ -18,6 +18,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, Protocol
 
 from ..engine.operations import Operation
@@ -47,6 +48,10 @@ class L1Engine(Protocol):
     async def decide(self, owner: str, pending_id: str, action: AuditAction, by: str, *,
                      edited: str | None = None, op_id: str | None = None
                      ) -> tuple[MemorySnapshot, AuditEntry] | None: ...
+
+    async def undo_decision(self, owner: str, pending_id: str, by: str, *, restored: int,
+                            expires_at: datetime | None = None, op_id: str | None = None
+                            ) -> tuple[MemorySnapshot, AuditEntry] | None: ...
 
     async def forget(self, owner: str, *, by: str, op_id: str | None = None,
                      memories: Callable[[str], Awaitable[int]] | None = None
@@ -214,6 +219,24 @@ class OwnerMemory:
             got = await self._l1.decide(self.owner, pending_id, action, by, edited=edited,
                                         op_id=op_id)
             if got is None:  # not queued: nothing written (this runs under the lock)
+                return self._snap or await self._l1.snapshot(self.owner)
+            done.append(got)
+            return got[0]
+
+        await self._write(write)
+        return done[0] if done else None
+
+    async def undo_decision(self, pending_id: str, by: str, restored: int,
+                            expires_at: datetime | None, op_id: str | None
+                            ) -> tuple[MemorySnapshot, AuditEntry] | None:
+        """The undo of a confirmed proposal with its audit entry, the proposal queued
+        again (see ``storage.decisions``); ``None`` if it was recorded before."""
+        done: list[tuple[MemorySnapshot, AuditEntry]] = []
+
+        async def write() -> MemorySnapshot:
+            got = await self._l1.undo_decision(self.owner, pending_id, by, restored=restored,
+                                               expires_at=expires_at, op_id=op_id)
+            if got is None:  # recorded before: nothing written (this runs under the lock)
                 return self._snap or await self._l1.snapshot(self.owner)
             done.append(got)
             return got[0]

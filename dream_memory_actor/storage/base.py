@@ -24,7 +24,14 @@ from datetime import datetime
 from typing import ClassVar
 
 from .. import validation as check
-from ..errors import DuplicateId, InvalidQuery, ItemNotFound, ItemSuperseded, SupersessionCycle
+from ..errors import (
+    DuplicateId,
+    InvalidQuery,
+    ItemNotFound,
+    ItemSuperseded,
+    ProposalNotApplied,
+    SupersessionCycle,
+)
 from ..history import ItemHistory, ItemVersion, StatusChange, ancestors, as_of, chain
 from ..models import (
     AuditAction,
@@ -42,9 +49,19 @@ from ..text import content_hash
 from ..validation import l1 as check_l1
 from . import tombstones
 from .changes import ChangeCallback, Unwatch, no_feed
-from .decisions import ACTIONS, decision_ops
+from .decisions import ACTIONS, decision_ops, undo_ops
 from .lifecycle import DEFAULT_MAX_CONTENT_BYTES, _Lifecycle
-from .ops import AddAudit, AddFact, AddRule, DeleteStatus, L1Op, SetStatus, Supersede, added
+from .ops import (
+    AddAudit,
+    AddFact,
+    AddRule,
+    DeleteStatus,
+    L1Op,
+    SetStatus,
+    Supersede,
+    added,
+    pending_fingerprint,
+)
 from .vector import VectorStore
 
 __all__ = ["DEFAULT_MAX_CONTENT_BYTES", "StructuredStore", "VectorStore", "new_item"]
@@ -95,9 +112,9 @@ class StructuredStore(_Lifecycle, ABC):
                      op_id: str | None) -> MemorySnapshot:
         """Apply validated ``ops`` atomically, as ``ops.apply_ops`` does (its error raised
         before anything is written); keep what its ``HistoryLog`` adds to the owner's
-        history and the entries of ``AddAudit`` operations (one per pending id: a later
-        decision's replaces an earlier one's), in the same transaction; return the new
-        snapshot (version + 1).
+        history and the entries of ``AddAudit`` operations (a decision and an undo per
+        pending id at most: ``decisions.replaces`` says which entry a new one replaces),
+        in the same transaction; return the new snapshot (version + 1).
 
         With an ``op_id`` already recorded for ``owner``, apply nothing and return
         the current snapshot; otherwise record ``op_id`` in the same transaction.
@@ -126,7 +143,8 @@ class StructuredStore(_Lifecycle, ABC):
     @abstractmethod
     async def _audit(self, owner: str, limit: int, pending_id: str | None
                      ) -> list[AuditEntry]:
-        """Audit entries of ``owner`` (only those of ``pending_id`` if given), newest first."""
+        """Audit entries of ``owner`` (only those of ``pending_id`` if given: its decision
+        and its undo), newest first."""
 
     @abstractmethod
     async def _forget(self, owner: str, tombstone: Tombstone | None, op_key: str | None
@@ -192,6 +210,42 @@ class StructuredStore(_Lifecycle, ABC):
         except ItemNotFound as exc:  # the item a correction replaces is gone or superseded
             raise await self._refine_missing(owner, checked, exc) from None
         return new, entry
+
+    async def undo_decision(self, owner: str, pending_id: str, by: str, *, restored: int,
+                            expires_at: datetime | None = None, now: datetime | None = None,
+                            op_id: str | None = None
+                            ) -> tuple[MemorySnapshot, AuditEntry] | None:
+        """Record that ``by`` undid the confirmed consolidation proposal ``pending_id``
+        (``restored`` memories came back: its caller reversed them first) and queue the
+        proposal again, atomically (see :mod:`.decisions`); the queued item expires at
+        ``expires_at``.
+
+        ``None`` when its undo is recorded already (nothing written);
+        ``ProposalNotApplied`` when ``pending_id`` is no confirmed proposal. Returns the
+        new snapshot and the entry this call tried to record (a retry of an applied
+        ``op_id`` writes nothing: read the recorded entry with ``audit``).
+        """
+        check.owner_id(owner)
+        check.ids([pending_id], "pending item id")
+        if op_id is not None:
+            check.ids([op_id], "operation id")
+        who = check.decider(by)
+        if isinstance(restored, bool) or not isinstance(restored, int) or restored < 0:
+            raise InvalidQuery(f"restored must be a count of memories, got {restored!r}")
+        at = now or utcnow()
+        trail = await self._audit(owner, 2, pending_id)
+        if any(e.action == "undone" for e in trail):
+            return None
+        confirmed = next((e for e in trail if e.action == "confirmed"
+                          and e.item.proposal is not None), None)
+        if confirmed is None:
+            raise ProposalNotApplied(f"owner {owner!r} has no applied proposal {pending_id!r}")
+        snap = await self.load(owner, now=at)
+        fp = pending_fingerprint(confirmed.item)
+        queued = next((p for p in snap.pending if pending_fingerprint(p) == fp), None)
+        ops, entry = undo_ops(confirmed, who, restored, at, expires_at, queued)
+        checked = check_l1.ops(ops, self.max_content_bytes, self.limits)
+        return await self._apply(owner, [*checked, AddAudit(entry)], at, op_id), entry
 
     async def supersede(self, owner: str, item_id: str, new_content: str, *, by: str,
                         reason: str | None = None, source: str = "user",
@@ -311,8 +365,9 @@ class StructuredStore(_Lifecycle, ABC):
 
     async def audit(self, owner: str, *, limit: int | None = 100,
                     pending_id: str | None = None) -> list[AuditEntry]:
-        """Who confirmed or rejected which pending items of ``owner``, and when; newest
-        first (``limit=None``: every entry, as an export reads them)."""
+        """Who confirmed or rejected which pending items of ``owner``, and when, and who
+        undid which confirmed proposals; newest first (``limit=None``: every entry, as an
+        export reads them)."""
         check.owner_id(owner)
         n = ALL if limit is None else check.limit(limit)
         if pending_id is not None:

@@ -10,16 +10,27 @@ commits: of two decisions on one item the second finds it gone
 nothing. Whether an item was decided is therefore never inferred from an entry
 that was there before; an earlier entry of the same pending id (an id queued
 again after its decision) is replaced by the new decision's.
+
+An undo of a confirmed consolidation proposal is recorded as an entry of its own
+(``"undone"``) beside the confirmation, by ``StructuredStore.undo_decision`` with
+:func:`undo_ops`, in the transaction that queues the proposal again. Its caller
+reversed the memories first (``VectorStore.undo_proposal``, which refuses when they
+changed since: nothing is recorded then); the operation id ``hitl-undo:<pending id>``
+makes a retry record it once. An id holds at most one decision and one undo: a new
+decision on it replaces both, an undo replaces an earlier undo.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from ..models import AuditAction, AuditEntry, MemoryPendingItem
-from .ops import AddFact, AddRule, L1Op, RemovePending, SetStatus, Supersede
+from ..models import AuditAction, AuditEntry, MemoryPendingItem, new_id
+from .ops import AddFact, AddPending, AddRule, L1Op, RemovePending, SetStatus, Supersede
 
+#: What ``decide`` records: a decision on a queued item.
 ACTIONS: tuple[AuditAction, ...] = ("confirmed", "rejected")
+#: The operation id under which the undo of proposal ``<pending id>`` is recorded.
+UNDO_OP = "hitl-undo:"
 
 
 def decision_ops(item: MemoryPendingItem, action: AuditAction, by: str, edited: str | None,
@@ -48,3 +59,28 @@ def decision_ops(item: MemoryPendingItem, action: AuditAction, by: str, edited: 
     entry = AuditEntry(pending_id=item.id, action=action, by=by, at=now, item=item,
                        written=written)
     return ops, entry
+
+
+def undo_ops(confirmed: AuditEntry, by: str, restored: int, now: datetime,
+             expires_at: datetime | None, queued: MemoryPendingItem | None = None
+             ) -> tuple[list[L1Op], AuditEntry]:
+    """The writes of recording the undo of the proposal ``confirmed`` decided, and the
+    entry that records it (pure): the proposal queued again as it was queued before
+    (a new id, since the old one's operations are spent; ``expires_at`` anew), unless
+    ``queued`` is the same proposal waiting already (a pass made it again meanwhile).
+    """
+    ops: list[L1Op] = []
+    if queued is None:
+        queued = confirmed.item.model_copy(update={"id": new_id(), "created_at": now,
+                                                   "expires_at": expires_at})
+        ops.append(AddPending(queued))
+    entry = AuditEntry(pending_id=confirmed.pending_id, action="undone", by=by, at=now,
+                       item=confirmed.item, restored=restored, requeued=queued.id)
+    return ops, entry
+
+
+def replaces(new: AuditEntry, earlier: AuditEntry) -> bool:
+    """Whether recording ``new`` replaces the recorded ``earlier`` (every backend keeps
+    this rule): a decision replaces every entry of its pending id, an undo the undo."""
+    return earlier.pending_id == new.pending_id and (
+        new.action != "undone" or earlier.action == "undone")

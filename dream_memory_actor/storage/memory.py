@@ -30,6 +30,7 @@ from ..models import (
 from ..scoring import Candidate, TermStats, cosine, keyword_order
 from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
+from .decisions import replaces
 from .ops import AddAudit, L1Op, apply_ops
 from .terms import TermCounts, prefix_df, summed
 from .versions import matches
@@ -83,9 +84,9 @@ class InMemoryStructuredStore(StructuredStore):
             if op_id is not None:
                 self._ops.add((owner, op_id))
             audit = self._audit_log[owner]
-            for op in ops:  # a decision replaces an earlier entry of its pending id
+            for op in ops:
                 if isinstance(op, AddAudit):
-                    audit[:] = [e for e in audit if e.pending_id != op.entry.pending_id]
+                    audit[:] = [e for e in audit if not replaces(op.entry, e)]
                     audit.append(op.entry)
             return new
 

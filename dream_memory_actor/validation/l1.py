@@ -135,7 +135,7 @@ def audit_entry(entry: object, max_bytes: int) -> AuditEntry:
     """Check a decision before it is recorded in the audit trail."""
     if not isinstance(entry, AuditEntry):
         raise InvalidQuery(f"AddAudit needs an AuditEntry, got {entry!r}")
-    ids([entry.id, entry.pending_id])
+    ids([entry.id, entry.pending_id, *([] if entry.requeued is None else [entry.requeued])])
     written = (None if entry.written is None
                else content(entry.written, max_bytes, "written content"))
     return entry.model_copy(update={"by": decider(entry.by), "written": written,

@@ -1,8 +1,10 @@
 """Contract of the consolidation pass on every backend: proposals, a person's decision,
-and an undo that restores the owner exactly."""
+and an undo that restores the owner exactly, is recorded in the audit trail, and puts
+the proposal back in the queue."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
@@ -16,9 +18,9 @@ from dream_memory_actor.errors import (
     ProposalNotApplied,
 )
 from dream_memory_actor.extraction.service import ExtractionService
-from dream_memory_actor.models import utcnow
+from dream_memory_actor.models import MemoryPendingItem, utcnow
 from dream_memory_actor.storage.dedup import Cuts
-from dream_memory_actor.storage.ops import AddFact, AddRule, SetStatus
+from dream_memory_actor.storage.ops import AddFact, AddPending, AddRule, SetStatus
 from tests.conftest import DIM, Stores
 
 OWNER = "dreamer"
@@ -57,14 +59,21 @@ async def fill(engine: MemoryEngine, vectors: bool = True) -> None:
 
 async def state(engine: MemoryEngine) -> tuple[object, ...]:
     """What undo must give back: the L1 items, every memory with its embedding, every
-    closed version, and what a search finds."""
+    closed version, what a search finds, and the proposals waiting (as they were
+    proposed: a proposal queued again has a new id)."""
     snap = await engine.snapshot(OWNER)
     query = None if engine.vector.dim is None else near(0, 0.3)
     hits = await engine.search(OWNER, "green tea Kubernetes server", embedding=query,
                                limit=10, now=utcnow().replace(year=2100))
-    return (snap.rules, snap.facts, dict(snap.status), snap.pending,
+    return (snap.rules, snap.facts, dict(snap.status), waiting(snap.pending),
             await engine.vector.dump(OWNER), await engine.vector.versions(OWNER),
             [(h.memory.id, round(h.score, 9)) for h in hits])
+
+
+def waiting(pending: Sequence[MemoryPendingItem]) -> list[str]:
+    """Pending items as they were proposed, whatever their id and time in the queue."""
+    return sorted(p.model_dump_json(exclude={"id", "created_at", "expires_at"})
+                  for p in pending)
 
 
 async def test_the_pass_proposes_a_merge_and_a_supersession_never_a_distinct_pair(
@@ -97,9 +106,9 @@ async def test_apply_then_undo_gives_the_owner_back_exactly(stores: Stores) -> N
     # a memory with a history of its own, to see that histories come back as they were
     first = (await engine.list(OWNER, filter=None))[-1]
     await engine.vector.update(OWNER, first.id, "Alice likes green tea", embedding=near(0))
-    before = await state(engine)
     svc = ExtractionService.for_engine(engine)
     report = await svc.consolidate(OWNER)
+    before = await state(engine)  # the proposals waiting
     merge = next(p for p in report.proposals if p.kind == "merge")
     supersede = next(p for p in report.proposals if p.kind == "supersede")
     kept = await svc.confirm(OWNER, merge.id, by="carol", edited_content="Alice likes sencha")
@@ -114,10 +123,11 @@ async def test_apply_then_undo_gives_the_owner_back_exactly(stores: Stores) -> N
     assert kept_now.metadata["merged_from"] == [other, own]  # the newest text edited away
     assert kept_now.metadata["merge_count"] == 1
     assert "The cluster runs Kubernetes 1.27" not in {m.content for m in after}
-    assert await engine.undo_proposal(OWNER, supersede.id) == 1
-    assert await engine.undo_proposal(OWNER, merge.id) == 1
-    assert await state(engine) == before
-    assert await engine.undo_proposal(OWNER, merge.id) == 1  # a retry changes nothing
+    assert (await engine.undo_proposal(OWNER, supersede.id, by="carol")).entry.restored == 1
+    assert (await engine.undo_proposal(OWNER, merge.id, by="carol")).entry.restored == 1
+    assert await state(engine) == before  # the proposals waiting again, as proposed
+    again = await engine.undo_proposal(OWNER, merge.id, by="carol")  # a retry: as recorded
+    assert not again.applied and again.entry.restored == 1
     assert await state(engine) == before
 
 
@@ -156,7 +166,8 @@ async def test_a_proposal_whose_memories_changed_is_refused_and_writes_nothing(
         await svc.confirm(OWNER, merge.id, by="erin")
     assert await state(engine) == before  # still queued, nothing closed
     with pytest.raises(ProposalNotApplied):
-        await engine.undo_proposal(OWNER, merge.id)
+        await engine.undo_proposal(OWNER, merge.id, by="erin")
+    assert await engine.structured.audit(OWNER) == []
 
 
 async def test_a_rejected_proposal_is_not_made_again(stores: Stores) -> None:
@@ -170,14 +181,19 @@ async def test_a_rejected_proposal_is_not_made_again(stores: Stores) -> None:
     assert (await svc.consolidate(OWNER)).proposals == ()
 
 
-async def test_an_undone_proposal_is_not_made_again(stores: Stores) -> None:
+async def test_an_undone_proposal_waits_in_the_queue_again(stores: Stores) -> None:
     engine = engine_on(stores)
     await fill(engine)
     report = await engine.consolidate(OWNER, apply_all=True, by="gina")
     assert report.applied == 2 and report.refused == 0
     for p in report.proposals:
-        await engine.undo_proposal(OWNER, p.id)
-    assert (await engine.consolidate(OWNER)).proposals == ()
+        await engine.undo_proposal(OWNER, p.id, by="gina")
+    pending = (await engine.snapshot(OWNER)).pending
+    assert waiting(pending) == waiting(report.proposals)
+    assert not {p.id for p in pending} & {p.id for p in report.proposals}
+    # a pass, even one confirming what it proposes, makes none again: they wait
+    assert (await engine.consolidate(OWNER, apply_all=True, by="gina")).proposals == ()
+    assert len(await engine.list(OWNER, limit=100)) == len(MEMORIES)
 
 
 async def test_old_memories_are_proposed_to_expire(stores: Stores) -> None:
@@ -194,7 +210,8 @@ async def test_old_memories_are_proposed_to_expire(stores: Stores) -> None:
         "The office moved to the fourth floor"]
     (closed,) = await engine.memory_history(OWNER, old.memory.id)
     assert (closed.change, closed.by) == ("expire", "hal")
-    assert await engine.undo_proposal(OWNER, report.proposals[0].id) == 1
+    undone = await engine.undo_proposal(OWNER, report.proposals[0].id, by="hal")
+    assert undone.entry.restored == 1
     assert len(await engine.list(OWNER)) == 2
 
 
@@ -233,11 +250,11 @@ async def test_undo_refuses_when_the_memory_it_kept_changed_since(stores: Stores
     for p in (merge, supersede):
         await engine.vector.update(OWNER, p.proposal.keep, f"changed after {p.kind}",
                                    embedding=near(7))
-    before = await state(engine)
+    before = await state(engine), await engine.structured.audit(OWNER)
     for p in (merge, supersede):  # the old value would come back beside a newer one
         with pytest.raises(ProposalChanged, match="since it was applied"):
-            await engine.undo_proposal(OWNER, p.id)
-    assert await state(engine) == before
+            await engine.undo_proposal(OWNER, p.id, by="ivy")
+    assert (await state(engine), await engine.structured.audit(OWNER)) == before
 
 
 async def test_keyword_only_owners_are_consolidated_by_their_words(
@@ -249,8 +266,10 @@ async def test_keyword_only_owners_are_consolidated_by_their_words(
     assert sorted(p.kind for p in report.proposals) == ["merge", "supersede"]
     assert len(await engine.list(OWNER, limit=100)) == len(MEMORIES) - 2
     for p in report.proposals:
-        await engine.undo_proposal(OWNER, p.id)
-    assert await state(engine) == before
+        await engine.undo_proposal(OWNER, p.id, by="jo")
+    after = await state(engine)
+    assert after[:3] + after[4:] == before[:3] + before[4:]
+    assert after[3] == waiting(report.proposals)  # waiting again
 
 
 async def test_rules_and_facts_a_newer_one_updates_are_proposed_as_corrections(
@@ -289,7 +308,114 @@ async def test_a_bad_pending_id_or_decider_is_refused(stores: Stores) -> None:
     engine = engine_on(stores)
     await fill(engine)
     with pytest.raises(InvalidInput):
-        await engine.undo_proposal(OWNER, "")
+        await engine.undo_proposal(OWNER, "", by="kim")
+    report = await engine.consolidate(OWNER, apply_all=True, by="kim")
+    with pytest.raises(InvalidInput):
+        await engine.undo_proposal(OWNER, report.proposals[0].id, by="")
+    assert len(await engine.list(OWNER, limit=100)) == len(MEMORIES) - 2
+    assert [e.action for e in await engine.structured.audit(OWNER)] == ["confirmed"] * 2
+    assert (await engine.snapshot(OWNER)).pending == ()
     with pytest.raises(InvalidInput):
         await engine.consolidate(OWNER, apply_all=True, by="")
     assert (await engine.snapshot(OWNER)).pending == ()
+
+
+async def test_an_undo_is_recorded_and_the_proposal_can_be_decided_again(
+        stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    svc = ExtractionService.for_engine(engine)
+    merge = next(p for p in (await svc.consolidate(OWNER)).proposals if p.kind == "merge")
+    await svc.confirm(OWNER, merge.id, by="carol", edited_content="Alice likes sencha")
+    version = (await engine.snapshot(OWNER)).version
+    undone = await svc.undo_proposal(OWNER, merge.id, by="dave")
+    e = undone.entry
+    assert undone.applied and (e.action, e.pending_id, e.by, e.restored) == (
+        "undone", merge.id, "dave", 1)
+    assert e.item == merge and e.at >= e.item.created_at
+    # recorded beside the confirmation it reverses, in the write queueing the proposal
+    snap = await engine.snapshot(OWNER)
+    assert snap.version == version + 1
+    (queued,) = [p for p in snap.pending if p.kind == "merge"]
+    assert queued.id == e.requeued != merge.id
+    assert (queued.content, queued.proposal) == (merge.content, merge.proposal)  # unedited
+    trail = await engine.structured.audit(OWNER)
+    assert [(x.action, x.pending_id, x.by) for x in trail] == [
+        ("undone", merge.id, "dave"), ("confirmed", merge.id, "carol")]
+    assert await engine.structured.audit(OWNER, pending_id=merge.id) == trail
+    assert [x.action for x in await engine.structured.audit(OWNER, limit=1)] == ["undone"]
+    # a second undo, and a retried confirmation, answer what is recorded; nothing written
+    again = await svc.undo_proposal(OWNER, merge.id, by="erin")
+    assert not again.applied and again.entry == e
+    assert (await svc.confirm(OWNER, merge.id, by="carol")).entry == trail[1]
+    assert (await engine.snapshot(OWNER)).version == snap.version
+    assert await engine.structured.audit(OWNER) == trail
+    # waiting again: confirmed (merged again), undone again, and at last rejected
+    assert (await svc.confirm(OWNER, queued.id, by="erin")).memory_id == merge.proposal.keep
+    assert len(await engine.list(OWNER, limit=100)) == len(MEMORIES) - 1
+    second = (await svc.undo_proposal(OWNER, queued.id, by="erin")).entry
+    assert (second.restored, second.pending_id) == (1, queued.id)
+    assert len(await engine.list(OWNER, limit=100)) == len(MEMORIES)
+    assert second.requeued is not None
+    await svc.reject(OWNER, second.requeued, by="erin")
+    assert [(x.action, x.pending_id) for x in await engine.structured.audit(OWNER)] == [
+        ("rejected", second.requeued), ("undone", queued.id), ("confirmed", queued.id),
+        ("undone", merge.id), ("confirmed", merge.id)]
+    assert await engine.propose(OWNER) == []  # rejected at last: not made again
+    with pytest.raises(ProposalNotApplied):
+        await svc.undo_proposal(OWNER, second.requeued, by="erin")
+
+
+async def test_an_undo_of_a_proposal_never_confirmed_is_refused_and_writes_nothing(
+        stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    svc = ExtractionService.for_engine(engine)
+    report = await svc.consolidate(OWNER)
+    merge, supersede = (next(p for p in report.proposals if p.kind == k)
+                        for k in ("merge", "supersede"))
+    await svc.reject(OWNER, supersede.id, by="fay")
+    extracted = MemoryPendingItem(kind="fact", content="Fay likes rust", confidence=0.5)
+    await engine.structured.apply(OWNER, [AddPending(extracted)])
+    await svc.confirm(OWNER, extracted.id, by="fay")  # a decision, but no proposal
+    before = await state(engine), await engine.structured.audit(OWNER)
+    for pid in (merge.id, supersede.id, extracted.id, "no-such-proposal"):
+        with pytest.raises(ProposalNotApplied):
+            await svc.undo_proposal(OWNER, pid, by="fay")
+    with pytest.raises(ProposalNotApplied):  # the store refuses as well
+        await engine.structured.undo_decision(OWNER, merge.id, "fay", restored=0)
+    assert (await state(engine), await engine.structured.audit(OWNER)) == before
+
+
+async def test_an_undo_stopped_before_it_was_recorded_is_recorded_by_a_retry(
+        stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    report = await engine.consolidate(OWNER, apply_all=True, by="gus")
+    merge = next(p for p in report.proposals if p.kind == "merge")
+    # the memories reversed, then the process stopped before the undo was recorded
+    assert await engine.unapply_proposal(OWNER, merge.id) == 1
+    assert [e.action for e in await engine.structured.audit(OWNER)] == ["confirmed"] * 2
+    undone = await engine.undo_proposal(OWNER, merge.id, by="gus")
+    assert undone.applied and undone.entry.restored == 1
+    assert len(await engine.list(OWNER, limit=100)) == len(MEMORIES) - 1  # the supersession
+    # the write that records it, applied twice under its operation id: recorded once
+    again = await engine.structured.undo_decision(
+        OWNER, merge.id, "gus", restored=1, op_id=f"hitl-undo:{merge.id}")
+    assert again is None
+    assert [e.action for e in await engine.structured.audit(OWNER)].count("undone") == 1
+    assert len([p for p in (await engine.snapshot(OWNER)).pending if p.kind == "merge"]) == 1
+
+
+async def test_undone_proposals_travel_with_an_export(stores: Stores) -> None:
+    engine = engine_on(stores)
+    await fill(engine)
+    report = await engine.consolidate(OWNER, apply_all=True, by="hana")
+    for p in report.proposals:
+        await engine.undo_proposal(OWNER, p.id, by="hana")
+    trail = await engine.structured.audit(OWNER, limit=None)
+    assert [e.action for e in trail].count("undone") == 2
+    lines = await engine.export(OWNER)
+    await engine.forget(OWNER, by="admin")
+    await engine.import_document(lines)
+    assert await engine.structured.audit(OWNER, limit=None) == trail

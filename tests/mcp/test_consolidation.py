@@ -95,14 +95,24 @@ async def test_propose_decide_and_undo(server: HttpServer) -> None:
         assert {(e["item"]["kind"], e["action"]) for e in trail} == {
             ("merge", "confirmed"), ("expire", "confirmed"), ("supersede", "rejected")}
 
-        # undone: every memory as it was
-        assert ok(await c.call_tool("undo_proposal", {"owner": "alice",
-                                                      "pending_id": merge["id"]})) == {
-            "restored": 1}
+        # undone: every memory as it was, recorded, and the proposal waiting again
+        undone = ok(await c.call_tool("undo_proposal", {"owner": "alice",
+                                                        "pending_id": merge["id"]}))
+        assert undone["applied"] and {k: undone["entry"][k] for k in (
+            "action", "pending_id", "by", "restored")} == {
+            "action": "undone", "pending_id": merge["id"], "by": "ana", "restored": 1}
         assert ok(await c.call_tool("undo_proposal", {"owner": "alice",
                                                       "pending_id": expire["id"]}))[
-            "restored"] == 1
+            "entry"]["restored"] == 1
         assert await contents(server, "alice") == sorted(ids)
+        pending = ok(await c.call_tool("list_pending", {"owner": "alice"}))["pending"]
+        assert undone["entry"]["requeued"] in {p["id"] for p in pending}
+        assert {p["kind"] for p in pending} == {"merge", "expire"}
+        trail = ok(await c.call_tool("audit", {"owner": "alice"}))["entries"]
+        assert [e["action"] for e in trail[:2]] == ["undone", "undone"]
+        again = ok(await c.call_tool("undo_proposal", {"owner": "alice",
+                                                       "pending_id": merge["id"]}))
+        assert not again["applied"] and again["entry"] == undone["entry"]
         text = error_text(await c.call_tool("undo_proposal", {"owner": "alice",
                                                               "pending_id": supersede["id"]}))
         assert "ProposalNotApplied" in text  # rejected: nothing was applied

@@ -133,11 +133,26 @@ def test_confirm_with_an_edit_reject_and_undo(site: Site, alice: TestClient) -> 
     assert 'class="notice ok"' in r.text
     assert f"proposals/{merge.id}/undo" not in r.text and "data-undone" in r.text
     assert alice.portal.call(site.contents) == sorted([*CLUSTER, *TEA])
+    # the undo is a row of the trail of its own, and the proposal waits in the queue again
+    (entry,) = [e for e in alice.portal.call(site.backend.call, ops.audit, "alice", 10)
+                if e.action == "undone"]
+    assert (entry.pending_id, entry.by, entry.restored) == (merge.id, "ana", 1)
+    assert r.text.count(f'data-audit="{merge.id}"') == 2
+    assert '<span class="decision undone">undone</span>' in r.text
+    assert 'data-restored="1">1 memory back' in r.text
+    assert f'href="#item-{entry.requeued}"' in r.text
+    assert f'id="item-{entry.requeued}"' in r.text and 'data-proposal="merge"' in r.text
     # from the page's script: the notice alone
     r = undo(alice, expire.id, fetch=True)
     assert r.status_code == 200 and r.text.startswith('<p class="notice ok"')
     assert alice.portal.call(site.contents) == sorted([OLD, *CLUSTER, *TEA])
     assert alice.get("/owners/alice").text.count("data-undone") == 2
+    # the same form posted again (a form of its own): the undo as recorded, nothing written
+    session = site.app.state.review.sessions.get(alice.cookies["dm_review"])
+    form = {"csrf": session.csrf, "form": session.issue(f"undo:alice:{merge.id}")}
+    r = alice.post(f"/owners/alice/proposals/{merge.id}/undo", data=form, headers=FETCH)
+    assert r.status_code == 200 and "Undone by ana at" in r.text
+    assert len(alice.portal.call(site.backend.call, ops.audit, "alice", 10)) == 5
 
     # a later proposal closing a memory again is its own: the undone one stays undone
     from dream_memory_actor.models import Proposal, Touched
@@ -219,7 +234,7 @@ def test_what_a_card_shows_of_each_kind() -> None:
 
 
 @pytest.mark.slow
-def test_proposals_in_a_browser(site: Site) -> None:
+def test_proposals_in_a_browser(site: Site, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright  # the dev extras hold it
 
     if not os.access(CHROMIUM, os.X_OK):
@@ -258,6 +273,11 @@ def test_proposals_in_a_browser(site: Site) -> None:
             undo_button.click()
             expect(page.locator(".notice.ok")).to_contain_text("1 memory back as before it")
             expect(page.locator(f"[data-audit='{merge.id}'] [data-undone]")).to_have_count(1)
+            expect(page.locator(f"[data-audit='{merge.id}'] .decision.undone")).to_have_count(1)
+            # the merge waits in the queue again, as a card to decide once more
+            expect(page.locator("[data-proposal=merge]")).to_have_count(1)
+            assert page.locator("[data-pending-count]").inner_text() == "2"
+            page.screenshot(path=str(tmp_path / "undone.png"), full_page=True)
         finally:
             browser.close()
     assert asyncio.run(site.contents()) == sorted([OLD, *CLUSTER, *TEA])

@@ -47,9 +47,14 @@ def test_a_pass_proposes_a_person_confirms_and_undoes(system: MemorySystem) -> N
     after = sorted(m.content for m in h.list())
     assert len(after) == len(before) - 1 and "t9: Alice likes tea" in after
     assert h.consolidate().proposals == ()  # the rejected one is not made again
-    assert h.undo_proposal(pending["merge"].id) == 1
+    undone = h.undo_proposal(pending["merge"].id, by="ana")
+    assert undone.applied and (undone.entry.action, undone.entry.restored) == ("undone", 1)
     assert sorted(m.content for m in h.list()) == before
-    assert h.snapshot().pending == ()
+    # recorded through the owner's actor, which serves the proposal waiting again at once
+    assert [p.id for p in h.snapshot().pending] == [undone.entry.requeued]
+    assert [(e.action, e.by) for e in h.audit(limit=2)] == [("undone", "ana"),
+                                                             ("rejected", "ops")]
+    assert not h.undo_proposal(pending["merge"].id, by="ana").applied  # as recorded
 
 
 def test_a_pass_runs_in_the_proposer_at_a_lower_priority(system: MemorySystem) -> None:

@@ -39,7 +39,8 @@ document.addEventListener("submit", async (event) => {
 });
 
 // Undo a confirmed proposal from the audit trail: the server answers a notice; the
-// snapshot and the trail are read again, and the notice shown above the trail.
+// queue (where the proposal waits again), the snapshot and the trail are read again, and
+// the notice shown above the trail.
 document.addEventListener("submit", async (event) => {
   const form = event.target;
   if (!(form instanceof HTMLFormElement) || !form.classList.contains("undo")) return;
@@ -55,18 +56,20 @@ document.addEventListener("submit", async (event) => {
   } catch (err) {
     html = '<p class="notice error" role="alert">The server could not be reached; nothing changed here. Try again.</p>';
   }
-  await refresh();
+  await refresh(["queue", "snapshot", "audit"]);
   const heading = document.querySelector('[data-refresh="audit"] h2');
   if (heading) heading.insertAdjacentHTML("afterend", html);
 });
 
-// After a decision, the snapshot and the audit trail of the page are read again.
-async function refresh() {
+// After a decision, the snapshot and the audit trail of the page are read again (the
+// queue keeps the decision's answer in place of its card).
+async function refresh(parts = ["snapshot", "audit"]) {
   try {
     const response = await fetch(location.href, { credentials: "same-origin" });
     if (!response.ok) return;
     const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
     document.querySelectorAll("[data-refresh]").forEach((part) => {
+      if (!parts.includes(part.dataset.refresh)) return;
       const next = fresh.querySelector(`[data-refresh="${part.dataset.refresh}"]`);
       if (next) part.replaceWith(next);
     });

@@ -270,6 +270,18 @@ ALTER TABLE {s}.memory_versions ADD CONSTRAINT memory_versions_change_check
 -- proposed to expire is one neither changed nor read for a while.
 ALTER TABLE {s}.memories ADD COLUMN last_read_at timestamptz;
 """),
+    (16, "undone proposals in the audit trail", """
+-- Who undid a confirmed consolidation proposal, when, how many memories came back and
+-- the pending item it waits in again: an entry beside the confirmation it reverses, so
+-- an item has one decision and one undo at most.
+ALTER TABLE {s}.audit DROP CONSTRAINT audit_action_check;
+ALTER TABLE {s}.audit ADD CONSTRAINT audit_action_check
+    CHECK (action IN ('confirmed', 'rejected', 'undone'));
+ALTER TABLE {s}.audit ADD COLUMN restored integer, ADD COLUMN requeued text;
+ALTER TABLE {s}.audit DROP CONSTRAINT audit_owner_id_pending_id_key;
+CREATE UNIQUE INDEX audit_owner_pending_key ON {s}.audit
+    (owner_id, pending_id, (action = 'undone'));
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

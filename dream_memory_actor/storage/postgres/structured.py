@@ -191,17 +191,21 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                  for k in dict.fromkeys(c.key for c in log.status)])
 
     async def _write_audit(self, conn: Any, owner: str, entries: Sequence[AuditEntry]) -> None:
-        """Record decisions; one entry per pending id, a later decision's replacing it."""
+        """Record decisions and undos; what a new entry replaces (``decisions.replaces``):
+        a decision every entry of its pending id, an undo the earlier undo."""
         s = self._s
         for e in entries:
-            await conn.execute(f"DELETE FROM {s}.audit WHERE owner_id = $1 AND pending_id = $2",
-                               owner, e.pending_id)
+            await conn.execute(
+                f"""DELETE FROM {s}.audit WHERE owner_id = $1 AND pending_id = $2
+                        AND (action = 'undone' OR NOT $3::boolean)""",
+                owner, e.pending_id, e.action == "undone")
             await conn.execute(
                 f"""INSERT INTO {s}.audit (id, owner_id, pending_id, action, actor, at, item,
-                        written)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8) ON CONFLICT DO NOTHING""",
+                        written, restored, requeued)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10)
+                    ON CONFLICT DO NOTHING""",
                 e.id, owner, e.pending_id, e.action, e.by, e.at, e.item.model_dump_json(),
-                e.written)
+                e.written, e.restored, e.requeued)
 
     async def _history(self, owner: str) -> tuple[list[ItemVersion], list[StatusChange]]:
         s = self._s
@@ -269,11 +273,13 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                      ) -> list[AuditEntry]:
         async with self.backend.connection() as conn:
             rows = await conn.fetch(
-                f"""SELECT id, pending_id, action, actor, at, item, written FROM {self._s}.audit
+                f"""SELECT id, pending_id, action, actor, at, item, written, restored, requeued
+                    FROM {self._s}.audit
                     WHERE owner_id = $1 AND ($3::text IS NULL OR pending_id = $3)
                     ORDER BY seq DESC LIMIT $2""", owner, limit, pending_id)
         return [AuditEntry(id=r["id"], pending_id=r["pending_id"], action=r["action"],
                            by=r["actor"], at=r["at"], written=r["written"],
+                           restored=r["restored"], requeued=r["requeued"],
                            item=MemoryPendingItem.model_validate_json(r["item"]))
                 for r in rows]
 

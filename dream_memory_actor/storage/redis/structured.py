@@ -8,8 +8,10 @@ Keys of owner ``o`` (prefix ``p``)::
     p:{o}:l1:st:<key>   string  JSON {"v": value, "x": expires_at}; PXAT when it has a TTL
     p:{o}:l1:pq         list    the pending item ids, oldest first
     p:{o}:l1:pd:<id>    string  JSON of the pending item; PXAT when it expires
-    p:{o}:l1:au         list    pending ids that have an audit entry, newest first
-    p:{o}:l1:ad:<pid>   string  JSON of the audit entry of pending item <pid>
+    p:{o}:l1:au         list    the slots of the audit entries, newest first
+    p:{o}:l1:ad:<slot>  string  JSON of the audit entry in <slot>: the decision on
+                                pending item <pid> in slot <pid>, the undo of its
+                                proposal in slot <pid> NUL "undone" (no id holds a NUL)
     p:{o}:l3:w:<conv>   list    JSON of the messages in the window of <conv>, oldest first
     p:{o}:l1:hx         list    JSON of the closed rules and facts, oldest closed first
     p:{o}:l1:sh:<key>   list    JSON of the last changes of status <key>, oldest first
@@ -32,11 +34,11 @@ and the announcement of the change (``PUBLISH``, see ``feed``).
 Every write rewrites the document (its version), so a concurrent writer in any
 process makes EXEC fail and the transaction runs again.
 
-``AddAudit`` entries (only a decision makes them) are written in the same
-MULTI/EXEC. Which pending ids already have an entry is read under the same WATCH
+``AddAudit`` entries (only a decision or an undo makes them) are written in the
+same MULTI/EXEC. Which slots already hold an entry is read under the same WATCH
 (audit entries are only written by ``_apply``, which always rewrites the
-document), so a decision replaces an earlier entry of its pending id in the list
-too, as on the other backends.
+document), so a new entry replaces what it replaces (``decisions.replaces``) in the
+list too, as on the other backends.
 
 A chat window is a list: a write is RPUSH, LRANGE of what falls out, LTRIM (DEL
 when nothing is kept) and LRANGE of what is kept in one MULTI/EXEC. It WATCHes the
@@ -121,7 +123,7 @@ return out
 )
 
 
-# KEYS: the audit id list. ARGV: how many entries, the key prefix of the entries
+# KEYS: the audit slot list. ARGV: how many entries, the key prefix of the entries
 # (they share the owner's hash tag).
 # Reply: the JSON of the newest entries, newest first.
 _AUDIT = (
@@ -139,6 +141,22 @@ return out
 #: What a unit's staging prefix adds to the store's (no owner id, hash tag or prefix
 #: continues so: a prefix is a name of letters, digits and ``_``).
 _UNIT = "~unit~"
+
+
+#: What follows a pending id in the slot of its undo (a NUL: no id holds one).
+_UNDO_SLOT = "\x00undone"
+
+
+def _slot(entry: AuditEntry) -> str:
+    """The slot that holds ``entry``."""
+    return entry.pending_id + (_UNDO_SLOT if entry.action == "undone" else "")
+
+
+def _replaced(entry: AuditEntry) -> tuple[str, ...]:
+    """The slots whose entries ``entry`` replaces (``decisions.replaces``)."""
+    if entry.action == "undone":
+        return (_slot(entry),)
+    return (entry.pending_id, entry.pending_id + _UNDO_SLOT)
 
 
 def _ms(t: datetime) -> int:
@@ -231,24 +249,28 @@ class RedisStructuredStore(StructuredStore):
         raise BackendError(f"owner {owner!r}: too many concurrent writers, apply gave up")
 
     async def _audited(self, pipe: Any, owner: str, entries: Sequence[AuditEntry]) -> set[str]:
-        """Those pending ids of ``entries`` that already have an audit entry (read under WATCH)."""
+        """Those slots that ``entries`` replace which hold an entry (read under WATCH)."""
         if not entries:
             return set()
-        pids = list(dict.fromkeys(e.pending_id for e in entries))
-        found = await pipe.mget([self._keys.l1_audit(owner, p) for p in pids])
-        return {p for p, raw in zip(pids, found, strict=True) if raw is not None}
+        slots = list(dict.fromkeys(s for e in entries for s in _replaced(e)))
+        found = await pipe.mget([self._keys.l1_audit(owner, s) for s in slots])
+        return {s for s, raw in zip(slots, found, strict=True) if raw is not None}
 
     def _write_audit(self, pipe: Any, owner: str, entries: Sequence[AuditEntry],
                      audited: set[str]) -> None:
-        """Queue the audit entries; a decision replaces an earlier entry of its pending id,
-        which moves to the front of the newest-first list."""
+        """Queue the audit entries; a new entry replaces what it replaces, and moves to the
+        front of the newest-first list."""
         k = self._keys
         for e in entries:
-            if e.pending_id in audited:
-                pipe.lrem(k.l1_audit_ids(owner), 0, e.pending_id)
-            audited.add(e.pending_id)
-            pipe.set(k.l1_audit(owner, e.pending_id), e.model_dump_json())
-            pipe.lpush(k.l1_audit_ids(owner), e.pending_id)
+            for slot in _replaced(e):
+                if slot in audited:
+                    pipe.lrem(k.l1_audit_ids(owner), 0, slot)
+                    pipe.delete(k.l1_audit(owner, slot))
+                    audited.discard(slot)
+            slot = _slot(e)
+            audited.add(slot)
+            pipe.set(k.l1_audit(owner, slot), e.model_dump_json())
+            pipe.lpush(k.l1_audit_ids(owner), slot)
 
     def _write(self, pipe: Any, owner: str, old: MemorySnapshot, new: MemorySnapshot) -> None:
         """Queue the commands that turn ``old`` (as stored) into ``new``."""
@@ -460,10 +482,13 @@ class RedisStructuredStore(StructuredStore):
         k = self._keys
         with translate("audit"):
             if pending_id is not None:
-                raw = [await self._r.get(k.l1_audit(owner, pending_id))]
-            else:
-                raw = await self._audit_script([k.l1_audit_ids(owner)],
-                                               [limit, k.l1_audit_prefix(owner)])
+                raw = await self._r.mget([k.l1_audit(owner, pending_id),
+                                          k.l1_audit(owner, pending_id + _UNDO_SLOT)])
+                found = sorted((AuditEntry.model_validate_json(r) for r in raw if r is not None),
+                               key=lambda e: e.at, reverse=True)
+                return found[:limit]
+            raw = await self._audit_script([k.l1_audit_ids(owner)],
+                                           [limit, k.l1_audit_prefix(owner)])
         return [AuditEntry.model_validate_json(r) for r in raw if r is not None]
 
     async def _forget(self, owner: str, tombstone: Tombstone | None, op_key: str | None
