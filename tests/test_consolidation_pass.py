@@ -31,7 +31,7 @@ def _items(n: int) -> list[tuple[VectorMemory, list[float]]]:
 
 
 async def test_the_pass_gives_its_event_loop_back_while_it_judges() -> None:
-    items = _items(400)
+    items = _items(1000)
     gaps: list[float] = []
     done = asyncio.Event()
 
