@@ -62,12 +62,15 @@ class Record:
 
 
 async def writer(handle: Any, w: int, steps: int, gate: int,
-                 text: Callable[[int, int, int], str]) -> list[Record]:
-    """Writer ``w``: wait for the gate version, then ``steps`` writes, L1 and L2 mixed."""
+                 text: Callable[[int, int, int], str], l2: bool = True) -> list[Record]:
+    """Writer ``w``: wait for the gate version, then ``steps`` writes, L1 and L2 mixed
+    (``l2`` False: the L2 stores left out, the L1 writes the same)."""
     await handle.snapshot_async(min_version=gate, timeout_s=120)
     out: list[Record] = []
     for k in range(steps):
         t0 = time.perf_counter()
+        if k % 3 == 1 and not l2:
+            continue
         if k % 3 == 1:
             topic = (w + k) % TOPICS
             r = await handle.store_async(text(topic, w, k), {"writer": w, "step": k})
@@ -84,22 +87,23 @@ async def writer(handle: Any, w: int, steps: int, gate: int,
 
 
 async def writer_group(handle: Any, writers: Sequence[int], steps: int, gate: int,
-                       text: Callable[[int, int, int], str]) -> list[Record]:
+                       text: Callable[[int, int, int], str], l2: bool = True
+                       ) -> list[Record]:
     """Say ready (one L1 write), then run ``writers`` concurrently."""
     ready = SetStatus(f"ready{writers[0]}", "1")
     snap = await handle.apply_async([ready])
     records = [Record("l1", 0.0, ops=[ready], version=snap.version)]
-    done = await asyncio.gather(*(writer(handle, w, steps, gate, text) for w in writers))
+    done = await asyncio.gather(*(writer(handle, w, steps, gate, text, l2) for w in writers))
     return records + [r for rs in done for r in rs]
 
 
 def _run_group(handle: Any, writers: Sequence[int], steps: int, gate: int,
-               text: Callable[[int, int, int], str]) -> list[Record]:
-    return asyncio.run(writer_group(handle, writers, steps, gate, text))
+               text: Callable[[int, int, int], str], l2: bool = True) -> list[Record]:
+    return asyncio.run(writer_group(handle, writers, steps, gate, text, l2))
 
 
 def run_load(handle: Any, writers: int, tasks: int, steps: int,
-             text: Callable[[int, int, int], str] = plain_text
+             text: Callable[[int, int, int], str] = plain_text, l2: bool = True
              ) -> tuple[list[Record], float]:
     """Run the load from ``tasks`` Ray tasks; all acknowledged records and the wall time."""
     import ray
@@ -108,7 +112,7 @@ def run_load(handle: Any, writers: int, tasks: int, steps: int,
     groups = [list(range(writers))[i::tasks] for i in range(tasks)]
     base = handle.snapshot().version
     gate = base + tasks + 1  # every group said ready, then the driver's "go"
-    refs = [remote.remote(handle, g, steps, gate, text) for g in groups]
+    refs = [remote.remote(handle, g, steps, gate, text, l2) for g in groups]
     handle.snapshot(min_version=gate - 1, timeout_s=300)
     t0 = time.perf_counter()
     go = SetStatus("go", "1")
@@ -186,12 +190,62 @@ def verify_topics(records: Sequence[Record], memories: Sequence[VectorMemory]
     }
 
 
+def _salted(text: Callable[[int, int, int], str], salt: str) -> Callable[[int, int, int], str]:
+    """``text`` with ``salt`` appended: texts no earlier load stored (or embedded)."""
+    return lambda topic, w, k: f"{text(topic, w, k)} ({salt})"
+
+
+def _rounds(system: Any, args: argparse.Namespace, text: Callable[[int, int, int], str]
+            ) -> dict[str, Any] | None:
+    """``--rounds`` of three loads, each on a fresh owner and in alternating order: one
+    writer, ``--writers`` writers, and ``--writers`` writers without L2 stores; the
+    throughput of many writers over one's, and their L1 write p95 over the L1-only
+    load's, per round and their medians."""
+    if not args.rounds:
+        return None
+    import os
+
+    import numpy as np
+
+    loads = {"one_writer": (1, 1, True), "writers": (args.writers, args.tasks, True),
+             "writers_l1_only": (args.writers, args.tasks, False)}
+    per: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        got: dict[str, Any] = {}
+        names = list(loads) if r % 2 == 0 else list(loads)[::-1]
+        for name in names:
+            n, tasks, l2 = loads[name]
+            owner = f"bench-concurrency-{name}-{r}"
+            handle = system.owner(owner)
+            records, wall = run_load(handle, n, tasks, args.steps, _salted(text, owner), l2)
+            timed = [x for x in records if x.seconds > 0]
+            got[name] = {"ops_per_s": round(len(timed) / wall, 1), **{
+                kind: percentiles_ms(seconds) for kind in ("l1", "l2")
+                if (seconds := [x.seconds for x in timed if x.kind == kind])}}
+        got["throughput_ratio"] = round(got["writers"]["ops_per_s"]
+                                        / got["one_writer"]["ops_per_s"], 2)
+        got["l1_p95_ratio"] = round(got["writers"]["l1"]["p95_ms"]
+                                    / got["writers_l1_only"]["l1"]["p95_ms"], 2)
+        got["load"] = [round(x, 2) for x in os.getloadavg()]
+        per.append(got)
+    tput = float(np.median([g["throughput_ratio"] for g in per]))
+    l1 = float(np.median([g["l1_p95_ratio"] for g in per]))
+    return {"per_round": per, "throughput_ratio_median": round(tput, 2),
+            "l1_p95_ratio_median": round(l1, 2),
+            "targets": {"throughput_ratio_at_least": 1.7, "throughput_met": tput >= 1.7,
+                        "l1_p95_ratio_at_most": 2.0, "l1_p95_met": l1 <= 2.0}}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .runtime_args import add_runtime_arguments
 
     parser.add_argument("--writers", type=int, default=32)
     parser.add_argument("--tasks", type=int, default=4, help="Ray tasks the writers run in")
     parser.add_argument("--steps", type=int, default=12, help="writes per writer")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="also time, on owners of their own and in alternating order, "
+                             "one writer against --writers (throughput ratio) and --writers "
+                             "without their L2 stores (L1 write p95 ratio), this many times")
     parser.add_argument("--embedding-model", default=None,
                         help="embed the L2 stores with this model (e.g. "
                              "local:multilingual-e5-small); each store then has a text of "
@@ -212,6 +266,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         final = handle.snapshot()
         memories = handle.list(limit=1000)
         checks = verify(records, final, memories, base)
+        rounds = _rounds(system, args, plain_text if model is None else distinct_text)
     if model is not None:  # texts of their own: no topic is stored once by design
         for key in ("duplicates", "merges_once"):
             checks.pop(key, None)
@@ -230,6 +285,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             for kind in ("l1", "l2")},
         "embedding_model": model,
         **checks,
+        **({"rounds": rounds} if rounds else {}),
         "machine": machine(),
         "command": command(),
     }

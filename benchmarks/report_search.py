@@ -249,6 +249,18 @@ def latency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str | No
     lines += table(["backend", "memories", "owners", "p50 ms", "p95 ms",
                      *["store path ops/s"] * store, "machine", "command"], rows)
     lines += growth_section(items)
+    for path, d in items:
+        pairs = d.get("counts_first_pairs")
+        if isinstance(pairs, Mapping):
+            ratio = pairs.get("ratio_one_round_trip_to_counts_first") or {}
+            lines += [f"PostgreSQL, {num(d.get('total_memories'), ',.0f')} memories: each "
+                      "query searched both ways in alternating pairs, counts and candidates "
+                      "in one round trip (the store's default) against counts first: p50 "
+                      f"{num(get(pairs, 'one_round_trip', 'p50_ms'), '.2f')} against "
+                      f"{num(get(pairs, 'counts_first', 'p50_ms'), '.2f')} ms, per-query "
+                      f"ratio p50 {num(ratio.get('p50'), '.2f')} and p95 "
+                      f"{num(ratio.get('p95'), '.2f')}, load "
+                      f"{num((get(pairs, 'load_average', 'before') or [None])[0])} (`{path.name}`).", ""]
     if plot:
         lines += [f"![latency by store size]({plot})", ""]
     return lines
@@ -262,6 +274,29 @@ def concurrency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str 
              f"`{command(d)}`"] for _, d in items]
     lines += table(["backend", "placement", "writers", "tasks", "ops/s", "p50 ms", "machine",
                      "command"], rows)
+    for path, d in items:
+        r = d.get("rounds")
+        if not isinstance(r, Mapping):
+            continue
+        lines += [f"One owner, {num(d.get('writers'))} writers against one, and against the "
+                  f"same writers without their L2 stores, embedding with "
+                  f"`{d.get('embedding_model')}`, on fresh owners in alternating order "
+                  f"(`{path.name}`):", ""]
+        lines += table(["round", "one writer ops/s", "writers ops/s", "ratio",
+                        "L1 p95 ms", "L1 p95 ms without L2", "ratio", "load"],
+                       [[i + 1, num(get(g, "one_writer", "ops_per_s")),
+                         num(get(g, "writers", "ops_per_s")), num(g.get("throughput_ratio")),
+                         num(get(g, "writers", "l1", "p95_ms")),
+                         num(get(g, "writers_l1_only", "l1", "p95_ms")),
+                         num(g.get("l1_p95_ratio")), num((g.get("load") or [None])[0])]
+                        for i, g in enumerate(r.get("per_round") or [])])
+        t = r.get("targets") or {}
+        lines += [f"Medians: throughput {num(r.get('throughput_ratio_median'))}x one "
+                  f"writer's (target at least {num(t.get('throughput_ratio_at_least'))}x: "
+                  f"{'met' if t.get('throughput_met') else 'not met'}); L1 write p95 "
+                  f"{num(r.get('l1_p95_ratio_median'))}x its p95 without L2 writes (target "
+                  f"at most {num(t.get('l1_p95_ratio_at_most'))}x: "
+                  f"{'met' if t.get('l1_p95_met') else 'not met'}).", ""]
     if plot:
         lines += [f"![throughput by concurrency]({plot})", ""]
     return lines

@@ -357,7 +357,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         choose a plan without the recent window and the query keeps all its terms (a
         split plan: the nearest memories on a second connection meanwhile); otherwise,
         or where this search's counts choose otherwise, counts first, then candidates
-        (always with a metadata filter)."""
+        (always with a metadata filter). It pays: ``python -m benchmarks search-latency
+        --counts-first-pairs`` times each query both ways, in alternating pairs."""
         found = query_terms(query)
         last = self._last_counts
         if (not found or len(found) > MAX_QUERY_TERMS or last is None or where is not None
