@@ -200,6 +200,12 @@ def as_of(snap: MemorySnapshot, closed: Iterable[ItemVersion],
         status=FrozenMap(values), status_expires_at=expires, version=0, updated_at=t)
 
 
+def last_change(key: str, changes: Sequence[StatusChange]) -> datetime | None:
+    """When status ``key`` last changed, per the kept ``changes`` (oldest first; ``None``:
+    none kept)."""
+    return next((c.at for c in reversed(changes) if c.key == key), None)
+
+
 def trim_status(changes: Sequence[StatusChange], keep: int) -> list[StatusChange]:
     """The newest ``keep`` changes of each key, oldest first."""
     per_key: dict[str, list[StatusChange]] = {}

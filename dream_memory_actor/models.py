@@ -126,6 +126,10 @@ class Proposal(_Frozen):
     is a newer version of the others, which are closed in its favour. ``expire``: the
     memories are closed, unused for ``reason``'s time. Every closed memory stays in
     its history, naming the proposal, and the change can be undone.
+
+    The expiry of a status value (``MemoryPendingItem.status_expiry``) touches one
+    item that is no memory: the status key (``id``), its value (``content``) and when
+    it last changed (``updated_at``); confirming it deletes the key.
     """
 
     touches: tuple[Touched, ...]
@@ -140,7 +144,9 @@ class MemoryPendingItem(_Frozen):
     ``kind`` says where it goes when confirmed: a rule, a fact, a status entry
     (``key``/``value``) or a semantic ``memory``; or, for a consolidation pass's
     ``merge``, ``supersede`` and ``expire``, the change of memories its ``proposal``
-    describes (``content`` is then the text the change leaves, if any).
+    describes (``content`` is then the text the change leaves, if any). An ``expire``
+    with a ``key`` and ``value`` lets that status value expire instead
+    (:attr:`status_expiry`).
     """
 
     id: str = Field(default_factory=new_id)
@@ -161,8 +167,17 @@ class MemoryPendingItem(_Frozen):
     #: The change of memories a consolidation pass proposes (its three kinds only).
     proposal: Proposal | None = None
 
+    @property
+    def status_expiry(self) -> bool:
+        """Whether this is a consolidation pass's proposal to let the status value
+        ``key`` = ``value`` expire (an L1 change, decided as a correction is) rather
+        than a change of memories."""
+        return self.kind == "expire" and self.key is not None
+
     def describe(self) -> str:
         """One line for a person deciding on the item."""
+        if self.status_expiry and self.proposal is not None:
+            return f"[expire] status {self.key}={self.value}: {self.proposal.reason}"
         if self.proposal is not None:
             n = len(self.proposal.touches)
             return (f"[{self.kind}] {n} {'memory' if n == 1 else 'memories'}: "

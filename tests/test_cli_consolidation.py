@@ -85,7 +85,7 @@ def test_proposals_are_shown_decided_and_undone(settings: MemorySettings,
     # queued: the same pass again proposes nothing more
     again: Any = _json(capsys, "consolidate", *o)
     assert again["proposals"] == [] and again["counts"] == {
-        "merge": 0, "supersede": 0, "expire": 0, "correction": 0}
+        "merge": 0, "supersede": 0, "expire": 0, "correction": 0, "status_expiry": 0}
     rc, out, _ = _run(capsys, "pending", "list", *o)
     assert rc == 0 and "3 pending item(s) for alice" in out and "[merge] 2 memories" in out
     assert f"result  {TEA[1]}" in out and OLD in out

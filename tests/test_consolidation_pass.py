@@ -95,3 +95,27 @@ def test_kinds_take_turns_up_to_the_cap() -> None:
     chosen = _taking_turns(found, 5)  # type: ignore[arg-type]
     assert [p.kind for p in chosen] == ["merge", "supersede", "merge", "supersede", "merge"]
     assert len(_taking_turns(found, 100)) == 12  # type: ignore[arg-type]
+
+
+def test_status_values_expire_by_their_last_change_never_with_a_ttl() -> None:
+    from dream_memory_actor.history import StatusChange
+    from dream_memory_actor.models import FrozenMap, MemorySnapshot
+    from dream_memory_actor.storage.ops import pending_fingerprint
+
+    now = datetime(2025, 6, 1, tzinfo=timezone.utc)
+    old, new = now - timedelta(days=90), now - timedelta(days=1)
+    snap = MemorySnapshot(
+        owner="o", status=FrozenMap({"city": "Berlin", "trip": "Rome", "mood": "calm",
+                                     "team": "core"}),
+        status_expires_at={"trip": now + timedelta(days=9)}, updated_at=old)
+    changes = [StatusChange(key="city", value="Paris", at=old - timedelta(days=9)),
+               StatusChange(key="city", value="Berlin", at=old),
+               StatusChange(key="trip", value="Rome", at=old),
+               StatusChange(key="mood", value="calm", at=new)]  # "team": none kept
+    cut = now - timedelta(days=30)
+    found = consolidation.status_expiries(snap, changes, cut)
+    assert [(p.key, p.value, p.proposal.touches[0].updated_at) for p in found] == [
+        ("city", "Berlin", old), ("team", "core", old)]  # at the latest when snap changed
+    again = consolidation.status_expiries(snap, changes, cut,
+                                          skip=[pending_fingerprint(found[0])])
+    assert [p.key for p in again] == ["team"]  # a value decided before: not again

@@ -199,7 +199,7 @@ def _consolidate(args: argparse.Namespace) -> int:
         lines += proposal_lines(p)
     if args.apply_all or report.applied or report.refused:  # or the owner's auto-apply
         lines.append(f"applied {report.applied}" + (
-            f", refused {report.refused} (their memories changed meanwhile; they stay "
+            f", refused {report.refused} (what they change changed meanwhile; they stay "
             "queued)" if report.refused else ""))
     elif report.proposals:
         lines.append(f"queued for review: dream-memory pending list --owner {args.owner}")
@@ -218,9 +218,11 @@ def _undo_proposal(args: argparse.Namespace) -> int:
     result = with_memory(args, go)
     e = result.entry
     how = "" if result.applied else f" (undone before, at {e.at:%Y-%m-%d %H:%M}; nothing changed)"
+    back = (f"status {e.item.key} set again" if e.item.status_expiry
+            else f"{e.restored} memory(ies) back as they were")
     emit(args, result.model_dump(mode="json"),
-         f"undid proposal {e.pending_id} of {args.owner} by {e.by}{how}: {e.restored} "
-         f"memory(ies) back as they were\n  queued again as {e.requeued}: "
+         f"undid proposal {e.pending_id} of {args.owner} by {e.by}{how}: {back}"
+         f"\n  queued again as {e.requeued}: "
          f"dream-memory pending confirm|reject --owner {args.owner} --id {e.requeued}")
     return 0
 

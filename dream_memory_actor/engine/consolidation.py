@@ -15,7 +15,10 @@ with the store's cuts, and the judge model on the pairs the rules call ``unsure`
 
 Among the owner's rules and facts, one that a newer one updates or contradicts becomes
 a pending correction (:func:`corrections`), decided like any other: the newer wins
-when a person confirms it.
+when a person confirms it. With ``consolidation_expire_after_days``, a status value
+without an expiry of its own and unchanged for longer becomes an ``expire`` of that
+key (:func:`status_expiries`), decided as a correction is: a person's confirmation
+deletes it.
 
 Each item is in one proposal at most, so they can be decided in any order, and a
 proposal already decided for the same items (rejected, or confirmed and undone) is
@@ -44,12 +47,14 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
+from ..history import StatusChange, last_change
 from ..models import (
     PROPOSAL_KINDS,
     ExtractedKind,
     MemoryFact,
     MemoryPendingItem,
     MemoryRule,
+    MemorySnapshot,
     Proposal,
     ProposalKind,
     Touched,
@@ -235,6 +240,33 @@ def corrections(items: Sequence[MemoryRule | MemoryFact], *, skip: Iterable[str]
     return out
 
 
+def status_expiries(snap: MemorySnapshot, changes: Sequence[StatusChange],
+                    expire_before: datetime, *, skip: Iterable[str] = (),
+                    expires_at: datetime | None = None) -> list[MemoryPendingItem]:
+    """The status values of ``snap`` with no expiry of their own (a TTL expires them
+    already) that last changed before ``expire_before``, each as a proposal to let it
+    expire: the key, its value and when it last changed (``changes``, the kept status
+    history; a key with none kept changed at the latest when the snapshot did). None in
+    ``skip``: a value rejected once is not proposed again."""
+    skipped = set(skip)
+    out: list[MemoryPendingItem] = []
+    for key, value in snap.status.items():
+        if key in snap.status_expires_at:
+            continue
+        at = last_change(key, changes) or snap.updated_at
+        if at is None or at >= expire_before:
+            continue
+        since = at.date().isoformat()
+        item = MemoryPendingItem(
+            kind="expire", key=key, value=value, confidence=1.0, source="consolidation",
+            expires_at=expires_at, evidence=f"[{since}] {key} = {value}"[:EVIDENCE_CHARS],
+            proposal=Proposal(touches=(Touched(id=key, content=value, updated_at=at),),
+                              reason=f"status value unchanged since {since}"))
+        if pending_fingerprint(item) not in skipped:
+            out.append(item)
+    return out
+
+
 async def _judge(old: VectorMemory, new: VectorMemory, sim: float | None, cuts: Cuts
                  ) -> Judgement:
     """What ``new`` is to ``old``, as a store judges a new memory against a stored one."""
@@ -360,5 +392,6 @@ def _evidence(touched: Sequence[VectorMemory], keep: VectorMemory | None) -> str
 
 
 def expiry_cut(now: datetime, days: float | None) -> datetime | None:
-    """The time before which a memory last changed is proposed to expire (``None``: off)."""
+    """The time before which a memory or status value last changed is proposed to expire
+    (``None``: off)."""
     return None if days is None else now - timedelta(days=days)

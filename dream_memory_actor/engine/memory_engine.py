@@ -486,9 +486,10 @@ class MemoryEngine:
     async def propose(self, owner: str, *, now: datetime | None = None
                       ) -> builtins.list[MemoryPendingItem]:
         """What a consolidation pass proposes for ``owner`` (``engine.consolidation``):
-        corrections of its rules and facts, then changes of its memories; unqueued, none
-        already queued, and none decided before for the same items (an undone proposal
-        is queued again by its undo, so it counts as queued, or as decided there)."""
+        corrections of its rules and facts, expiries of its old status values, then
+        changes of its memories; unqueued, none already queued, and none decided before
+        for the same items (an undone proposal is queued again by its undo, so it
+        counts as queued, or as decided there)."""
         from ..storage.ops import pending_fingerprint
         from . import consolidation
 
@@ -509,9 +510,14 @@ class MemoryEngine:
         until = None if ttl is None else at + timedelta(seconds=ttl)
         l1 = [*consolidation.corrections(snap.rules, skip=seen, expires_at=until),
               *consolidation.corrections(snap.facts, skip=seen, expires_at=until)]
+        cut = consolidation.expiry_cut(at, s.consolidation_expire_after_days)
+        if cut is not None and snap.status:
+            _, changes = await self.structured.past(owner)
+            l1 += consolidation.status_expiries(snap.live(at), changes, cut, skip=seen,
+                                                expires_at=until)
         return l1 + await consolidation.proposals(
             items, self.cuts, skip=seen, most=s.consolidation_max_proposals,
-            expire_before=consolidation.expiry_cut(at, s.consolidation_expire_after_days),
+            expire_before=cut,
             reads=await self.vector.last_reads(owner),
             expires_at=until, phrase=None if self.judge is None else functools.partial(
                 self.judge.phrase, max_bytes=s.max_content_bytes))

@@ -482,8 +482,8 @@ def audit(limit: Limit = 100) -> list[AuditEntry]:
 @operation("index")
 def propose() -> list[MemoryPendingItem]:
     """What a consolidation pass would propose for this owner now (merges of duplicate
-    memories, supersessions of outdated ones, expiries), not queued (``consolidate``
-    queues them)."""
+    memories, supersessions of outdated ones, expiries of old memories and status
+    values, corrections of rules and facts), not queued (``consolidate`` queues them)."""
     raise NotImplementedError
 
 
@@ -520,7 +520,8 @@ def undo_proposal(pending_id: PendingId, by: Decider) -> HitlDecision:
     a new id (``entry.requeued``), for a person to confirm or reject once more.
     Idempotent: a second call answers the recorded undo (``applied`` False).
     ``ProposalNotApplied`` if no such proposal was confirmed; ``ProposalChanged``,
-    nothing written, if the memory it kept changed since."""
+    nothing written, if the memory it kept changed since. An expired status value is
+    set again (``ProposalChanged`` if its key was set since)."""
     raise NotImplementedError
 
 

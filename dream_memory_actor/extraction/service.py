@@ -150,10 +150,11 @@ class ConsolidationReport(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def counts(self) -> dict[str, int]:
-        """Proposals by kind: ``merge``, ``supersede`` and ``expire`` of memories, and
-        ``correction`` of rules and facts."""
-        seen = Counter("correction" if p.proposal is None else p.kind for p in self.proposals)
-        return {k: seen[k] for k in (*PROPOSAL_KINDS, "correction")}
+        """Proposals by kind: ``merge``, ``supersede`` and ``expire`` of memories,
+        ``correction`` of rules and facts, and ``status_expiry`` of status values."""
+        seen = Counter("status_expiry" if p.status_expiry else
+                       "correction" if p.proposal is None else p.kind for p in self.proposals)
+        return {k: seen[k] for k in (*PROPOSAL_KINDS, "correction", "status_expiry")}
 
 
 class ExtractionService:
@@ -298,8 +299,8 @@ class ExtractionService:
         proposal = None
         if action == "confirmed":
             snap = await self.writer.snapshot(owner)
-            proposal = next((p for p in snap.pending
-                             if p.id == pending_id and p.proposal is not None), None)
+            proposal = next((p for p in snap.pending if p.id == pending_id
+                             and _of_memories(p)), None)
             if proposal is not None:
                 await self.writer.apply_proposal(owner, proposal, by=check.decider(by),
                                                  edited=edited)
@@ -314,7 +315,7 @@ class ExtractionService:
             if proposal is not None:
                 await self._unapply(owner, pending_id)
             raise
-        if action == "rejected" and decision.entry.item.proposal is not None:
+        if action == "rejected" and _of_memories(decision.entry.item):
             await self._unapply(owner, pending_id)
         mine = done is not None and decision.entry.id == done[1].id
         self._stats[action] += int(mine)
@@ -343,7 +344,10 @@ class ExtractionService:
         write under the operation id ``hitl-undo:<pending id>``, so a retry, or a call
         stopped between the two, records it once. A second call answers the recorded
         undo (``applied`` False). ``ProposalNotApplied`` if ``pending_id`` is not a
-        confirmed proposal (rejected, never applied, unknown)."""
+        confirmed proposal (rejected, never applied, unknown).
+
+        A confirmed status expiry comes back in that one write: its value is set again,
+        refused (``ProposalChanged``) if the key was set again since."""
         owner = check.owner_id(owner)
         by = check.decider(by)
         pending_id = check.ids([pending_id], "pending item id")[0]
@@ -351,9 +355,13 @@ class ExtractionService:
         recorded = next((e for e in trail if e.action == "undone"), None)
         if recorded is not None:
             return HitlDecision(entry=recorded, applied=False)
-        if not any(e.action == "confirmed" and e.item.proposal is not None for e in trail):
+        confirmed = next((e for e in trail
+                          if e.action == "confirmed" and e.item.proposal is not None), None)
+        if confirmed is None:
             raise ProposalNotApplied(f"owner {owner!r} has no applied proposal {pending_id!r}")
-        restored = await self.writer.unapply_proposal(owner, pending_id)
+        # A status value comes back in the write that records the undo.
+        restored = (1 if confirmed.item.status_expiry
+                    else await self.writer.unapply_proposal(owner, pending_id))
         done = await self.writer.undo_decision(owner, pending_id, by, restored=restored,
                                                expires_at=self._expiry(),
                                                op_id=UNDO_OP + pending_id)
@@ -380,7 +388,7 @@ class ExtractionService:
                 f"pending item {pending_id!r} of owner {owner!r} was already {entry.action} "
                 f"by {entry.by!r} at {entry.at.isoformat()}")
         memory_id = None
-        if entry.action == "confirmed" and entry.item.proposal is not None:
+        if entry.action == "confirmed" and _of_memories(entry.item):
             edited = None if entry.written == (entry.item.content or "") else entry.written
             # a no-op once applied: repairs a confirmation stopped before it was
             memory_id = await self.writer.apply_proposal(owner, entry.item, by=entry.by,
@@ -420,6 +428,12 @@ class ExtractionService:
         """End the conversation and extract from its last window (in this process)."""
         window = await self.end_conversation(owner, conversation)
         return await self.extract(owner, window) if window else None
+
+
+def _of_memories(item: MemoryPendingItem) -> bool:
+    """Whether ``item`` is a proposal to change memories (applied in L2 before its decision
+    is recorded); a status expiry is decided in L1 alone, as a correction is."""
+    return item.proposal is not None and not item.status_expiry
 
 
 #: The most characters of one earlier turn an extracted memory's context keeps.

@@ -129,7 +129,8 @@ class Consolidated(BaseModel):
                     "memories it changes (as they were) and the one it keeps; they wait in "
                     "list_pending (with apply_all they were confirmed at once)")
     counts: dict[str, int] = Field(description="The proposals by kind: merge, supersede, "
-                                               "expire")
+                                               "expire (of memories), correction (of rules "
+                                               "and facts), status_expiry")
     applied: int = Field(description="Proposals this call confirmed (apply_all)")
     refused: int = Field(description="With apply_all, proposals refused because their "
                                      "memories changed meanwhile; they stay queued")
@@ -300,11 +301,11 @@ async def end_conversation(door: Door, owner: str, conversation: str) -> Convers
 async def consolidate(door: Door, owner: str, apply_all: bool = False) -> Consolidated:
     """Tidy the owner's semantic memories: propose merging duplicates into one, superseding
     outdated ones by their newer version and (when the server is configured to) letting
-    old ones expire. Nothing changes until a person confirms a proposal with
-    confirm_pending (edited_content rewrites a merge's result) or drops it with
-    reject_pending; a confirmed one can be reversed with undo_proposal. A proposal
-    rejected before is not made again. With apply_all the caller confirms each at once
-    (for an owner who asked for that)."""
+    old ones, and old status values without a TTL, expire. Nothing changes until a
+    person confirms a proposal with confirm_pending (edited_content rewrites a merge's
+    result) or drops it with reject_pending; a confirmed one can be reversed with
+    undo_proposal. A proposal rejected before is not made again. With apply_all the
+    caller confirms each at once (for an owner who asked for that)."""
     report = await door.call(ops.consolidate, door.owner(owner), apply_all=apply_all,
                              by=door.by())
     return Consolidated.of(report)
@@ -317,7 +318,8 @@ async def undo_proposal(door: Door, owner: str, pending_id: str) -> HitlDecision
     memories came back) and the proposal waits in list_pending again under a new id
     (entry.requeued), to be confirmed or rejected once more. Calling it again changes
     nothing. ProposalNotApplied if no such proposal was confirmed; ProposalChanged, with
-    nothing written, if the kept memory changed since."""
+    nothing written, if the kept memory changed since. An expired status value is set
+    again (ProposalChanged if the key was set since)."""
     return await door.call(ops.undo_proposal, door.owner(owner), pending_id, door.by())
 
 

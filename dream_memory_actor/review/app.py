@@ -297,9 +297,11 @@ async def undo(request: Request) -> Response:
     e = done.entry
     n = e.restored or 0
     when = "" if done.applied else f" by {e.by} at {stamp(e.at)}"
+    back = ("the status value back" if e.item.status_expiry
+            else f"{n} {'memory' if n == 1 else 'memories'} back")
     return await _told(request, review, session, owner, "ok", (
-        f"Undone{when}: {e.item.describe()} ({n} {'memory' if n == 1 else 'memories'} back "
-        "as before it; the proposal waits for a decision again)"), 200)
+        f"Undone{when}: {e.item.describe()} ({back} as before it; the proposal waits for "
+        "a decision again)"), 200)
 
 
 async def _told(request: Request, review: Review, session: Session, owner: str, kind: str,

@@ -60,6 +60,8 @@ async def in_place(backend: MemoryBackend, owner: str, entries: Iterable[AuditEn
     async def applied(entry: AuditEntry) -> bool | None:
         if entry.pending_id in undone:
             return False
+        if entry.item.status_expiry:  # its undo sets the value again: refused if set since
+            return True
         prop = entry.item.proposal
         assert prop is not None
         closed = next(t.id for t in prop.touches if t.id != prop.keep)

@@ -29,10 +29,19 @@ from ..errors import (
     InvalidQuery,
     ItemNotFound,
     ItemSuperseded,
+    ProposalChanged,
     ProposalNotApplied,
     SupersessionCycle,
 )
-from ..history import ItemHistory, ItemVersion, StatusChange, ancestors, as_of, chain
+from ..history import (
+    ItemHistory,
+    ItemVersion,
+    StatusChange,
+    ancestors,
+    as_of,
+    chain,
+    last_change,
+)
 from ..models import (
     AuditAction,
     AuditEntry,
@@ -203,6 +212,8 @@ class StructuredStore(_Lifecycle, ABC):
         item = next((p for p in snap.pending if p.id == pending_id), None)
         if item is None:
             return None
+        if action == "confirmed" and item.status_expiry:
+            await self._check_unchanged(owner, item)
         ops, entry = decision_ops(item, action, by, text, at)
         checked = check_l1.ops(ops, self.max_content_bytes, self.limits)
         try:
@@ -241,11 +252,29 @@ class StructuredStore(_Lifecycle, ABC):
         if confirmed is None:
             raise ProposalNotApplied(f"owner {owner!r} has no applied proposal {pending_id!r}")
         snap = await self.load(owner, now=at)
+        if confirmed.item.status_expiry and confirmed.item.key in snap.status:
+            raise ProposalChanged(
+                f"proposal {pending_id!r} of owner {owner!r}: status "
+                f"{confirmed.item.key!r} was set again since it was applied; nothing was "
+                "written")
         fp = pending_fingerprint(confirmed.item)
         queued = next((p for p in snap.pending if pending_fingerprint(p) == fp), None)
         ops, entry = undo_ops(confirmed, who, restored, at, expires_at, queued)
         checked = check_l1.ops(ops, self.max_content_bytes, self.limits)
         return await self._apply(owner, [*checked, AddAudit(entry)], at, op_id), entry
+
+    async def _check_unchanged(self, owner: str, item: MemoryPendingItem) -> None:
+        """``ProposalChanged`` when the status value a queued expiry names changed since
+        it was proposed, back to the same value included (its kept history says when
+        it last changed). The value itself is checked again in the write
+        (``DeleteStatus.value``)."""
+        assert item.proposal is not None and item.key is not None
+        was = item.proposal.touches[0].updated_at
+        last = last_change(item.key, (await self._history(owner))[1])
+        if last is not None and last != was:
+            raise ProposalChanged(
+                f"proposal {item.id!r} of owner {owner!r}: status {item.key!r} changed "
+                f"since proposed; nothing was written")
 
     async def supersede(self, owner: str, item_id: str, new_content: str, *, by: str,
                         reason: str | None = None, source: str = "user",

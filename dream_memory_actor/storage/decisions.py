@@ -24,8 +24,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from ..errors import InvalidQuery
 from ..models import AuditAction, AuditEntry, MemoryPendingItem, new_id
-from .ops import AddFact, AddPending, AddRule, L1Op, RemovePending, SetStatus, Supersede
+from .ops import (
+    AddFact,
+    AddPending,
+    AddRule,
+    DeleteStatus,
+    L1Op,
+    RemovePending,
+    SetStatus,
+    Supersede,
+)
 
 #: What ``decide`` records: a decision on a queued item.
 ACTIONS: tuple[AuditAction, ...] = ("confirmed", "rejected")
@@ -41,11 +51,17 @@ def decision_ops(item: MemoryPendingItem, action: AuditAction, by: str, edited: 
     a correction (``item.supersedes``) supersedes the item it names, which must still
     be current (else ``ItemNotFound``/``ItemSuperseded`` and nothing is written);
     a ``memory`` item has no L1 write, its caller stores it in L2 afterwards, and a
-    consolidation proposal none either: its caller applied it in L2 before.
+    consolidation proposal none either: its caller applied it in L2 before. A status
+    expiry deletes its key, still as it was proposed (else ``ProposalChanged``).
     """
     ops: list[L1Op] = [RemovePending(item.id)]
     written = None
-    if action == "confirmed":
+    if action == "confirmed" and item.status_expiry:
+        if edited is not None:
+            raise InvalidQuery(f"proposal {item.id!r} lets a status value expire: it keeps "
+                               "no text, so there is nothing to edit; nothing was written")
+        ops.append(DeleteStatus(item.key or "", item.value))
+    elif action == "confirmed":
         written = edited or (item.value if item.kind == "status" else item.content) or ""
         if item.supersedes is not None and item.kind in ("rule", "fact"):
             ops.append(Supersede(item.supersedes, written, by,
@@ -68,11 +84,19 @@ def undo_ops(confirmed: AuditEntry, by: str, restored: int, now: datetime,
     entry that records it (pure): the proposal queued again as it was queued before
     (a new id, since the old one's operations are spent; ``expires_at`` anew), unless
     ``queued`` is the same proposal waiting already (a pass made it again meanwhile).
+    A status expiry sets its value again (with no expiry of its own, as it had none):
+    a change of the key now, which the proposal waiting again names as its last.
     """
     ops: list[L1Op] = []
+    item = confirmed.item
+    if item.status_expiry and item.proposal is not None:
+        ops.append(SetStatus(item.key or "", item.value or ""))
+        item = item.model_copy(update={"proposal": item.proposal.model_copy(update={
+            "touches": tuple(t.model_copy(update={"updated_at": now})
+                             for t in item.proposal.touches)})})
     if queued is None:
-        queued = confirmed.item.model_copy(update={"id": new_id(), "created_at": now,
-                                                   "expires_at": expires_at})
+        queued = item.model_copy(update={"id": new_id(), "created_at": now,
+                                         "expires_at": expires_at})
         ops.append(AddPending(queued))
     entry = AuditEntry(pending_id=confirmed.pending_id, action="undone", by=by, at=now,
                        item=confirmed.item, restored=restored, requeued=queued.id)

@@ -20,6 +20,7 @@ from ..errors import (
     InvalidStatusKey,
     ItemNotFound,
     PendingItemNotFound,
+    ProposalChanged,
     RuleNotFound,
     SupersessionCycle,
     UnknownStatusKey,
@@ -83,9 +84,14 @@ class SetStatus:
 
 @dataclass(frozen=True)
 class DeleteStatus:
-    """Delete a status entry; an unknown key is an error (``UnknownStatusKey``)."""
+    """Delete a status entry; an unknown key is an error (``UnknownStatusKey``).
+
+    With ``value``, only the entry as a status expiry was proposed for: still that
+    value, with no expiry of its own; otherwise (the key gone too) ``ProposalChanged``,
+    so a value set since is never deleted by an older decision."""
 
     key: str
+    value: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,8 @@ L1Op = Union[  # noqa: UP007 - a runtime alias; "X | Y" of classes needs 3.10 at
 
 def pending_fingerprint(item: MemoryPendingItem) -> str:
     """Identity of a pending candidate: the same candidate extracted twice has one fingerprint."""
+    if item.status_expiry:  # the same value of the same key
+        return f"expire:status:{item.key}={content_hash(item.value or '')}"
     if item.proposal is not None:  # the same change of the same memories
         return f"{item.kind}:" + ",".join(sorted(t.id for t in item.proposal.touches))
     if item.kind == "status":
@@ -253,6 +261,11 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
             else:
                 expires[op.key] = until
         elif isinstance(op, DeleteStatus):
+            if op.value is not None and (status.get(op.key) != op.value
+                                         or op.key in expires):
+                raise ProposalChanged(
+                    f"owner {snap.owner!r}: status {op.key!r} changed since proposed to "
+                    "expire; nothing was written")
             if op.key not in status:
                 raise UnknownStatusKey(f"owner {snap.owner!r} has no status key {op.key!r}")
             del status[op.key]

@@ -507,8 +507,9 @@ class VectorStore(_Lifecycle, ABC):
         check.owner_id(owner)
         who = check.decider(by)
         prop = item.proposal
-        if prop is None or item.kind not in PROPOSAL_KINDS:
-            raise InvalidInput(f"pending item {item.id!r} is not a consolidation proposal")
+        if prop is None or item.kind not in PROPOSAL_KINDS or item.status_expiry:
+            raise InvalidInput(f"pending item {item.id!r} is not a consolidation proposal "
+                               "of memories")
         if edited is not None and prop.keep is None:  # an expiry leaves no text to edit
             raise InvalidQuery(f"proposal {item.id!r} lets memories expire: it keeps no "
                                "text, so there is nothing to edit; nothing was written")

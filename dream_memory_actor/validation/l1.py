@@ -56,7 +56,8 @@ def _op(op: object, max_bytes: int, limits: Limits) -> L1Op:
         return SetStatus(status_key(op.key), content(op.value, max_bytes, what="status value"),
                          ttl_s(op.ttl_s))
     if isinstance(op, DeleteStatus):
-        return DeleteStatus(status_key(op.key))
+        return DeleteStatus(status_key(op.key), None if op.value is None
+                            else content(op.value, max_bytes, what="status value"))
     if isinstance(op, AddPending):
         return AddPending(pending_item(op.item, max_bytes, limits))
     if isinstance(op, AddAudit):
@@ -98,6 +99,15 @@ def pending_item(item: object, max_bytes: int, limits: Limits = DEFAULT_LIMITS
     if (item.proposal is None) == (item.kind in PROPOSAL_KINDS):
         raise InvalidQuery("a merge, supersede or expire pending item carries a proposal, "
                            "and no other kind does")
+    if item.status_expiry:
+        assert item.proposal is not None
+        key, value = status_key(item.key), content(item.value, max_bytes, "status value")
+        if [(t.id, t.content) for t in item.proposal.touches] != [(key, value)]:
+            raise InvalidQuery("a status expiry touches its one status key, as it was")
+        if item.proposal.keep is not None or item.proposal.result is not None or (
+                item.content is not None or item.supersedes is not None):
+            raise InvalidQuery("a status expiry keeps nothing and has no content")
+        return item.model_copy(update={"key": key, "value": value, **sides})
     if item.proposal is not None:
         touched = [t.id for t in item.proposal.touches]
         ids(touched, "memory id")

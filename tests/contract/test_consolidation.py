@@ -82,7 +82,7 @@ async def test_the_pass_proposes_a_merge_and_a_supersession_never_a_distinct_pai
     await fill(engine)
     report = await engine.consolidate(OWNER)
     assert report.counts == {"merge": 1, "supersede": 1, "expire": 0,
-                             "correction": 0}
+                             "correction": 0, "status_expiry": 0}
     assert report.applied == 0
     pending = (await engine.snapshot(OWNER)).pending
     assert {p.kind for p in pending} == {"merge", "supersede"}
@@ -419,3 +419,100 @@ async def test_undone_proposals_travel_with_an_export(stores: Stores) -> None:
     await engine.forget(OWNER, by="admin")
     await engine.import_document(lines)
     assert await engine.structured.audit(OWNER, limit=None) == trail
+
+
+async def old_status(engine: MemoryEngine) -> None:
+    """A status value set long ago, one set as long ago with a TTL still running, and one
+    set now."""
+    long_ago = utcnow() - timedelta(days=90)
+    await engine.structured.apply(OWNER, [SetStatus("city", "Berlin"),
+                                          SetStatus("trip", "Rome", ttl_s=200 * 86400)],
+                                  now=long_ago)
+    await engine.structured.apply(OWNER, [SetStatus("mood", "calm")])
+
+
+async def test_old_status_values_without_a_ttl_are_proposed_to_expire(
+        stores: Stores) -> None:
+    engine = engine_on(stores, consolidation_expire_after_days=30)
+    await old_status(engine)
+    assert await engine_on(stores).propose(OWNER) == []  # off without the setting
+    report = await engine.consolidate(OWNER)
+    assert report.counts == {"merge": 0, "supersede": 0, "expire": 0, "correction": 0,
+                             "status_expiry": 1}
+    (item,) = report.proposals
+    assert (item.kind, item.key, item.value, item.status_expiry) == (
+        "expire", "city", "Berlin", True)
+    (touched,) = item.proposal.touches
+    last = (await engine.status_history(OWNER, "city"))[-1].at
+    assert (touched.id, touched.content, touched.updated_at) == ("city", "Berlin", last)
+    assert "unchanged since" in item.proposal.reason
+    snap = await engine.snapshot(OWNER)
+    assert dict(snap.status) == {"city": "Berlin", "trip": "Rome", "mood": "calm"}
+    assert waiting(snap.pending) == waiting([item])  # queued, nothing else written
+    assert (await engine.consolidate(OWNER)).proposals == ()  # not queued twice
+
+
+async def test_a_confirmed_status_expiry_deletes_the_key_audited_and_undo_sets_it_again(
+        stores: Stores) -> None:
+    engine = engine_on(stores, consolidation_expire_after_days=30)
+    await old_status(engine)
+    svc = ExtractionService.for_engine(engine)
+    (item,) = (await svc.consolidate(OWNER)).proposals
+    with pytest.raises(InvalidInput):  # an expiry keeps no text to edit
+        await svc.confirm(OWNER, item.id, by="lea", edited_content="Paris")
+    version = (await engine.snapshot(OWNER)).version
+    done = await svc.confirm(OWNER, item.id, by="lea")
+    assert done.applied and done.memory_id is None
+    snap = await engine.snapshot(OWNER)
+    assert snap.version == version + 1  # one write: the key, the queue and the audit
+    assert dict(snap.status) == {"trip": "Rome", "mood": "calm"} and snap.pending == ()
+    changes = await engine.status_history(OWNER, "city")
+    assert [(c.value, c.at >= item.created_at) for c in changes] == [
+        ("Berlin", False), (None, True)]
+    (entry,) = await engine.structured.audit(OWNER)
+    assert (entry.action, entry.pending_id, entry.by, entry.item) == (
+        "confirmed", item.id, "lea", item)
+    assert (await svc.confirm(OWNER, item.id, by="lea")).applied is False  # once
+    assert len(await engine.status_history(OWNER, "city")) == 2
+    # undone: the value is back, the proposal waits again and can be confirmed again
+    undone = (await svc.undo_proposal(OWNER, item.id, by="lea")).entry
+    snap = await engine.snapshot(OWNER)
+    assert snap.status["city"] == "Berlin" and "city" not in snap.status_expires_at
+    (queued,) = snap.pending
+    assert queued.id == undone.requeued and (queued.key, queued.value) == ("city", "Berlin")
+    await svc.confirm(OWNER, queued.id, by="lea")
+    assert "city" not in (await engine.snapshot(OWNER)).status
+
+
+async def test_a_rejected_status_expiry_keeps_the_value_and_is_not_proposed_again(
+        stores: Stores) -> None:
+    engine = engine_on(stores, consolidation_expire_after_days=30)
+    await old_status(engine)
+    svc = ExtractionService.for_engine(engine)
+    (item,) = (await svc.consolidate(OWNER)).proposals
+    await svc.reject(OWNER, item.id, by="max")
+    snap = await engine.snapshot(OWNER)
+    assert snap.status["city"] == "Berlin" and snap.pending == ()
+    assert len(await engine.status_history(OWNER, "city")) == 1
+    assert (await svc.consolidate(OWNER)).proposals == ()
+    with pytest.raises(ProposalNotApplied):
+        await svc.undo_proposal(OWNER, item.id, by="max")
+
+
+@pytest.mark.parametrize("values", [["Paris"], ["Paris", "Berlin"]],
+                         ids=["another value", "the same value again"])
+async def test_a_status_set_since_its_expiry_was_proposed_is_refused_and_writes_nothing(
+        stores: Stores, values: list[str]) -> None:
+    engine = engine_on(stores, consolidation_expire_after_days=30)
+    await old_status(engine)
+    svc = ExtractionService.for_engine(engine)
+    (item,) = (await svc.consolidate(OWNER)).proposals
+    for value in values:
+        await engine.structured.apply(OWNER, [SetStatus("city", value)])
+    before = await state(engine), await engine.status_history(OWNER, "city")
+    with pytest.raises(ProposalChanged, match="changed since proposed"):
+        await svc.confirm(OWNER, item.id, by="ned")
+    assert (await state(engine), await engine.status_history(OWNER, "city")) == before
+    assert await engine.structured.audit(OWNER) == []
+    report = await engine.consolidate(OWNER, apply_all=True, by="ned")  # queued already
+    assert report.proposals == ()

@@ -59,7 +59,8 @@ async def test_propose_decide_and_undo(server: HttpServer) -> None:
         assert "confirmed proposal" in tools["undo_proposal"].input_schema["properties"][
             "pending_id"]["description"]
         done = ok(await c.call_tool("consolidate", {"owner": "alice"}))
-        assert done["counts"] == {"merge": 1, "supersede": 1, "expire": 1, "correction": 0}
+        assert done["counts"] == {"merge": 1, "supersede": 1, "expire": 1, "correction": 0,
+                                  "status_expiry": 0}
         assert done["applied"] == 0 and await contents(server, "alice") == sorted(ids)
         proposed = {p["kind"]: p for p in done["proposals"]}
         merge, supersede, expire = (proposed[k] for k in ("merge", "supersede", "expire"))

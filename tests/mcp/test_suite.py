@@ -319,7 +319,7 @@ async def test_consolidation_tools(target: Target) -> None:
         done = ok(await c.call_tool("consolidate", {"owner": who}))
         assert done["proposals"] == [] and done["applied"] == done["refused"] == 0
         assert done["counts"] == {"merge": 0, "supersede": 0, "expire": 0,
-                                  "correction": 0}
+                                  "correction": 0, "status_expiry": 0}
         assert ok(await c.call_tool("consolidate", {"owner": who, "apply_all": True}))[
             "proposals"] == []
         text = error_text(await c.call_tool("undo_proposal", {"owner": who,

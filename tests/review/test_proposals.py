@@ -1,11 +1,12 @@
 """Consolidation proposals on the review pages: before/after cards (a merge's memories and
-its editable result, a supersession's old and new text, an expiry's memory and its last
-change), confirmed (with an edit) and rejected as other items, undone from the audit
-trail; refusals write nothing. Over HTTP without a browser, and once in Chromium with a
-screenshot of the three cards (docs/review-consolidation.png).
+its editable result, a supersession's old and new text, an expiry's memory or status
+value and its last change), confirmed (with an edit) and rejected as other items, undone
+from the audit trail; refusals write nothing. Over HTTP without a browser, and once in
+Chromium with a screenshot of the four cards (docs/review-consolidation.png).
 
 The memories are stored without the write-time judgement (as an import leaves them), so
-the pass has duplicates, an outdated value and an old memory to propose on.
+the pass has duplicates, an outdated value, an old memory and an old status value to
+propose on.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dream_memory_actor.review.app import LOOPBACK_HOSTS, create_app
 from dream_memory_actor.review.render import editable, sides
 from dream_memory_actor.review.sessions import SessionStore
 from dream_memory_actor.storage.dedup import Cuts
+from dream_memory_actor.storage.ops import SetStatus
 
 from .conftest import CHROMIUM, CHROMIUM_ARGS, TOKEN_ALICE, hidden, served, tokens
 from .test_pages import FETCH, decide, login
@@ -36,6 +38,7 @@ SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "review-consolidatio
 TEA = ("Alice likes green tea", "alice likes green tea.")
 CLUSTER = ("The cluster runs Kubernetes 1.27", "The cluster runs Kubernetes 1.29")
 OLD = "The office wifi is called orchard-guest"
+DESK = ("desk", "3rd floor, window seat")
 
 
 class Site:
@@ -57,8 +60,12 @@ class Site:
             stored = await engine.vector.store("alice", text, threshold=Cuts.off(),
                                                embed=engine.embed, now=old)
             self.ids[text] = stored.memory.id
+        await engine.apply("alice", [SetStatus(*DESK)], now=utcnow() - timedelta(days=400))
         report = await self.backend.call(ops.consolidate, "alice")
-        self.proposals = {p.kind: p for p in report.proposals}
+        self.proposals = {"status" if p.status_expiry else p.kind: p for p in report.proposals}
+
+    async def status(self) -> dict[str, str]:
+        return dict((await self.backend.engine.snapshot("alice")).status)
 
     async def contents(self) -> list[str]:
         return sorted(m.content for m in await self.backend.engine.list("alice", limit=100))
@@ -110,6 +117,11 @@ def test_proposals_are_before_after_cards(site: Site, alice: TestClient) -> None
     assert OLD in e and "last changed <span" in e and last in e and "(400 d ago)" in e
     assert "After: expired" in e and "<textarea" not in e and "<meter" not in e
     assert "lapses undecided" in e and "evidence" not in e
+    # a status value's expiry: the key and value, when it last changed, nothing to edit
+    t = card(page, site.proposals["status"])
+    assert f"<code>{DESK[0]}</code> = {DESK[1]}" in t and 'data-proposal="expire"' in t
+    assert "last changed <span" in t and last in t and "(400 d ago)" in t
+    assert "After: expired" in t and "status history" in t and "<textarea" not in t
 
 
 def test_confirm_with_an_edit_reject_and_undo(site: Site, alice: TestClient) -> None:
@@ -168,6 +180,26 @@ def test_confirm_with_an_edit_reject_and_undo(site: Site, alice: TestClient) -> 
     page = alice.get("/owners/alice").text
     assert f"proposals/{later.id}/undo" in page and f"proposals/{merge.id}/undo" not in page
     assert page.count("data-undone") == 2
+
+
+def test_a_status_expiry_confirmed_and_undone(site: Site, alice: TestClient) -> None:
+    item = site.proposals["status"]
+    r, _ = decide(alice, "alice", item.id, "confirm")
+    assert r.status_code == 200 and "Applied to the status" in r.text
+    assert DESK[0] not in alice.portal.call(site.status)
+    assert f"proposals/{item.id}/undo" in alice.get("/owners/alice").text
+    r = undo(alice, item.id)
+    assert r.status_code == 200 and "the status value back as before it" in r.text
+    assert 'data-restored="1">status value back' in r.text
+    assert alice.portal.call(site.status)[DESK[0]] == DESK[1]
+    (entry,) = [e for e in alice.portal.call(site.backend.call, ops.audit, "alice", 10)
+                if e.action == "undone"]
+    assert f'id="item-{entry.requeued}"' in r.text  # waiting again
+    # set again since: a second confirmation is refused, the value stays
+    alice.portal.call(site.backend.engine.apply, "alice", [SetStatus(DESK[0], "2nd floor")])
+    r, _ = decide(alice, "alice", entry.requeued or "", "confirm")
+    assert r.status_code == 400 and "changed since proposed" in r.text
+    assert alice.portal.call(site.status)[DESK[0]] == "2nd floor"
 
 
 def test_refused_decisions_and_undos_write_nothing(site: Site, alice: TestClient) -> None:
@@ -251,7 +283,7 @@ def test_proposals_in_a_browser(site: Site, tmp_path: Path) -> None:
             page.click("button.primary")
             page.wait_for_url(base + "/")
             page.click("text=alice")
-            expect(page.locator("[data-proposal]")).to_have_count(3)
+            expect(page.locator("[data-proposal]")).to_have_count(4)
             SCREENSHOT.parent.mkdir(exist_ok=True)
             page.screenshot(path=str(SCREENSHOT), full_page=True)
             assert SCREENSHOT.stat().st_size > 10_000
@@ -264,7 +296,7 @@ def test_proposals_in_a_browser(site: Site, tmp_path: Path) -> None:
             page.locator(f"#item-{supersede.id} button[value=reject]").click()
             page.locator(f"#item-{supersede.id}[data-result]").wait_for()
             assert page.locator(f"#item-{expire.id} textarea").count() == 0
-            assert page.locator("[data-pending-count]").inner_text() == "1"
+            assert page.locator("[data-pending-count]").inner_text() == "2"
 
             # the refreshed audit trail offers the undo; it happens in place
             undo_button = page.locator(f"[data-audit='{merge.id}'] form.undo button")
@@ -276,7 +308,7 @@ def test_proposals_in_a_browser(site: Site, tmp_path: Path) -> None:
             expect(page.locator(f"[data-audit='{merge.id}'] .decision.undone")).to_have_count(1)
             # the merge waits in the queue again, as a card to decide once more
             expect(page.locator("[data-proposal=merge]")).to_have_count(1)
-            assert page.locator("[data-pending-count]").inner_text() == "2"
+            assert page.locator("[data-pending-count]").inner_text() == "3"
             page.screenshot(path=str(tmp_path / "undone.png"), full_page=True)
         finally:
             browser.close()

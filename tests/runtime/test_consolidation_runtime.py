@@ -38,7 +38,7 @@ def test_a_pass_proposes_a_person_confirms_and_undoes(system: MemorySystem) -> N
     before = sorted(m.content for m in h.list())
     report = h.consolidate()
     assert report.counts == {"merge": 1, "supersede": 1, "expire": 0,
-                             "correction": 0}
+                             "correction": 0, "status_expiry": 0}
     pending = {p.kind: p for p in h.snapshot().pending}
     assert set(pending) == {"merge", "supersede"}
     decision = h.confirm(pending["merge"].id, by="ops", edited_content="t9: Alice likes tea")
