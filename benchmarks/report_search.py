@@ -260,7 +260,8 @@ def latency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str | No
                       f"{num(get(pairs, 'counts_first', 'p50_ms'), '.2f')} ms, per-query "
                       f"ratio p50 {num(ratio.get('p50'), '.2f')} and p95 "
                       f"{num(ratio.get('p95'), '.2f')}, load "
-                      f"{num((get(pairs, 'load_average', 'before') or [None])[0])} (`{path.name}`).", ""]
+                      f"{num((get(pairs, 'load_average', 'before') or [None])[0])} "
+                      f"(`{path.name}`).", ""]
     if plot:
         lines += [f"![latency by store size]({plot})", ""]
     return lines
