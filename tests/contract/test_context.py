@@ -38,6 +38,20 @@ async def test_the_keyword_signal_searches_the_context(stores: Stores) -> None:
     assert stats.df == {"shelter": 1, "lake": 1}
 
 
+async def test_a_memory_found_by_its_vector_is_scored_with_its_context(
+        stores: Stores) -> None:
+    """The keyword signal reads the context of every candidate, the nearest memories
+    included, as it reads the context of the memories its words found."""
+    v = stores.vector
+    await v.store("alice", "Caroline: That's great, congrats!", embedding=vec(1, 0.1),
+                  context=CTX)
+    await v.store("alice", "Caroline: I painted a lake last week", embedding=vec(0, 1))
+    hits = await v.search("alice", "shelter job", embedding=vec(1))
+    assert hits[0].memory.content == "Caroline: That's great, congrats!"
+    assert hits[0].keyword_score == pytest.approx(1.0)
+    assert hits[0].vector_score is not None
+
+
 async def test_the_context_is_embedded_with_the_content(stores: Stores) -> None:
     seen: list[str] = []
 

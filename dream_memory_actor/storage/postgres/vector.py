@@ -39,7 +39,7 @@ from typing import Any
 from ...errors import SchemaError
 from ...models import EmbeddingModel, MemoryVersion, VectorMemory
 from ...scoring import MAX_QUERY_TERMS, Candidate, TermStats, strongest_terms, term_weights
-from ...text import content_hash, fold, query_terms
+from ...text import content_hash, fold, query_terms, with_context
 from ..vector import VectorStore
 from ..writes import Planner, Row, Writes, searched
 from .counts import (
@@ -91,8 +91,13 @@ def _paths(plan: SearchPlan) -> tuple[Any, ...]:
 
 
 def _candidates_of(rows: Iterable[Any]) -> list[Candidate]:
+    """Candidates of the statement's rows. A row of the nearest memories carries no
+    ``search_text``: its text is folded here from the content and context, as it is
+    stored, so the keyword signal reads the context of every candidate alike."""
     return [Candidate(str(r["id"]), r["content"], r["updated_at"],
-                      None if r["sim"] is None else float(r["sim"]), r, r["search_text"])
+                      None if r["sim"] is None else float(r["sim"]), r,
+                      fold(with_context(r["content"], r["context"]))
+                      if r["search_text"] is None else r["search_text"])
             for r in rows]
 
 
