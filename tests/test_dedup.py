@@ -197,3 +197,45 @@ def test_words_that_hold_a_negation_character_and_negate_nothing() -> None:
 def test_a_time_made_more_precise_is_another_value() -> None:
     j = judge_pair("The standup is at 9.", "The standup is at 9:30.", 0.95, BAND)
     assert j.outcome == "update"
+
+
+# -- turns of a conversation, and names --------------------------------------------------
+
+
+def test_a_shared_speaker_label_is_no_evidence_of_an_update() -> None:
+    # The label says who speaks, not what: two short turns of one speaker share nothing.
+    a, b = "Priya: Thanks!", "Priya: Cheers!"
+    c = compare(a, b)
+    assert c.labelled and c.shared == 0.0
+    assert judge_pair(a, b, 0.97, BAND).outcome == "distinct"
+
+
+def test_turns_worded_apart_are_not_merged_on_similarity() -> None:
+    # Their cosine holds the speaker's label: near whatever the turns say.
+    a = "Omar: The hike up the ridge was exhausting but worth it."
+    b = "Omar: Climbing that ridge wore me out, but the view paid off."
+    assert judge_pair(a, b, 0.97, BAND).outcome == "distinct"
+    # ... while the same turn merges, and a turn's value is still updated by a newer one
+    assert judge_pair(a, a.upper(), 0.97, BAND).outcome == "duplicate"
+    assert judge_pair("Omar: My flight leaves at 9.", "Omar: My flight leaves at 10.",
+                      0.97, BAND).outcome == "update"
+    # two speakers saying one thing said two things
+    assert judge_pair("Maria: Bye!", "John: Bye!", 0.97, BAND).outcome == "distinct"
+
+
+def test_a_capital_that_starts_a_sentence_is_no_name() -> None:
+    j = judge_pair("The release went out on time. Great", "The release went out on time. Perfect",
+                   0.97, BAND)
+    assert j.outcome == "unsure"
+    j = judge_pair("Omar: Good night, Lea! Sleep well!", "Omar: Good night, Lea! Safe travels!",
+                   0.97, BAND)
+    assert j.outcome == "unsure"
+    assert [t.initial for t in tokens("Ann: Hi Bo. Ok")] == [False, False, True, False, False,
+                                                             True]
+
+
+def test_a_name_added_or_dropped_is_no_other_value() -> None:
+    assert judge_pair("The user went hiking with Tom.", "The user went hiking.", 0.97,
+                      BAND).outcome == "unsure"
+    assert judge_pair("The user went hiking with Tom.", "The user went hiking with Ana.", 0.97,
+                      BAND).outcome == "update"

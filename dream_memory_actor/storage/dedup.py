@@ -15,7 +15,8 @@ on what the two texts differ in (``pairs.compare``):
 
 - texts that share most of their content and differ in one place are judged by
   that place: a negation or another value (a number, date, time, weekday) is an
-  ``update``; another name in the value ("lives in Lisbon" / "in Porto") too; a
+  ``update``; another name in the value ("lives in Lisbon" / "in Porto") too (a name
+  only added or dropped is said more or less fully, not replaced); a
   change in the subject ("the **web** server") is ``distinct``; another common word
   in the value ("a desk at the office" / "at home") is ``unsure``; so is a change too
   long to be one value ("playing Mario Kart" / "at the cinema": another event), and a
@@ -26,6 +27,12 @@ on what the two texts differ in (``pairs.compare``):
   ("The Simpsons" / "Tom and Jerry"; a short form, "TS" for "TypeScript", is the same
   name); ``unsure`` when something does, ``distinct`` below the cut;
 - the same text, case and spaces aside, is a ``duplicate`` whatever the similarity.
+
+Two turns of a conversation ("Jon: Thanks!" / "Jon: Bye!") open with their speakers'
+labels, which a sentence embedding reads with the rest: turns of one speaker, or of two
+who name each other, are near whatever they say. Their cosine so finds candidates but
+never merges two turns worded apart (as for memories with a context, ``judge_near``),
+and the label is no content the two share (``pairs``): what the turns say decides.
 
 One substituted content word is so never a duplicate, and a rewording that
 conflicts in nothing merges below the plain duplicate cut. ``unsure`` is what a
@@ -213,6 +220,8 @@ def judge_pair(stored: str, new: str, similarity: float | None, band: Band) -> J
     c = compare(stored, new)
     if c.same:
         return Judgement("duplicate", similarity=similarity, reason="the same text")
+    if c.labelled:
+        band = Band(band.candidate, math.inf)
     if c.aligned:
         found = _aligned(c, similarity)
         if found is not None:
@@ -252,7 +261,7 @@ def _aligned(c: Comparison, similarity: float | None) -> Judgement | None:
     if subject is not None:
         return Judgement("distinct", similarity=similarity,
                          reason=f"another subject: {subject.describe()}")
-    if len(places) == 1 and first.kind == "name" and _short(first):
+    if len(places) == 1 and first.kind == "name" and _short(first) and first.a and first.b:
         return Judgement("update", similarity=similarity,
                          reason=f"another value: {first.describe()}")
     return Judgement("unsure", similarity=similarity,

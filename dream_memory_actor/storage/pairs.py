@@ -12,14 +12,21 @@ deleted at the same place. Each such change is of one kind, the strongest of its
 - ``negation``: one side says "not", "no longer", "dislikes", 不, 没 where the
   other does not (a preference reversed);
 - ``value``: a number, version, date, time, weekday, month or colour;
-- ``name``: a capitalized word inside a sentence, a quoted one, a Latin word in a
-  Chinese text (a tool, a person, a place);
+- ``name``: a capitalized word (not one that starts a sentence after another, or
+  after a speaker's label), a quoted one, a Latin word in a Chinese text (a tool, a
+  person, a place);
 - ``word``: any other content word;
 
 and it sits on one side of what the two texts share: in the *subject* (more of the
 shared text follows the change than precedes it: "the **web** server listens on
 8080") or in the *value* (the shared text is before it: "the user lives in
 **Porto**"). Function words and punctuation never count as a change.
+
+A text may open with a speaker's label, as a turn of a conversation does ("Jon: Thanks,
+Gina!"): one to three capitalized words and a colon. The label says who speaks, not what
+is said, so it is no shared content (two turns of one speaker share their label and may
+share nothing else), and a word after it starts a sentence. Two labels that differ are
+still a change (two people said it).
 
 When most of the two texts is shared (:attr:`Comparison.aligned`), the change is
 what the texts disagree on. When little is, the texts are two wordings or two
@@ -34,7 +41,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..text import CJK_RUN, is_cjk
@@ -128,6 +135,12 @@ class Token:
     norm: str
     cjk: bool = False
     quoted: bool = False
+    #: Part of the speaker's label the text opens with ("Jon" and ":" of "Jon: Hi!").
+    label: bool = False
+    #: Starts a sentence after another one or after the speaker's label: its capital says
+    #: nothing. (A text's first word keeps its capital as a name's: a fact often opens
+    #: with whom it is about, "Alice is on call".)
+    initial: bool = False
 
     @property
     def function(self) -> bool:
@@ -135,6 +148,19 @@ class Token:
         if self.cjk:
             return self.norm in CJK_FUNCTION
         return self.norm in FUNCTION_WORDS or not any(c.isalnum() for c in self.norm)
+
+    @property
+    def content(self) -> bool:
+        """A word that says something: no function word, punctuation or speaker label."""
+        return not self.function and not self.label
+
+    @property
+    def name(self) -> bool:
+        """Quoted, an @handle, or a capitalized Latin word that does not start a sentence
+        (or starts one in a Chinese text, which has no capitals of its own)."""
+        return not self.function and (
+            self.quoted or self.text.startswith("@")
+            or (not self.cjk and self.text[:1].isupper() and not self.initial))
 
     @property
     def negation(self) -> bool:
@@ -184,7 +210,38 @@ def tokens(text: str) -> list[Token]:
                 quote = not quote
                 continue
             out.append(_latin_token(raw, quote))
+    return _placed(out)
+
+
+#: Punctuation that ends a sentence (Chinese full stops included).
+SENTENCE_ENDS = frozenset(".!?。")
+#: The most words a speaker's label has ("Dr Ana Lima:").
+LABEL_WORDS = 3
+
+
+def _placed(ts: list[Token]) -> list[Token]:
+    """``ts`` with the speaker's label marked (:func:`label_length`) and the tokens that
+    start a sentence after another one or after the label, unless a Chinese text goes on
+    after it (there a capital is a name's)."""
+    n = label_length(ts)
+    out = []
+    for i, t in enumerate(ts):
+        initial = i > 0 and (i == n or ts[i - 1].norm in SENTENCE_ENDS) and not (
+            i + 1 < len(ts) and ts[i + 1].cjk)
+        out.append(replace(t, label=i < n, initial=initial))
     return out
+
+
+def label_length(ts: Sequence[Token]) -> int:
+    """How many tokens the speaker's label that opens ``ts`` takes (its words and the
+    colon: "Jon:", "Mary Ann:"), 0 when there is none. A label is one to
+    :data:`LABEL_WORDS` capitalized Latin words before a colon, with more text after it."""
+    for i, t in enumerate(ts[:LABEL_WORDS + 1]):
+        if t.norm == ":":
+            return i + 1 if i > 0 and i + 1 < len(ts) else 0
+        if t.cjk or t.quoted or not (t.text[:1].isupper() and t.text.isalpha()):
+            return 0
+    return 0
 
 
 def _clock(s: str) -> str:
@@ -292,7 +349,7 @@ class Comparison:
     """What :func:`compare` found."""
 
     #: The content tokens of both texts that the alignment matched, over the content
-    #: tokens of the longer text.
+    #: tokens of the longer text (a speaker's label is no content).
     shared: float
     #: The places where content differs, in text order.
     changes: tuple[Change, ...]
@@ -306,6 +363,8 @@ class Comparison:
     #: The names each text has and the other lacks (short forms matched: "TS" is
     #: "TypeScript"), when both have some: ("the simpsons",) against ("tom", "jerry").
     names_apart: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    #: Both texts open with a speaker's label (turns of a conversation).
+    labelled: bool = False
 
     @property
     def aligned(self) -> bool:
@@ -324,17 +383,17 @@ def compare(a: str, b: str) -> Comparison:
     ta, tb = tokens(a), tokens(b)
     na, nb = [t.norm for t in ta], [t.norm for t in tb]
     ops = difflib.SequenceMatcher(None, na, nb, autojunk=False).get_opcodes()
-    content_a = sum(not t.function for t in ta)
-    content_b = sum(not t.function for t in tb)
+    content_a = sum(t.content for t in ta)
+    content_b = sum(t.content for t in tb)
     matched = sum(1 for tag, i1, i2, _, _ in ops if tag == "equal"
-                  for t in ta[i1:i2] if not t.function)
+                  for t in ta[i1:i2] if t.content)
     regions: list[tuple[int, list[Token], list[Token]]] = []  # (op index, a side, b side)
     for n, (tag, i1, i2, j1, j2) in enumerate(ops):
         if tag == "equal":
             continue
         xa, xb = ta[i1:i2], tb[j1:j2]
         if _equivalent(xa, xb):
-            matched += min(sum(not t.function for t in xa), sum(not t.function for t in xb))
+            matched += min(sum(t.content for t in xa), sum(t.content for t in xb))
             continue
         regions.append((n, xa, xb))
     regions = _unmoved(regions)
@@ -350,6 +409,7 @@ def compare(a: str, b: str) -> Comparison:
         same=na == nb,
         negation_differs=any(t.negation for t in ta) != any(t.negation for t in tb),
         names_apart=_names_apart(ta, tb),
+        labelled=label_length(ta) > 0 and label_length(tb) > 0,
     )
 
 
@@ -377,9 +437,13 @@ def _spelled_out(name: str, ts: Sequence[Token]) -> bool:
 
 
 def _names(ts: Sequence[Token]) -> set[str]:
-    """The names of a text: quoted words and capitalized words after its first token."""
+    """The names of a text: quoted words and capitalized words after its first word (the
+    first after its speaker's label). A capital that starts a later sentence counts too:
+    texts that each name what the other does not are kept apart, which loses nothing,
+    while a change is only another name when no sentence starts with it (``_kind``)."""
+    first = label_length(ts)
     return {t.norm for i, t in enumerate(ts) if not t.function and not t.cjk
-            and (t.quoted or (i > 0 and t.text[:1].isupper()))}
+            and (t.quoted or (i > first and t.text[:1].isupper()))}
 
 
 def _unmoved(regions: list[tuple[int, list[Token], list[Token]]]
@@ -445,9 +509,9 @@ def _abbreviates(x: str, y: str) -> bool:
 def _change(ops: Sequence[tuple[str, int, int, int, int]], ta: Sequence[Token], n: int,
             xa: Sequence[Token], xb: Sequence[Token], since: int) -> Change:
     before = sum(1 for tag, i1, i2, _, _ in ops[:n] if tag == "equal"
-                 for t in ta[i1:i2] if not t.function)
+                 for t in ta[i1:i2] if t.content)
     after = sum(1 for tag, i1, i2, _, _ in ops[n + 1:] if tag == "equal"
-                for t in ta[i1:i2] if not t.function)
+                for t in ta[i1:i2] if t.content)
     gap = sum(i2 - i1 for _, i1, i2, _, _ in ops[n - since + 1:n]) if since else 0
     return Change(tuple(t.text for t in xa), tuple(t.text for t in xb),
                   _kind(xa, xb), "subject" if after >= before else "value", gap)
@@ -459,8 +523,7 @@ def _kind(xa: Sequence[Token], xb: Sequence[Token]) -> Kind:
     content = [t for t in (*xa, *xb) if not t.function]
     if any(t.value for t in xa) and any(t.value for t in xb) and not _one_time(xa, xb):
         return "value"  # one value for another
-    if any(t.quoted or (t.text[:1].isupper() and not t.cjk) or t.text.startswith("@")
-           for t in content):
+    if any(t.name for t in content):
         return "name"
     return "word"
 
