@@ -14,7 +14,8 @@ point) and ``agents`` (every run, when there is one). The runtime section reads
 the newest ``extraction`` run, the batch-ingest section every ``batch-ingest`` run;
 ``embedding-speed`` (every run) the section on the local embedding models, ``dedup``
 (the newest run of each model) the judgement of look-alike memories, and
-``consolidation`` (the newest run) what a consolidation pass does to them.
+``consolidation`` (the newest run) what a consolidation pass does to them,
+``context-latency`` (every run) what a memory's context costs a store and a search.
 Each table says which machine and which command produced it. The README's table
 of measured figures (``--readme``, between its markers) is rewritten from the same
 results (see ``report_figures``). Plots need matplotlib
@@ -31,6 +32,7 @@ from typing import Any
 
 from .report_agents import agents_section
 from .report_consolidation import consolidation_section
+from .report_context import context_latency_section
 from .report_dedup import dedup_section
 from .report_embedding import embedding_speed_section
 from .report_figures import figures_block, with_figures
@@ -117,6 +119,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         lines += madial_section(path, d)
     lines += dedup_section(results.get("dedup", []))
     lines += consolidation_section(results.get("consolidation", []))
+    lines += context_latency_section(results.get("context-latency", []))
     if results.get("compare-mem0"):
         runs = results["compare-mem0"]
         path, d = runs[-1]
