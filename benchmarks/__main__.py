@@ -32,6 +32,7 @@ BENCHMARKS = {
     "capacity": "capacity",
     "embedding-speed": "embedding_speed",
     "dedup": "dedup",
+    "context-latency": "context_latency",
     "consolidation": "consolidation",
     "langgraph-conformance": "langgraph_conformance",
 }

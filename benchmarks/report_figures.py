@@ -155,7 +155,10 @@ def _madial(results: Results) -> list[Row]:
 
 
 def _mem0(results: Results) -> list[Row]:
-    runs = [d for _, d in results.get("compare-mem0", []) if "latency" in d]
+    # the turns alone on both sides: runs with a context (``--context``) are not the same
+    # comparison
+    runs = [d for _, d in results.get("compare-mem0", [])
+            if "latency" in d and d.get("context", "none") == "none"]
     if not runs:
         return []
     last, sys_ = runs[-1], [d["latency"]["system"] for d in runs]

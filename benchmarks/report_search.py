@@ -99,8 +99,17 @@ def paired_lines(d: Mapping[str, Any]) -> list[str]:
 
 
 def mem0_section(path: Path, d: Mapping[str, Any], plot: str | None) -> list[str]:
-    lines = ["## dream-memory vs mem0 (same data, machine and run)", "",
-             provenance(path, d), ""]
+    with_context = d.get("context", "none") != "none"
+    title = ("### The same, each turn with its context" if with_context
+             else "## dream-memory vs mem0 (same data, machine and run)")
+    lines = [title, "", provenance(path, d), ""]
+    texts = d.get("texts")
+    if texts:
+        shape = d.get("context_shape") or {}
+        around = (f" (the context: the session's date and its {shape.get('turns')} previous "
+                  "turns)" if with_context else "")
+        lines += [f"What each system stored for a turn{around}: dream-memory {texts['ours']}; "
+                  f"mem0 {texts['mem0']}.", ""]
     m = d.get("mem0", {})
     if "error" in m:
         where = "; ".join(m.get("raised_at", []))
@@ -151,9 +160,10 @@ def mem0_runs(runs: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     if len(runs) < 2:
         return []
     return ["All compare-mem0 runs (memory systems alone, p50 and p95 ours / mem0):", "",
-            *table(["file", "R@10 ours", "R@10 mem0", "p50 ms ours", "p50 ms mem0",
+            *table(["file", "context", "R@10 ours", "R@10 mem0", "p50 ms ours", "p50 ms mem0",
                     "p50 ratio", "p95 ratio"], [
-                [p.name, pct(r["recall@10"]["ours"]["mean"]), pct(r["recall@10"]["mem0"]["mean"]),
+                [p.name, r.get("context", "none"), pct(r["recall@10"]["ours"]["mean"]),
+                 pct(r["recall@10"]["mem0"]["mean"]),
                  r["latency"]["system"]["ours"]["p50_ms"], r["latency"]["system"]["mem0"]["p50_ms"],
                  r["latency"]["system"]["p50_ratio_ours_over_mem0"],
                  r["latency"]["system"]["p95_ratio_ours_over_mem0"]]

@@ -114,3 +114,17 @@ async def test_benchmarks_md_has_the_newest_extraction_run(tmp_path: Path) -> No
     assert "| pool | 1.0 |" not in section and "| local |" not in section
     assert ("Command: `python -m benchmarks extraction --calls 10 --concurrency 8 "
             "--delay-ms 50 --items 5 --json (reconstructed)`. File: `new.json`.") in section
+
+
+def test_the_mem0_figure_leaves_out_runs_with_context() -> None:
+    def run(p50_ratio: float, **extra: Any) -> dict[str, Any]:
+        lat = {"ours": {"p50_ms": 4.0}, "mem0": {"p50_ms": 8.0},
+               "p50_ratio_ours_over_mem0": p50_ratio, "p95_ratio_ours_over_mem0": 0.5}
+        return {"benchmark": "compare-mem0", "command": "python -m benchmarks compare-mem0",
+                "mem0": {"version": "2.2.1"}, "latency": {"system": lat, "end_to_end": lat},
+                "recall@10": {"ours": {"mean": 0.6}, "mem0": {"mean": 0.5}}, **extra}
+
+    results = {"compare-mem0": [(Path("a.json"), run(0.61)),
+                                (Path("b.json"), run(0.97, context="beside"))]}
+    row = next(x for x in figures_block(results) if "against mem0" in x)
+    assert "0.61x in 1 runs" in row and "0.97" not in row

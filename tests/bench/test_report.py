@@ -242,6 +242,42 @@ async def test_every_compare_mem0_run_is_listed(tmp_path: Path) -> None:
     assert "compare-mem0-r2.json" in table and "| 0.487 |" in table
 
 
+async def test_a_run_with_context_gets_its_own_section_after_the_turns_alone(
+        tmp_path: Path) -> None:
+    from benchmarks.compare_mem0 import TEXTS
+
+    plain = {**_compare(0.5), "finished_at": "2026-12-01T00:00:00+00:00"}
+    ctx = {**_compare(0.7), "context": "beside", "texts": TEXTS["beside"],
+           "context_shape": {"turns": 2, "date": True},
+           "finished_at": "2026-12-02T00:00:00+00:00"}
+    md = await _report(tmp_path, [("compare-mem0-none.json", plain),
+                                  ("compare-mem0-ctx.json", ctx)])
+    part = md[md.index("## dream-memory vs mem0"):]
+    assert (part.index("compare-mem0-none.json")
+            < part.index("### The same, each turn with its context")
+            < part.index("compare-mem0-ctx.json"))
+    assert f"mem0 {TEXTS['beside']['mem0']}" in part
+    assert "| compare-mem0-ctx.json | beside |" in part
+    assert "| compare-mem0-none.json | none |" in part
+
+
+def test_mem0_gets_a_turn_s_context_written_before_it() -> None:
+    from collections import Counter
+
+    from benchmarks.compare_mem0 import mem0_texts
+    from benchmarks.locomo import parse_conversation
+
+    raw = {"sample_id": "c", "conversation": {
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a dog."},
+                      {"speaker": "Bob", "dia_id": "D1:2", "text": "Which breed?"}]}}
+    conv = parse_conversation(raw, Counter())
+    assert mem0_texts(conv, "none", 2) == ["Ann: I adopted a dog.", "Bob: Which breed?"]
+    assert mem0_texts(conv, "beside", 2) == [
+        "8 May 2023\nAnn: I adopted a dog.",
+        "8 May 2023\nAnn: I adopted a dog.\nBob: Which breed?"]
+
+
 def test_conninfo_from_the_embedded_dsn() -> None:
     info = conninfo("postgresql://postgres:@/postgres?host=/tmp/pg", "-c a=b")
     assert info == "host='/tmp/pg' port='5432' dbname='postgres' user='postgres' options='-c a=b'"

@@ -1,0 +1,248 @@
+"""Store and search latency of memories that carry their context, against memories without.
+
+``python -m benchmarks context-latency [--conversations N] [--backend postgres|memory]``:
+one ``MemoryEngine`` with the real model (``local:multilingual-e5-small`` by default)
+and its embedding cache off (``embedding_cache_size=0``), so every store and every
+search that is given no vector runs the model. Each LoCoMo turn is stored twice
+through ``MemoryEngine.store`` with ``now=`` its session time: into owner
+``plain-<conversation>`` alone, and into owner ``ctx-<conversation>`` with the context
+the retrieval benchmark's ``--context beside`` gives it (``locomo.turn_context``: the
+session's date and its previous turns, as the extraction path does). The two stores of
+a turn take turns going first (plain first on even turns, with context first on odd
+ones), so a busy spell of the shared machine falls on both alike.
+
+A store with context embeds the turn and its context together (``text.with_context``),
+a longer text than the turn alone: the model's time on each text kind is timed apart,
+in the same alternating order, so the reader sees where a store's extra time comes from.
+
+Then every question of those conversations searches the plain owner and the context
+owner, alternating who goes first: (a) with its query vector given (embedded once
+before), the search alone; (b) with the query embedded by the search (cache off: the
+model runs on every search). Ratios are context over plain: of the p50s, and the
+median of the per-pair ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.engine import MemoryEngine
+
+from .corpus import bench_settings
+from .locomo import Conversation, load_locomo, turn_context, turn_texts
+from .retrieval import DEFAULT_PATH, EXTRACTION_TURNS
+from .stats import command, machine, percentiles_ms
+
+#: The library's default local model (``local:`` name without the prefix).
+DEFAULT_MODEL = "multilingual-e5-small"
+#: The issue's bound: a store with context takes at most this many times a store without.
+STORE_RATIO_TARGET = 1.3
+#: "Search latency unchanged": context over plain at most this (the noise of one run on a
+#: shared machine; both arms search the same questions in alternating order).
+SEARCH_RATIO_TOLERANCE = 1.1
+#: The two ways a turn is stored: alone, and with its context beside it.
+ARMS = ("plain", "context")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", default=DEFAULT_PATH, help="the LoCoMo JSON file")
+    p.add_argument("--conversations", type=int, default=2, help="the first N conversations")
+    p.add_argument("--backend", choices=["postgres", "memory"], default="postgres")
+    p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: the embedded server)")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="local model (a local: name without the prefix)")
+    p.add_argument("--context-turns", type=int, default=EXTRACTION_TURNS,
+                   help="previous turns of the session in a context (default: as the "
+                        f"extraction path's, extraction_context_turns={EXTRACTION_TURNS})")
+    p.add_argument("--limit", type=int, default=10, help="hits per search")
+    p.add_argument("--out", default=None, help="also write the JSON result to this file")
+
+
+def order(i: int) -> tuple[str, ...]:
+    """Which arm goes first for pair ``i``: plain on even pairs, context on odd ones."""
+    return ARMS if i % 2 == 0 else ARMS[::-1]
+
+
+def owner_of(arm: str, conv: Conversation) -> str:
+    return f"{'plain' if arm == 'plain' else 'ctx'}-{conv.owner}"
+
+
+def compared(lat: dict[str, list[float]]) -> dict[str, Any]:
+    """Each arm's percentiles and context against plain: the ratio of the p50s and the
+    median (and p95) of the per-pair ratios (pairs are the same turn or question)."""
+    p = {arm: percentiles_ms(lat[arm]) for arm in ARMS}
+    pairs = [c / b for b, c in zip(lat["plain"], lat["context"], strict=True) if b > 0]
+    return {**p,
+            "p50_ratio_context_over_plain": round(p["context"]["p50_ms"]
+                                                  / p["plain"]["p50_ms"], 3),
+            "pair_ratio_context_over_plain": {
+                "median": round(float(np.median(pairs)), 3),
+                "p95": round(float(np.percentile(pairs, 95)), 3), "n": len(pairs)}}
+
+
+def _calls(engine: MemoryEngine) -> int:
+    """How many texts the engine's embedder has sent to the model so far."""
+    return engine.embedder.misses if engine.embedder is not None else 0
+
+
+async def time_stores(engine: MemoryEngine, convs: Sequence[Conversation], turns: int,
+                      date: bool = True) -> dict[str, Any]:
+    """Every turn stored plain and with its context (alternating which first)."""
+    lat: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    outcomes: dict[str, Counter[str]] = {arm: Counter() for arm in ARMS}
+    calls = _calls(engine)
+    i = 0
+    for conv in convs:
+        for j, t in enumerate(conv.turns):
+            around = turn_context(conv, j, turns, date) or None
+            for arm in order(i):
+                t0 = time.perf_counter()
+                r = await engine.store(owner_of(arm, conv), t.content, now=t.at,
+                                       context=around if arm == "context" else None,
+                                       metadata={"dia_id": t.dia_id})
+                lat[arm].append(time.perf_counter() - t0)
+                outcomes[arm]["merged" if r.merged else
+                              "superseded" if r.superseded else "kept"] += 1
+            i += 1
+    return {**compared(lat), "outcomes": {arm: dict(c) for arm, c in outcomes.items()},
+            "model_calls": _calls(engine) - calls}
+
+
+async def time_embeddings(engine: MemoryEngine, convs: Sequence[Conversation], turns: int,
+                          date: bool = True) -> dict[str, Any]:
+    """The model alone on what each kind of store embeds (``locomo.turn_texts``: the
+    turn, or the turn and its context as the store joins them)."""
+    lat: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    chars: dict[str, list[int]] = {arm: [] for arm in ARMS}
+    i = 0
+    for conv in convs:
+        texts = {"plain": [e for _, e in turn_texts(conv, "none", turns, date)],
+                 "context": [e for _, e in turn_texts(conv, "beside", turns, date)]}
+        for j in range(len(conv.turns)):
+            for arm in order(i):
+                text = texts[arm][j]
+                t0 = time.perf_counter()
+                await engine.embed(text)
+                lat[arm].append(time.perf_counter() - t0)
+                chars[arm].append(len(text))
+            i += 1
+    return {**compared(lat),
+            "median_chars": {arm: float(np.median(c)) for arm, c in chars.items()}}
+
+
+async def time_searches(engine: MemoryEngine, convs: Sequence[Conversation], limit: int,
+                        vectors: dict[str, list[float]] | None) -> dict[str, Any]:
+    """Every question against both owners of its conversation (alternating which first),
+    with its vector from ``vectors``, or embedded by the search when ``None``."""
+    lat: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    calls = _calls(engine)
+    i = 0
+    for conv in convs:
+        for q in conv.questions:
+            given = None if vectors is None else vectors[q.question]
+            for arm in order(i):
+                t0 = time.perf_counter()
+                await engine.search(owner_of(arm, conv), q.question, limit=limit,
+                                    now=conv.now, embedding=given)
+                lat[arm].append(time.perf_counter() - t0)
+            i += 1
+    return {**compared(lat), "model_calls": _calls(engine) - calls}
+
+
+async def measure(engine: MemoryEngine, convs: Sequence[Conversation], turns: int,
+                  limit: int, date: bool = True) -> dict[str, Any]:
+    """The stores, the model alone, then the two kinds of searches (see the module doc)."""
+    out: dict[str, Any] = {"store": await time_stores(engine, convs, turns, date)}
+    out["embedding"] = await time_embeddings(engine, convs, turns, date)
+    questions = list(dict.fromkeys(q.question for c in convs for q in c.questions))
+    vectors = {}
+    for q in questions:
+        v = await engine.embed_query(q)
+        if v is not None:
+            vectors[q] = v
+    out["search_vector_given"] = await time_searches(engine, convs, limit,
+                                                     vectors if vectors else None)
+    out["search_with_embedding"] = await time_searches(engine, convs, limit, None)
+    out["targets"] = targets(out)
+    return out
+
+
+def targets(figures: dict[str, Any]) -> dict[str, Any]:
+    """The issue's latency targets, met or not, from the figures."""
+    def bound(section: str, at_most: float) -> dict[str, Any]:
+        s = figures[section]
+        ratio = s["p50_ratio_context_over_plain"]
+        pair = s["pair_ratio_context_over_plain"]["median"]
+        return {"p50_ratio": ratio, "pair_ratio_median": pair, "at_most": at_most,
+                "met": ratio <= at_most and pair <= at_most}
+
+    return {"store_with_context_at_most_1.3x": bound("store", STORE_RATIO_TARGET),
+            "search_unchanged_vector_given": bound("search_vector_given",
+                                                   SEARCH_RATIO_TOLERANCE),
+            "search_unchanged_with_embedding": bound("search_with_embedding",
+                                                     SEARCH_RATIO_TOLERANCE)}
+
+
+async def _warm(engine: MemoryEngine, conv: Conversation, turns: int) -> None:
+    """Load the model and open the store's paths on an owner of its own, not timed."""
+    for j, t in enumerate(conv.turns[:4]):
+        await engine.store("warm-up", t.content, now=t.at,
+                           context=turn_context(conv, j, turns) or None)
+    for q in conv.questions[:4]:
+        await engine.search("warm-up", q.question, now=conv.now)
+
+
+async def _drop(engine: MemoryEngine, settings: MemorySettings) -> None:
+    """Drop the benchmark's schema (PostgreSQL), the searches' reads written first."""
+    await engine.write_reads()
+    if settings.backend == "postgres":
+        backend: Any = getattr(engine.vector, "backend")  # noqa: B009 - postgres only
+        async with backend.connection() as conn:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {settings.postgres_schema} CASCADE")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    data = load_locomo(args.path)
+    convs = data.conversations[:args.conversations]
+    threshold = MemorySettings.model_fields["dedup_threshold"].default
+    settings = bench_settings(args.backend, args.dsn, threshold, args.model,
+                              embedding_cache_size=0)
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    engine = await MemoryEngine.open(settings)
+    try:
+        await _warm(engine, convs[0], args.context_turns)
+        figures = await measure(engine, convs, args.context_turns, args.limit)
+        await _drop(engine, settings)
+    finally:
+        await engine.close()
+    result: dict[str, Any] = {
+        "benchmark": "context-latency", "command": command(), "machine": machine(),
+        "path": Path(args.path).name, "backend": args.backend,
+        "model": settings.embedding_model, "limit": args.limit,
+        "conversations": [c.sample_id for c in convs],
+        "turns": sum(len(c.turns) for c in convs),
+        "questions": sum(len(c.questions) for c in convs),
+        "context_shape": {"turns": args.context_turns, "date": True},
+        "embedding_cache": "off (embedding_cache_size=0): every store and every search "
+                           "given no vector runs the model",
+        "order": "per turn or question, plain first on even ones, context first on odd ones",
+        **figures,
+        "load_average": {"start": load_start,
+                         "end": [round(x, 2) for x in os.getloadavg()]},
+    }
+    if args.out:
+        result["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n",
+                                  encoding="utf-8")
+    return result

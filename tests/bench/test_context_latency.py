@@ -1,0 +1,112 @@
+"""The context-latency benchmark on a tiny made-up conversation, with no model."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.context_latency import compared, measure, order, targets
+from benchmarks.locomo import parse_conversation, turn_texts
+from benchmarks.report_context import context_latency_section
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.embedding import CachedEmbedder
+from dream_memory_actor.embedding.hashing import HashingEmbedder
+from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.storage.memory import InMemoryStructuredStore, InMemoryVectorStore
+
+
+class Recording(HashingEmbedder):
+    """The hashing test double, noting every text it is asked to embed."""
+
+    def __init__(self) -> None:
+        super().__init__(32)
+        self.texts: list[str] = []
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts += texts
+        return await super().embed(texts)
+
+
+def conversation() -> dict[str, object]:
+    return {
+        "sample_id": "conv-1",
+        "conversation": {
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a dog."},
+                {"speaker": "Bob", "dia_id": "D1:2", "text": "What breed is it?"},
+                {"speaker": "Ann", "dia_id": "D1:3", "text": "A beagle called Rex."},
+            ],
+            "session_2_date_time": "9:05 am on 12 June, 2023",
+            "session_2": [{"speaker": "Bob", "dia_id": "D2:1", "text": "How is Rex?"}],
+        },
+        "qa": [{"question": "What pet?", "evidence": ["D1:1"], "category": 4},
+               {"question": "Dog's name?", "evidence": ["D1:3"], "category": 4},
+               {"question": "Breed?", "evidence": ["D1:3"], "category": 4}],
+    }
+
+
+def test_the_arms_take_turns_going_first() -> None:
+    assert [order(i)[0] for i in range(4)] == ["plain", "context", "plain", "context"]
+
+
+def test_ratios_are_context_over_plain_of_the_p50s_and_of_each_pair() -> None:
+    c = compared({"plain": [0.010, 0.020, 0.030], "context": [0.020, 0.020, 0.060]})
+    assert c["plain"]["p50_ms"] == 20.0 and c["context"]["p50_ms"] == 20.0
+    assert c["p50_ratio_context_over_plain"] == 1.0
+    assert c["pair_ratio_context_over_plain"]["median"] == 2.0  # pairs: 2, 1, 2
+    assert c["pair_ratio_context_over_plain"]["n"] == 3
+
+
+def test_a_target_is_met_only_when_both_ratios_are_within_it() -> None:
+    def figures(store: float, pair: float) -> dict[str, object]:
+        s = {"p50_ratio_context_over_plain": store,
+             "pair_ratio_context_over_plain": {"median": pair}}
+        flat = {"p50_ratio_context_over_plain": 1.0,
+                "pair_ratio_context_over_plain": {"median": 1.0}}
+        return {"store": s, "search_vector_given": flat, "search_with_embedding": flat}
+
+    assert targets(figures(1.2, 1.25))["store_with_context_at_most_1.3x"]["met"] is True
+    assert targets(figures(1.2, 1.4))["store_with_context_at_most_1.3x"]["met"] is False
+    assert targets(figures(1.31, 1.0))["store_with_context_at_most_1.3x"]["met"] is False
+    assert targets(figures(1.0, 1.0))["search_unchanged_vector_given"]["met"] is True
+
+
+async def test_every_store_and_unvectored_search_runs_the_model_on_what_is_timed() -> None:
+    conv = parse_conversation(conversation(), Counter())
+    model = Recording()
+    settings = MemorySettings(backend="memory")
+    engine = MemoryEngine(settings, InMemoryStructuredStore(), InMemoryVectorStore(model.dim),
+                          CachedEmbedder(model, 0))
+    out = await measure(engine, [conv], turns=2, limit=5)
+    turns, questions = len(conv.turns), len(conv.questions)
+    assert out["store"]["model_calls"] == 2 * turns
+    assert out["store"]["plain"]["n"] == out["store"]["context"]["n"] == turns
+    assert sum(out["store"]["outcomes"]["context"].values()) == turns
+    # what the stores embedded is what the model was timed on, text for text
+    stored = model.texts[:2 * turns]
+    timed = model.texts[2 * turns:4 * turns]
+    assert sorted(stored) == sorted(timed)
+    assert set(timed) == ({e for _, e in turn_texts(conv, "none", 2)}
+                          | {e for _, e in turn_texts(conv, "beside", 2)})
+    assert out["embedding"]["median_chars"]["context"] > out["embedding"]["median_chars"][
+        "plain"]
+    assert out["search_vector_given"]["model_calls"] == 0
+    assert out["search_with_embedding"]["model_calls"] == 2 * questions
+    assert out["search_with_embedding"]["context"]["n"] == questions
+    assert set(out["targets"]) == {"store_with_context_at_most_1.3x",
+                                   "search_unchanged_vector_given",
+                                   "search_unchanged_with_embedding"}
+    await engine.close()
+    # the report shows the run's figures and which targets it met
+    d = {**out, "benchmark": "context-latency", "backend": "memory", "model": "hashing",
+         "turns": turns, "questions": questions, "conversations": ["conv-1"],
+         "context_shape": {"turns": 2}, "load_average": {"start": [0.5], "end": [0.7]}}
+    lines = context_latency_section([(Path("context-latency.json"), d)])
+    row = next(x for x in lines if x.startswith("| store (embedding included)"))
+    assert f"{out['store']['p50_ratio_context_over_plain']:.2f}" in row
+    assert f"{out['store']['context']['p50_ms']:.1f}" in row
+    met = out["targets"]["store_with_context_at_most_1.3x"]["met"]
+    assert f"store with context at most 1.3x: {'yes' if met else 'no'}" in "".join(lines)
+    assert "No context-latency results" in context_latency_section([])[2]
