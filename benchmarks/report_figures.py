@@ -182,8 +182,11 @@ def _mem0(results: Results) -> list[Row]:
 
 def _concurrency(results: Results) -> list[Row]:
     newest: dict[tuple[Any, Any], dict[str, Any]] = {}
+    with_model = None
     for _, d in results.get("concurrency", []):
-        if d.get("backend") == "postgres":
+        if d.get("backend") == "postgres" and d.get("embedding_model"):
+            with_model = d  # the same writers, each store embedded: a row of its own
+        elif d.get("backend") == "postgres":
             newest[(d.get("writers"), d.get("placement"))] = d
     rows = []
     for writers in sorted({w for w, _ in newest}, key=lambda w: -(w or 0))[:1]:
@@ -196,6 +199,15 @@ def _concurrency(results: Results) -> list[Row]:
         rows.append((f"{writers} concurrent writers on one owner",
                      f"{checks}; {rates} writes/s on PostgreSQL ({places})",
                      pattern(runs, "--placement", "P")))
+    if with_model is not None:
+        d = with_model
+        tput = get(d, "rounds", "throughput_ratio_median")
+        rows.append((f"{d.get('writers')} concurrent writers on one owner, each store "
+                     f"embedded ({d.get('embedding_model')})",
+                     f"{d.get('lost')} lost, {d.get('double_applied')} double-applied; "
+                     f"{d['ops_per_s']:.0f} writes/s ({d.get('placement')})"
+                     + ("" if tput is None else f"; {tput}x one writer's throughput"),
+                     f"`{d.get('command')}`"))
     return rows
 
 
