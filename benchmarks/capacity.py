@@ -99,7 +99,8 @@ def block(results: Results) -> list[str]:
     search = i.take("search through the VectorIndex, one caller, calls/s", "actor-overhead",
                     ["search", "calls_per_s"], "/s", placement="sharded", backend="postgres")
     writes_one = i.take("writes on one owner, 32 concurrent writers", "concurrency",
-                        ["ops_per_s"], "/s", placement="sharded", backend="postgres")
+                        ["ops_per_s"], "/s", placement="sharded", backend="postgres",
+                        embedding_model=None)
     stores = i.take("L2 stores, one sequential writer, PostgreSQL (10k rows)",
                     "search-latency", ["store_path", "ops_per_s"], "/s",
                     backend="postgres", per_owner=10_000, owners=1)
