@@ -1,12 +1,12 @@
 """The word-start test of keyword candidates in SQL agrees with ``text.occurs``: its
 two substring shortcuts (start of the text, after a space) and its regular expression
-for every other place."""
+for every other place, and so does the one-reading form of the owners' rows."""
 
 from __future__ import annotations
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.storage.postgres import PostgresVectorStore
-from dream_memory_actor.storage.postgres.statements import Params, starts_word
+from dream_memory_actor.storage.postgres.statements import Params, occurs_in_row, starts_word
 from dream_memory_actor.text import fold, occurs
 
 TEXTS = ["ate at the harbour", "we ate", "create", "create, then ate", "x-ate", "(ate)",
@@ -24,5 +24,10 @@ async def test_starts_word_matches_occurs_on_every_text(
                 p = Params()
                 ref = p(folded)
                 sql = (f"SELECT strpos(search_text, {p(term)}) > 0 AND {starts_word(p, term)}"
+                       f" FROM (SELECT {ref}::text AS search_text) t")
+                assert await conn.fetchval(sql, *p.values) == occurs(term, folded), (term, text)
+                p = Params()
+                ref = p(folded)
+                sql = (f"SELECT {occurs_in_row(p, term)}"
                        f" FROM (SELECT {ref}::text AS search_text) t")
                 assert await conn.fetchval(sql, *p.values) == occurs(term, folded), (term, text)
