@@ -317,11 +317,15 @@ class ExtractionService:
             raise
         if action == "rejected" and _of_memories(decision.entry.item):
             await self._unapply(owner, pending_id)
-        mine = done is not None and decision.entry.id == done[1].id
+        mine = self._counted(action, done is not None and decision.entry.id == done[1].id)
+        return decision.model_copy(update={"applied": mine})
+
+    def _counted(self, action: str, mine: bool) -> bool:
+        """Count a decision this call recorded (``mine``), not one found recorded before."""
         self._stats[action] += int(mine)
         if mine:
             get_metrics().hitl_decision(action)
-        return decision.model_copy(update={"applied": mine})
+        return mine
 
     async def _unapply(self, owner: str, pending_id: str) -> None:
         """Undo proposal ``pending_id`` if a confirmation applied it (a rejected one)."""
@@ -369,10 +373,7 @@ class ExtractionService:
         entry = next((e for e in found if e.action == "undone"), None)
         if entry is None:  # the owner was erased meanwhile
             raise ProposalNotApplied(f"owner {owner!r} has no applied proposal {pending_id!r}")
-        mine = done is not None and entry.id == done[1].id
-        self._stats["undone"] += int(mine)
-        if mine:
-            get_metrics().hitl_decision("undone")
+        mine = self._counted("undone", done is not None and entry.id == done[1].id)
         return HitlDecision(entry=entry, applied=mine)
 
     async def _recorded(self, owner: str, pending_id: str, action: AuditAction

@@ -213,30 +213,28 @@ class OwnerMemory:
     async def decide(self, pending_id: str, action: AuditAction, by: str, edited: str | None,
                      op_id: str | None) -> tuple[MemorySnapshot, AuditEntry] | None:
         """A decision on a queued item with its audit entry (see ``storage.decisions``)."""
-        done: list[tuple[MemorySnapshot, AuditEntry]] = []
-
-        async def write() -> MemorySnapshot:
-            got = await self._l1.decide(self.owner, pending_id, action, by, edited=edited,
-                                        op_id=op_id)
-            if got is None:  # not queued: nothing written (this runs under the lock)
-                return self._snap or await self._l1.snapshot(self.owner)
-            done.append(got)
-            return got[0]
-
-        await self._write(write)
-        return done[0] if done else None
+        return await self._with_entry(lambda: self._l1.decide(
+            self.owner, pending_id, action, by, edited=edited, op_id=op_id))
 
     async def undo_decision(self, pending_id: str, by: str, restored: int,
                             expires_at: datetime | None, op_id: str | None
                             ) -> tuple[MemorySnapshot, AuditEntry] | None:
         """The undo of a confirmed proposal with its audit entry, the proposal queued
         again (see ``storage.decisions``); ``None`` if it was recorded before."""
+        return await self._with_entry(lambda: self._l1.undo_decision(
+            self.owner, pending_id, by, restored=restored, expires_at=expires_at,
+            op_id=op_id))
+
+    async def _with_entry(self, call: Callable[[], Awaitable[
+            tuple[MemorySnapshot, AuditEntry] | None]]
+            ) -> tuple[MemorySnapshot, AuditEntry] | None:
+        """A write that records an audit entry (``call``), under the lock; ``None`` when
+        it wrote nothing (the item was not queued, or the entry was recorded before)."""
         done: list[tuple[MemorySnapshot, AuditEntry]] = []
 
         async def write() -> MemorySnapshot:
-            got = await self._l1.undo_decision(self.owner, pending_id, by, restored=restored,
-                                               expires_at=expires_at, op_id=op_id)
-            if got is None:  # recorded before: nothing written (this runs under the lock)
+            got = await call()
+            if got is None:  # nothing written (this runs under the lock)
                 return self._snap or await self._l1.snapshot(self.owner)
             done.append(got)
             return got[0]
