@@ -165,6 +165,11 @@ CJK_RUN = re.compile(
     "([" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES) + "]+)")
 
 
+def has_cjk(text: str) -> bool:
+    """True when ``text`` holds a Chinese, Japanese or Korean character (one scan)."""
+    return CJK_RUN.search(text) is not None
+
+
 def _split_runs(word: str) -> Iterable[tuple[bool, str]]:
     """Split a word into maximal runs of CJK and non-CJK characters."""
     if word.isascii():  # most words: no CJK character, one run (checked in C)

@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 from ..limits import DEFAULT_LIMITS, Limits
 from ..models import MemoryFact, MemoryRule, MemoryVersion, StoreResult, VectorMemory
-from ..text import content_hash, is_cjk, terms
+from ..text import content_hash, has_cjk, is_cjk, terms
 from ..validation import RESERVED_METADATA_KEYS
 from .pairs import Change, Comparison, compare
 from .versions import closed, successor
@@ -212,7 +212,7 @@ class Cuts:
         return cls(band, band, nearest=0)
 
     def band(self, text: str) -> Band:
-        return self.cjk if any(is_cjk(c) for c in text) else self.latin
+        return self.cjk if has_cjk(text) else self.latin
 
 
 def judge_pair(stored: str, new: str, similarity: float | None, band: Band) -> Judgement:

@@ -41,7 +41,8 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Literal
 
 from ..text import CJK_RUN, is_cjk
@@ -129,7 +130,8 @@ _CJK_NUMERAL = re.compile("[零〇一二两三四五六七八九十百千万]+")
 
 @dataclass(frozen=True)
 class Token:
-    """A token as written (``text``) and as compared (``norm``)."""
+    """A token as written (``text``) and as compared (``norm``), with what it is (derived
+    from those once, as it is made: a comparison reads them many times)."""
 
     text: str
     norm: str
@@ -141,37 +143,33 @@ class Token:
     #: nothing. (A text's first word keeps its capital as a name's: a fact often opens
     #: with whom it is about, "Alice is on call".)
     initial: bool = False
+    #: A function word or punctuation: never a change of its own.
+    function: bool = field(init=False, repr=False, compare=False)
+    #: A word that says something: no function word, punctuation or speaker label.
+    content: bool = field(init=False, repr=False, compare=False)
+    #: Quoted, an @handle, or a capitalized Latin word that does not start a sentence
+    #: (or starts one in a Chinese text, which has no capitals of its own).
+    name: bool = field(init=False, repr=False, compare=False)
+    negation: bool = field(init=False, repr=False, compare=False)
+    value: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def function(self) -> bool:
-        """A function word or punctuation: never a change of its own."""
-        if self.cjk:
-            return self.norm in CJK_FUNCTION
-        return self.norm in FUNCTION_WORDS or not any(c.isalnum() for c in self.norm)
-
-    @property
-    def content(self) -> bool:
-        """A word that says something: no function word, punctuation or speaker label."""
-        return not self.function and not self.label
-
-    @property
-    def name(self) -> bool:
-        """Quoted, an @handle, or a capitalized Latin word that does not start a sentence
-        (or starts one in a Chinese text, which has no capitals of its own)."""
-        return not self.function and (
-            self.quoted or self.text.startswith("@")
-            or (not self.cjk and self.text[:1].isupper() and not self.initial))
-
-    @property
-    def negation(self) -> bool:
-        return self.norm in (CJK_NEGATIONS if self.cjk else NEGATIONS)
-
-    @property
-    def value(self) -> bool:
-        n = self.norm
-        if self.cjk:
-            return n.isdigit() or n in CJK_COLOURS
-        return (n[:1].isdigit() or n.startswith("wd:") or n in MONTHS or n in COLOURS)
+    def __post_init__(self) -> None:
+        n, cjk = self.norm, self.cjk
+        function = (n in CJK_FUNCTION if cjk
+                    else n in FUNCTION_WORDS or not any(c.isalnum() for c in n))
+        derived = {
+            "function": function,
+            "content": not function and not self.label,
+            "name": not function and (
+                self.quoted or self.text.startswith("@")
+                or (not cjk and self.text[:1].isupper() and not self.initial)),
+            "negation": n in (CJK_NEGATIONS if cjk else NEGATIONS),
+            "value": ((n.isdigit() or n in CJK_COLOURS) if cjk
+                      else n[:1].isdigit() or n.startswith("wd:") or n in MONTHS
+                      or n in COLOURS),
+        }
+        for key, flag in derived.items():
+            object.__setattr__(self, key, flag)
 
 
 def _cjk_number(run: str) -> str:
@@ -194,9 +192,12 @@ def _cjk_number(run: str) -> str:
     return str(total + section)
 
 
-def tokens(text: str) -> list[Token]:
+@lru_cache(maxsize=4096)
+def tokens(text: str) -> tuple[Token, ...]:
     """The tokens of ``text`` for comparison: words and numbers, one token per CJK
-    character except runs of Chinese numerals (one number), each normalized."""
+    character except runs of Chinese numerals (one number), each normalized. Kept for
+    the texts seen last: a stored memory is compared again with each text stored near it,
+    and a new text with each of its nearest memories."""
     s = _clock(CJK_WEEK.sub("周", unicodedata.normalize("NFKC", text)))
     out: list[Token] = []
     quote = False
@@ -219,7 +220,7 @@ SENTENCE_ENDS = frozenset(".!?。")
 LABEL_WORDS = 3
 
 
-def _placed(ts: list[Token]) -> list[Token]:
+def _placed(ts: list[Token]) -> tuple[Token, ...]:
     """``ts`` with the speaker's label marked (:func:`label_length`) and the tokens that
     start a sentence after another one or after the label, unless a Chinese text goes on
     after it (there a capital is a name's)."""
@@ -228,8 +229,10 @@ def _placed(ts: list[Token]) -> list[Token]:
     for i, t in enumerate(ts):
         initial = i > 0 and (i == n or ts[i - 1].norm in SENTENCE_ENDS) and not (
             i + 1 < len(ts) and ts[i + 1].cjk)
-        out.append(replace(t, label=i < n, initial=initial))
-    return out
+        label = i < n
+        out.append(t if (t.label, t.initial) == (label, initial)
+                   else replace(t, label=label, initial=initial))
+    return tuple(out)
 
 
 def label_length(ts: Sequence[Token]) -> int:
@@ -385,19 +388,21 @@ def compare(a: str, b: str) -> Comparison:
     ops = difflib.SequenceMatcher(None, na, nb, autojunk=False).get_opcodes()
     content_a = sum(t.content for t in ta)
     content_b = sum(t.content for t in tb)
-    matched = sum(1 for tag, i1, i2, _, _ in ops if tag == "equal"
-                  for t in ta[i1:i2] if t.content)
+    # the content words of ``a`` each run of equal tokens holds (0 for the others)
+    equal = [sum(t.content for t in ta[i1:i2]) if tag == "equal" else 0
+             for tag, i1, i2, _, _ in ops]
+    matched = sum(equal)
     regions: list[tuple[int, list[Token], list[Token]]] = []  # (op index, a side, b side)
     for n, (tag, i1, i2, j1, j2) in enumerate(ops):
         if tag == "equal":
             continue
-        xa, xb = ta[i1:i2], tb[j1:j2]
+        xa, xb = list(ta[i1:i2]), list(tb[j1:j2])
         if _equivalent(xa, xb):
             matched += min(sum(t.content for t in xa), sum(t.content for t in xb))
             continue
         regions.append((n, xa, xb))
     regions = _unmoved(regions)
-    changes = tuple(_change(ops, ta, n, xa, xb, n - prev if prev is not None else 0)
+    changes = tuple(_change(ops, equal, n, xa, xb, n - prev if prev is not None else 0)
                     for (n, xa, xb), prev in zip(regions, [None, *[r[0] for r in regions]],
                                                  strict=False))
     longest = max(content_a, content_b, 1)
@@ -419,21 +424,28 @@ def _names_apart(ta: Sequence[Token], tb: Sequence[Token]
     both have such names; ``None`` otherwise."""
     na, nb = _names(ta), _names(tb)
     words_a, words_b = {t.norm for t in ta}, {t.norm for t in tb}
+    initials_a, initials_b = _initials(ta), _initials(tb)
     only_a = {x for x in na - words_b if not any(_abbreviates(x, y) for y in nb)
-              and not _spelled_out(x, tb)}
+              and not _spelled_out(x, initials_b)}
     only_b = {y for y in nb - words_a if not any(_abbreviates(x, y) for x in na)
-              and not _spelled_out(y, ta)}
+              and not _spelled_out(y, initials_a)}
     return (tuple(sorted(only_a)), tuple(sorted(only_b))) if only_a and only_b else None
 
 
-def _spelled_out(name: str, ts: Sequence[Token]) -> bool:
-    """``ts`` has, one after another, the words whose initials are ``name`` (an acronym
-    and its long form: CI / "Continuous integration")."""
-    content = [t for t in ts if not t.function and not t.cjk]
-    n = len(name)
-    return 2 <= n <= 6 and any(
-        _acronym([Token(name.upper(), name)], content[i:i + n])
-        for i in range(len(content) - n + 1))
+def _initials(ts: Sequence[Token]) -> str:
+    """The first letters of the Latin content words of ``ts``, in order (what an acronym
+    spells out, :func:`_spelled_out`)."""
+    return "".join(t.norm[:1] or "\0" for t in ts if not t.function and not t.cjk)
+
+
+def _spelled_out(name: str, initials: str) -> bool:
+    """A text whose :func:`_initials` are ``initials`` has, one after another, the words
+    whose initials are ``name`` (an acronym and its long form: CI / "Continuous
+    integration"), as :func:`_acronym` reads them."""
+    word = name.upper()
+    spelled = word.lower()
+    return (2 <= len(name) <= 6 and len(spelled) == len(name) and word.isalpha()
+            and word.isupper() and spelled in initials)
 
 
 def _names(ts: Sequence[Token]) -> set[str]:
@@ -494,7 +506,7 @@ def _acronym(short: Sequence[Token], long: Sequence[Token]) -> bool:
 def _abbreviates(x: str, y: str) -> bool:
     """One word is a short form of the other: a numeronym (k8s: k, 8 letters, s), the
     other's start (go, golang), or its letters in order from the first (ts, typescript)."""
-    short, long = sorted((x, y), key=len)
+    short, long = (x, y) if len(x) <= len(y) else (y, x)
     if len(short) < 2 or short == long or not long.isalpha() or short[0] != long[0]:
         return False
     m = re.fullmatch(r"([a-z])(\d+)([a-z])", short)
@@ -506,12 +518,9 @@ def _abbreviates(x: str, y: str) -> bool:
     return len(short) <= 4 and all(c in it for c in short)
 
 
-def _change(ops: Sequence[tuple[str, int, int, int, int]], ta: Sequence[Token], n: int,
+def _change(ops: Sequence[tuple[str, int, int, int, int]], equal: Sequence[int], n: int,
             xa: Sequence[Token], xb: Sequence[Token], since: int) -> Change:
-    before = sum(1 for tag, i1, i2, _, _ in ops[:n] if tag == "equal"
-                 for t in ta[i1:i2] if t.content)
-    after = sum(1 for tag, i1, i2, _, _ in ops[n + 1:] if tag == "equal"
-                for t in ta[i1:i2] if t.content)
+    before, after = sum(equal[:n]), sum(equal[n + 1:])
     gap = sum(i2 - i1 for _, i1, i2, _, _ in ops[n - since + 1:n]) if since else 0
     return Change(tuple(t.text for t in xa), tuple(t.text for t in xb),
                   _kind(xa, xb), "subject" if after >= before else "value", gap)
@@ -550,8 +559,10 @@ def _antonyms(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
     """One word and its opposite by prefix: likes / dislikes, happy / unhappy."""
     for x in xa:
         for y in xb:
-            short, long = sorted((x.norm, y.norm), key=len)
-            if any(long == p + short for p in ANTONYM_PREFIXES) and len(short) > 2:
+            short, long = ((x.norm, y.norm) if len(x.norm) <= len(y.norm)
+                           else (y.norm, x.norm))
+            if (len(short) > 2 and long.endswith(short)
+                    and long[:len(long) - len(short)] in ANTONYM_PREFIXES):
                 return True
     return False
 
