@@ -445,8 +445,3 @@ def _model(engine: Stores) -> str | None:
 #: Memories embedded per call when an import re-embeds.
 _EMBED_BATCH = 64
 
-
-def write_lines(lines: Iterable[str]) -> Iterator[str]:
-    """The lines with their newlines, for writing to a file."""
-    for line in lines:
-        yield line + "\n"

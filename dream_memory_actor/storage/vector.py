@@ -643,20 +643,6 @@ class VectorStore(_Lifecycle, ABC):
 
         return int(await self._write(owner, "import", None, plan))
 
-    async def restore_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
-        """Write exported closed versions of ``owner``'s memories as they were (checked
-        first, ``check_versions``)."""
-        self.check_versions(owner, found)
-
-        async def plan() -> tuple[str, Any]:
-            p = Plan(owner, self._rows)
-            for v in found:
-                p.close(v)
-            return "", p.writes
-
-        if found:
-            await self._write(owner, "import", None, plan)
-
     def check_versions(self, owner: str, found: Sequence[MemoryVersion]) -> None:
         """``InvalidInput`` for a version an import would refuse: of another owner, not
         closed, an id that is not a UUID, content or metadata over the limits."""

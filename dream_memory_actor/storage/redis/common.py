@@ -203,9 +203,6 @@ class Keys:
     def index(self, dim: int | None) -> str:
         return f"{self.prefix}:idx:v1:{dim or 0}"
 
-    def all_pattern(self) -> str:
-        return f"{self.prefix}:*"
-
 
 class OwnerLocks:
     """An ``asyncio.Lock`` per owner, dropped when nobody holds or waits for it.

@@ -158,10 +158,6 @@ class OwnerRows:
         ids, sims = self.similarities(query)
         return ids[int(np.argmax(sims))] if ids else None
 
-    def with_hash(self, h: str) -> str | None:
-        """The oldest row whose content has hash ``h``."""
-        return next((mid for mid, r in self.rows.items() if r.hash == h), None)
-
 
 class RowCache:
     """Rows of the most recently used owners (a bounded LRU)."""
