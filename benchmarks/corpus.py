@@ -115,23 +115,37 @@ async def _open(settings: MemorySettings, dim: int) -> tuple[StructuredStore, Ve
 
 async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
                         embedder: DiskCachedEmbedder, context: str = "none", turns: int = 1,
-                        date: bool = True) -> Corpus:
+                        date: bool = True, *, many: bool = False) -> Corpus:
     """Every turn through ``MemoryEngine.store`` with ``now=`` its session time; with a
-    ``context`` mode (``locomo.turn_texts``), its context in its text or beside it."""
+    ``context`` mode (``locomo.turn_texts``), its context in its text or beside it.
+    ``many``: each session's turns through one ``MemoryEngine.store_many`` instead, with
+    ``now=`` the session's first turn's time (ingest ``store_many``)."""
     structured, vector = await _open(settings, embedder.dim)
     engine = MemoryEngine(settings, structured, vector, CachedEmbedder(embedder, 50_000))
-    corpus = Corpus(vector, structured, settings, settings.dedup_threshold, "engine")
+    corpus = Corpus(vector, structured, settings, settings.dedup_threshold,
+                    "engine store_many" if many else "engine")
 
     bar = Progress("ingest (engine)", sum(len(c.turns) for c in convs))
 
     async def one(conv: Conversation) -> None:
         texts = turn_texts(conv, context, turns, date)
+        items = []
         for i, (t, (text, _)) in enumerate(zip(conv.turns, texts, strict=True)):
             around = (turn_context(conv, i, turns, date) or None) if context == "beside" else None
-            r = await engine.store(conv.owner, text, now=t.at, context=around,
-                                   metadata={"dia_id": t.dia_id, "session": t.session})
+            meta = {"dia_id": t.dia_id, "session": t.session}
+            if many:
+                items.append((t, {"content": text, "metadata": meta, "context": around}))
+                continue
+            r = await engine.store(conv.owner, text, now=t.at, context=around, metadata=meta)
             corpus.record(t, r)
             bar.advance()
+        for session in dict.fromkeys(t.session for t, _ in items):
+            part = [(t, item) for t, item in items if t.session == session]
+            results = await engine.store_many(conv.owner, [item for _, item in part],
+                                              now=part[0][0].at)
+            for (t, _), r in zip(part, results, strict=True):
+                corpus.record(t, r)
+                bar.advance()
 
     t0 = time.perf_counter()
     try:

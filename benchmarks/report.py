@@ -5,7 +5,7 @@ the repository: the evidence for every figure, and what lets another machine
 regenerate the report), written as
 ``python -m benchmarks NAME --json > docs/bench/results/NAME-....json``, and groups
 them by their ``benchmark`` field: ``retrieval`` (recall by category, the latest
-file), ``compare-mem0`` (the latest of each ``--context``), ``search-latency``
+file), ``compare-mem0`` (the latest of each ``--context`` and ``--ingest``), ``search-latency``
 (latency by store size, every file a point, plus per backend how p50 grows with the
 store size, from the newest file of each size), ``concurrency`` (throughput by
 writers, every file a point) and ``agents`` (every run, when there is one). The
@@ -122,10 +122,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     lines += context_latency_section(results.get("context-latency", []))
     if results.get("compare-mem0"):
         runs = results["compare-mem0"]
-        # the newest run of each context mode: the turns alone first (plotted), then with
-        # their context
-        newest = {r[1].get("context", "none"): r for r in runs}
-        shown = sorted(newest.items(), key=lambda kv: kv[0] != "none")
+        # the newest run of each context mode and ingest path: the turns alone, one store
+        # each, first (plotted), then the others
+        newest = {(r[1].get("context", "none"), r[1].get("ingest", "store")): r for r in runs}
+        shown = sorted(newest.items(), key=lambda kv: kv[0] != ("none", "store"))
         for i, (_, (path, d)) in enumerate(shown):
             plot = plots.mem0_latency(d, out_dir / "vs_mem0.png") if i == 0 else None
             lines += mem0_section(path, d, rel(plot))

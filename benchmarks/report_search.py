@@ -100,7 +100,9 @@ def paired_lines(d: Mapping[str, Any]) -> list[str]:
 
 def mem0_section(path: Path, d: Mapping[str, Any], plot: str | None) -> list[str]:
     with_context = d.get("context", "none") != "none"
+    many = d.get("ingest", "store") == "store_many"
     title = ("### The same, each turn with its context" if with_context
+             else "### The same, ours ingested one session a `store_many`" if many
              else "## dream-memory vs mem0 (same data, machine and run)")
     lines = [title, "", provenance(path, d), ""]
     texts = d.get("texts")
@@ -123,7 +125,19 @@ def mem0_section(path: Path, d: Mapping[str, Any], plot: str | None) -> list[str
             ratio = lat[kind][f"{p[:3]}_ratio_ours_over_mem0"]
             rows.append([f"search {p[:3]} ms ({kind.replace('_', '-')})",
                          lat[kind]["ours"][p], lat[kind]["mem0"][p], f"{ratio:.2f}"])
+    alone = lat["end_to_end"].get("embedding_alone")
+    if alone:
+        rows.append(["the query's embedding alone, p50 ms", alone["p50_ms"], "", ""])
+    ours_in, theirs_in = get(d, "ours", "ingest", "stores_per_s"), get(m, "ingest", "adds_per_s")
+    if ours_in and theirs_in:
+        rows.append([f"ingest, memories/s ({'store_many' if many else 'store'} / "
+                     "add(infer=False), embeddings cached)", ours_in, theirs_in,
+                     f"{ours_in / theirs_in:.2f}"])
     lines += table(["", "dream-memory", f"mem0 {m.get('version', '')}", "ours / mem0"], rows)
+    over = lat["end_to_end"].get("ours_p50_minus_embedding_p50_ms")
+    if over is not None:
+        lines += [f"End to end, ours waits {over:+.2f} ms (p50) beyond the query's embedding "
+                  "alone, timed in alternation with it.", ""]
     lines += ["`system`: query vectors given to both (the memory system alone); `end-to-end`: "
               "each embeds the query itself with the same model. mem0 ran without spaCy (its "
               "`nlp` extra downloads the `en_core_web_sm` model at run time, outside PyPI): no "

@@ -25,13 +25,15 @@ def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
 
 
 def machine() -> dict[str, Any]:
-    """What ran the benchmark, recorded beside every figure."""
+    """What ran the benchmark, recorded beside every figure (the load average as it was
+    when this was called)."""
     import os
 
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 

@@ -261,6 +261,28 @@ async def test_a_run_with_context_gets_its_own_section_after_the_turns_alone(
     assert "| compare-mem0-none.json | none |" in part
 
 
+async def test_a_store_many_run_shows_both_ingest_rates_and_the_embedding_gap(
+        tmp_path: Path) -> None:
+    plain = {**_compare(0.5), "finished_at": "2026-12-01T00:00:00+00:00"}
+    many = _compare(0.6)
+    many["latency"] = {**many["latency"], "end_to_end": {
+        **many["latency"]["end_to_end"], "embedding_alone": {"p50_ms": 21.5},
+        "ours_p50_minus_embedding_p50_ms": 1.25}}
+    many.update({"ingest": "store_many", "finished_at": "2026-12-02T00:00:00+00:00",
+                 "ours": {"ingest": {"stores_per_s": 1500.0}},
+                 "mem0": {"version": "2.2.1", "ingest": {"adds_per_s": 300.0}}})
+    md = await _report(tmp_path, [("compare-mem0-none.json", plain),
+                                  ("compare-mem0-many.json", many)])
+    part = md[md.index("## dream-memory vs mem0"):]
+    assert (part.index("compare-mem0-none.json")
+            < part.index("### The same, ours ingested one session a `store_many`")
+            < part.index("compare-mem0-many.json"))
+    assert "| ingest, memories/s (store_many / add(infer=False), embeddings cached) " \
+           "| 1500.0 | 300.0 | 5.00 |" in part
+    assert "| the query's embedding alone, p50 ms | 21.5 |" in part
+    assert "ours waits +1.25 ms (p50) beyond the query's embedding alone" in part
+
+
 def test_mem0_gets_a_turn_s_context_written_before_it() -> None:
     from collections import Counter
 
