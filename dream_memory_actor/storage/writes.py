@@ -155,8 +155,11 @@ class Plan:
         when it or the new memory (``context``) carries a context."""
         found: builtins.list[tuple[float, Neighbour]] = []
         if vector is not None and nearest > 0:
-            stored = await self._read(self.owner, near=(vector, nearest + len(self._put)
-                                                        + len(self._gone)))
+            # Read past the stored rows this plan hides (dropped, or written with a new
+            # vector), no more: a batch's own new memories are not stored yet.
+            hidden = len(self._gone) + sum(1 for p in self._put.values()
+                                           if p.before is not None and not p.keeps)
+            stored = await self._read(self.owner, near=(vector, nearest + hidden))
             for row in stored:
                 mid = row.memory.id
                 self._read_rows[mid] = row.memory
