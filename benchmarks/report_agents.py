@@ -75,7 +75,8 @@ def agents_rows(results: Mapping[str, Sequence[tuple[Path, dict[str, Any]]]]
                     for k, label in KINDS)
     checks = ", ".join(f"{d.get(k, '-')} {label}" for k, label in CHECKS)
     return [(f"{d.get('agents')} agents on {d.get('owners')} owners and a team owner, "
-             f"mix {_mix(d)}, {d.get('embedding_model')}",
+             f"mix {_mix(d)} % (snapshot reads / searches / stores / L1 writes), "
+             f"{d.get('embedding_model')}",
              f"{num(d.get('ops_per_s'), ',.0f')} ops/s; p95 ms: {p95}; team L1 write while "
              f"storing at most {_team_wait(d)} ms; {checks}",
              f"`{command(d)}`")]
