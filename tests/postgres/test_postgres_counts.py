@@ -194,3 +194,32 @@ async def test_very_long_queries_search_large_and_small_owners(
         assert len(hits) == 5 and {h.memory.owner for h in hits} == {owner}
         keyword = await vector.search(owner, query, limit=5)
         assert keyword[0].memory.content == " ".join(first)
+
+
+async def test_a_batch_chooses_its_near_read_path_once(
+        pg: tuple[MemorySettings, PostgresVectorStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store_many reads the owner's counts for its near reads once, not once a text;
+    outside a write each near read decides for itself."""
+    from dream_memory_actor.storage.postgres import vector as module
+
+    _, vector = pg
+    await _bulk(vector, "o", 30, 5)
+    calls = []
+    real = module.__dict__["term_stats"]
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args[2])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "term_stats", counted)
+    rng = np.random.default_rng(8)
+    got = await vector.store_many(
+        "o", [f"batch text {i}" for i in range(12)],
+        embeddings=[list(rng.normal(size=DIM)) for _ in range(12)])
+    assert len(got) == 12
+    assert calls == [["o"]]
+    calls.clear()
+    await vector._rows("o", near=(list(rng.normal(size=DIM)), 3))
+    await vector._rows("o", near=(list(rng.normal(size=DIM)), 3))
+    assert calls == [["o"], ["o"]]

@@ -32,6 +32,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -115,6 +116,10 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         self.dim = backend.dim
         self._codepoint_order = None
         self._last_counts = None
+        #: Inside a write: per owner, whether its near reads scan exactly (see
+        #: :meth:`_exact_near`).
+        self._near_paths: ContextVar[dict[str, bool] | None] = ContextVar(
+            f"dream_memory_near_paths_{id(self)}", default=None)
 
     # -- the embedding model ------------------------------------------------------------
 
@@ -180,7 +185,11 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             prior = await prior_result(conn, s, owner, op_id)
             if prior is not None:
                 return str(prior)
-            result, writes = await plan()
+            paths = self._near_paths.set({})
+            try:
+                result, writes = await plan()
+            finally:
+                self._near_paths.reset(paths)
             await self._apply(conn, owner, writes)
             await record_op(conn, s, owner, op_id, what, result)
             return result
@@ -290,9 +299,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             elif near is not None:
                 vector, k = near
                 d = int(self.dim or 0)
-                stats = await term_stats(conn, s, [owner], [])
                 q = f"{p(vector)}::vector({d})"
-                order = ("sim DESC" if prefer_exact(stats.docs, stats.table_docs or 0)
+                order = ("sim DESC" if await self._exact_near(conn, owner)
                          else f"{dim_sql(d)} <=> {q}")
                 rows = await conn.fetch(
                     f"""SELECT {cols}, 1 - ({dim_sql(d)} <=> {q}) AS sim FROM {s}.memories
@@ -308,6 +316,20 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                     None if not vectors or r["embedding"] is None
                     else [float(x) for x in r["embedding"].to_list()],
                     float(r["sim"]) if near is not None else None) for r in rows]
+
+    async def _exact_near(self, conn: Any, owner: str) -> bool:
+        """Whether a near read of ``owner`` scans its rows exactly (``plan.prefer_exact``)
+        rather than through the HNSW index. Decided once per write: its plan reads near
+        each text it stores while the owner's rows stay as they are (its writer holds
+        them), which saves a batch a round trip per text."""
+        chosen = self._near_paths.get()
+        if chosen is not None and owner in chosen:
+            return chosen[owner]
+        stats = await term_stats(conn, self._s, [owner], [])
+        exact = prefer_exact(stats.docs, stats.table_docs or 0)
+        if chosen is not None:
+            chosen[owner] = exact
+        return exact
 
     async def _versions(self, owner: str, memory_id: str | None = None) -> list[MemoryVersion]:
         p = Params()
