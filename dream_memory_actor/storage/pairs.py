@@ -128,7 +128,7 @@ _QUOTES = frozenset("'\"“”‘’「」《》")
 _CJK_NUMERAL = re.compile("[零〇一二两三四五六七八九十百千万]+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Token:
     """A token as written (``text``) and as compared (``norm``), with what it is (derived
     from those once, as it is made: a comparison reads them many times)."""
@@ -192,12 +192,21 @@ def _cjk_number(run: str) -> str:
     return str(total + section)
 
 
-@lru_cache(maxsize=4096)
+#: Texts up to this many characters keep their tokens (:func:`tokens`), the last
+#: ``_KEPT_TEXTS`` of them: a few MB at most.
+_KEPT_LENGTH = 2000
+_KEPT_TEXTS = 1024
+
+
 def tokens(text: str) -> tuple[Token, ...]:
     """The tokens of ``text`` for comparison: words and numbers, one token per CJK
     character except runs of Chinese numerals (one number), each normalized. Kept for
-    the texts seen last: a stored memory is compared again with each text stored near it,
-    and a new text with each of its nearest memories."""
+    the short texts seen last: a stored memory is compared again with each text stored
+    near it, and a new text with each of its nearest memories."""
+    return _kept_tokens(text) if len(text) <= _KEPT_LENGTH else _tokens(text)
+
+
+def _tokens(text: str) -> tuple[Token, ...]:
     s = _clock(CJK_WEEK.sub("周", unicodedata.normalize("NFKC", text)))
     out: list[Token] = []
     quote = False
@@ -218,6 +227,9 @@ def tokens(text: str) -> tuple[Token, ...]:
 SENTENCE_ENDS = frozenset(".!?。")
 #: The most words a speaker's label has ("Dr Ana Lima:").
 LABEL_WORDS = 3
+
+
+_kept_tokens = lru_cache(maxsize=_KEPT_TEXTS)(_tokens)
 
 
 def _placed(ts: list[Token]) -> tuple[Token, ...]:
