@@ -193,9 +193,10 @@ def _cjk_number(run: str) -> str:
 
 
 #: Texts up to this many characters keep their tokens (:func:`tokens`), the last
-#: ``_KEPT_TEXTS`` of them: a few MB at most.
-_KEPT_LENGTH = 2000
-_KEPT_TEXTS = 1024
+#: ``_KEPT_TEXTS`` of them: about 17 MB when every one is that long (1,000 characters
+#: of English words), a few MB for conversation turns.
+_KEPT_LENGTH = 1000
+_KEPT_TEXTS = 512
 
 
 def tokens(text: str) -> tuple[Token, ...]:
