@@ -358,6 +358,9 @@ class VectorStore(_Lifecycle, ABC):
 
         async def plan() -> tuple[str, Any]:
             p = Plan(owner, self._rows, self._keyword_nearest)
+            if cuts.nearest > 0 and len(batch) > 1:
+                await p.prefetch([t for t, _, _ in batch], vecs, cuts.nearest,
+                                 self._nearest_many, self._same_text_many)
             results = [await p.store(text, vec, meta, cuts, at, self.limits, around)
                        for (text, meta, around), vec in zip(batch, vecs, strict=True)]
             return json.dumps([r.model_dump(mode="json") for r in results]), p.writes
@@ -840,6 +843,19 @@ class VectorStore(_Lifecycle, ABC):
                                        keyword_k=keyword_k, weights=t_weights, stats=stats,
                                        where=where)
         return q_terms, t_weights, cands
+
+    async def _nearest_many(self, owner: str, vectors: Sequence[builtins.list[float]], k: int
+                            ) -> builtins.list[builtins.list[Row]]:
+        """For each of ``vectors``, what ``_rows(owner, near=(vector, k))`` gives (a batch's
+        neighbours, read before its plan judges it). A backend that reads them in one
+        round trip overrides it, with the same rows."""
+        return [await self._rows(owner, near=(v, k)) for v in vectors]
+
+    async def _same_text_many(self, owner: str, hashes: Sequence[str]
+                              ) -> dict[str, builtins.list[Row]]:
+        """For each of ``hashes``, what ``_rows(owner, text_hash=hash)`` gives. A backend
+        that reads them in one round trip overrides it, with the same rows."""
+        return {h: await self._rows(owner, text_hash=h) for h in dict.fromkeys(hashes)}
 
     async def _keyword_nearest(self, owner: str, text: str, k: int
                                ) -> builtins.list[VectorMemory]:

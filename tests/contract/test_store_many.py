@@ -125,3 +125,36 @@ async def test_oversized_batch_is_refused(stores: Stores) -> None:
     with pytest.raises(InvalidBatch, match="embeddings"):
         await v.store_many("alice", ["a", "b"], embeddings=[spread(0)])
     assert await v.count("alice") == 0
+
+
+async def test_a_batch_reads_its_neighbours_as_its_items_would_one_by_one(
+        stores: Stores) -> None:
+    """``_nearest_many`` and ``_same_text_many`` (what a store_many reads before judging
+    its items) give, on every backend, the rows ``_rows`` gives for each vector and each
+    content hash alone, in the same order."""
+    from dream_memory_actor.storage.dedup import Cuts
+    from dream_memory_actor.text import content_hash
+
+    v = stores.vector
+    now = utcnow() - timedelta(minutes=1)
+    for i in range(12):
+        await v.store("o", f"fact number {i}", embedding=spread(i), now=now + timedelta(i))
+    await v.store("o", "a text stored twice", embedding=spread(13), now=now)
+    await v.store("o", "a text stored twice", embedding=spread(14), now=now,
+                  threshold=Cuts.off())  # no judgement: kept beside the first
+    probes = [spread(0), vec(1, 0.3), spread(7), spread(0)]
+    many = await v._nearest_many("o", probes, 4)
+    alone = [await v._rows("o", near=(p, 4)) for p in probes]
+
+    def ids(rows: list[Any]) -> list[tuple[str, float | None]]:
+        return [(r.memory.id, None if r.similarity is None else round(r.similarity, 5))
+                for r in rows]
+
+    assert [ids(r) for r in many] == [ids(r) for r in alone]
+    assert all(len(r) == 4 for r in many)
+    hashes = [content_hash(t) for t in ("a text stored twice", "fact number 3", "nothing",
+                                        "a text stored twice")]
+    same = await v._same_text_many("o", hashes)
+    for h in hashes:
+        assert ids(same[h]) == ids(await v._rows("o", text_hash=h))
+    assert len(same[hashes[0]]) == 2 and same[hashes[2]] == []

@@ -317,6 +317,51 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                     else [float(x) for x in r["embedding"].to_list()],
                     float(r["sim"]) if near is not None else None) for r in rows]
 
+    async def _nearest_many(self, owner: str, vectors: Sequence[list[float]], k: int
+                            ) -> list[list[Row]]:
+        """Each vector's ``k`` nearest rows of ``owner`` in one statement, as ``_rows``
+        reads them one by one (the same path, order and similarity). The vectors go as
+        text (``[x,y,...]``), which the database reads to the same single-precision
+        values as the binary codec sends."""
+        if len(vectors) < 2:
+            return await super()._nearest_many(owner, vectors, k)
+        s, d = self._s, int(self.dim or 0)
+        q = "v.q"
+        async with self.backend.connection() as conn:
+            order = ("sim DESC" if await self._exact_near(conn, owner)
+                     else f"{dim_sql(d)} <=> {q}")
+            rows = await conn.fetch(
+                f"""WITH v AS MATERIALIZED (  -- each vector read once, not once a row
+                        SELECT n, t::vector({d}) AS q
+                          FROM unnest($2::text[]) WITH ORDINALITY AS u(t, n))
+                    SELECT v.n, x.* FROM v CROSS JOIN LATERAL (
+                        SELECT {MEMORY_COLUMNS}, 1 - ({dim_sql(d)} <=> {q}) AS sim
+                          FROM {s}.memories WHERE owner_id = $1 AND embedding_dim = {d}
+                         ORDER BY {order} LIMIT $3) AS x""",
+                owner, ["[" + ",".join(repr(float(x)) for x in v) + "]" for v in vectors], k)
+        found: list[list[Row]] = [[] for _ in vectors]
+        for r in rows:
+            found[r["n"] - 1].append(Row(_memory(r), None, float(r["sim"])))
+        for each in found:  # best first (stable: the statement's order among equals)
+            each.sort(key=lambda row: -(row.similarity or 0.0))
+        return found
+
+    async def _same_text_many(self, owner: str, hashes: Sequence[str]
+                              ) -> dict[str, list[Row]]:
+        """The rows of each content hash in one statement, newest first, as ``_rows``."""
+        wanted = list(dict.fromkeys(hashes))
+        if len(wanted) < 2:
+            return await super()._same_text_many(owner, wanted)
+        async with self.backend.connection() as conn:
+            rows = await conn.fetch(
+                f"""SELECT {MEMORY_COLUMNS}, content_hash FROM {self._s}.memories
+                     WHERE owner_id = $1 AND content_hash = ANY($2::text[])
+                     ORDER BY updated_at DESC""", owner, wanted)
+        found: dict[str, list[Row]] = {h: [] for h in wanted}
+        for r in rows:
+            found[r["content_hash"]].append(Row(_memory(r)))
+        return found
+
     async def _exact_near(self, conn: Any, owner: str) -> bool:
         """Whether a near read of ``owner`` scans its rows exactly (``plan.prefer_exact``)
         rather than through the HNSW index. Decided once per write: its plan reads near
