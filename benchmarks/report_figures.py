@@ -301,10 +301,13 @@ def targets(results: Results) -> list[str]:
              "end_to_end_p50_at_most_embedding_p50_plus_2_ms": "search p50 with the query "
                                                                "embedding at most the "
                                                                "embedding's + 2 ms",
-             "ingest_at_least_twice_mem0": "ingest at least 2x mem0's add(infer=False)",
-             "ingest_at_least_1000_per_s": "ingest at least 1,000 memories/s"}
+             "ingest_at_least_twice_mem0": "store_many ingest at least 2x mem0's "
+                                           "add(infer=False)",
+             "ingest_at_least_1000_per_s": "store_many ingest at least 1,000 memories/s"}
     for key, label in names.items():
-        got = [d["targets"][key] for d in mem0 if key in d["targets"]]
+        # the ingest targets are store_many's (``--ingest store_many``)
+        got = [d["targets"][key] for d in mem0 if key in d["targets"]
+               and (not key.startswith("ingest") or d.get("ingest") == "store_many")]
         if got:
             met = sum(bool(g) for g in got)
             out.append(f"{label}: met in {met} of {len(got)} runs")
