@@ -172,6 +172,13 @@ def _mem0(results: Results) -> list[Row]:
               + f" in {len(runs)} runs; p95 "
               f"{spread([s['p95_ratio_ours_over_mem0'] for s in sys_], ratio)}x; with query "
               f"embedding (same model) {e2e_ratio}x")
+    many = [d for _, d in results.get("compare-mem0", [])
+            if d.get("ingest") == "store_many" and d.get("ingest_rate_ratio_ours_over_mem0")]
+    if many:
+        figure += ("; ingest, store_many with the embeddings cached, "
+                   + ", ".join(f"{d['ingest_rate_ratio_ours_over_mem0']:.2f}x"
+                               for d in many)
+                   + " mem0's add(infer=False) rate")
     dflt = [get(d, "mem0_default_hnsw", "system_latency", "p50_ms") for d in runs]
     if all(x is not None for x in dflt):
         figure += f"; mem0 with the server's default HNSW settings p50 {spread(dflt)} ms"
