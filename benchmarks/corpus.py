@@ -129,18 +129,18 @@ async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
 
     async def one(conv: Conversation) -> None:
         texts = turn_texts(conv, context, turns, date)
-        items = []
+        sessions: dict[int, list[tuple[Turn, dict[str, Any]]]] = {}
         for i, (t, (text, _)) in enumerate(zip(conv.turns, texts, strict=True)):
             around = (turn_context(conv, i, turns, date) or None) if context == "beside" else None
             meta = {"dia_id": t.dia_id, "session": t.session}
             if many:
-                items.append((t, {"content": text, "metadata": meta, "context": around}))
+                sessions.setdefault(t.session, []).append(
+                    (t, {"content": text, "metadata": meta, "context": around}))
                 continue
             r = await engine.store(conv.owner, text, now=t.at, context=around, metadata=meta)
             corpus.record(t, r)
             bar.advance()
-        for session in dict.fromkeys(t.session for t, _ in items):
-            part = [(t, item) for t, item in items if t.session == session]
+        for part in sessions.values():
             results = await engine.store_many(conv.owner, [item for _, item in part],
                                               now=part[0][0].at)
             for (t, _), r in zip(part, results, strict=True):

@@ -298,14 +298,10 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                     *p.values)
             elif near is not None:
                 vector, k = near
-                d = int(self.dim or 0)
-                q = f"{p(vector)}::vector({d})"
-                order = ("sim DESC" if await self._exact_near(conn, owner)
-                         else f"{dim_sql(d)} <=> {q}")
+                q = f"{p(vector)}::vector({int(self.dim or 0)})"
                 rows = await conn.fetch(
-                    f"""SELECT {cols}, 1 - ({dim_sql(d)} <=> {q}) AS sim FROM {s}.memories
-                        WHERE {mine} AND embedding_dim = {d} ORDER BY {order}
-                        LIMIT {p(k)}""", *p.values)
+                    self._near_select(cols, mine, q, await self._exact_near(conn, owner),
+                                      p(k)), *p.values)
             else:
                 cond = mine + metadata_condition(p, where, "metadata")
                 window = "" if limit is None else f" LIMIT {p(limit)}"
@@ -325,19 +321,14 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         values as the binary codec sends."""
         if len(vectors) < 2:
             return await super()._nearest_many(owner, vectors, k)
-        s, d = self._s, int(self.dim or 0)
-        q = "v.q"
         async with self.backend.connection() as conn:
-            order = ("sim DESC" if await self._exact_near(conn, owner)
-                     else f"{dim_sql(d)} <=> {q}")
+            nearest = self._near_select(MEMORY_COLUMNS, "owner_id = $1", "v.q",
+                                        await self._exact_near(conn, owner), "$3")
             rows = await conn.fetch(
                 f"""WITH v AS MATERIALIZED (  -- each vector read once, not once a row
-                        SELECT n, t::vector({d}) AS q
+                        SELECT n, t::vector({int(self.dim or 0)}) AS q
                           FROM unnest($2::text[]) WITH ORDINALITY AS u(t, n))
-                    SELECT v.n, x.* FROM v CROSS JOIN LATERAL (
-                        SELECT {MEMORY_COLUMNS}, 1 - ({dim_sql(d)} <=> {q}) AS sim
-                          FROM {s}.memories WHERE owner_id = $1 AND embedding_dim = {d}
-                         ORDER BY {order} LIMIT $3) AS x""",
+                    SELECT v.n, x.* FROM v CROSS JOIN LATERAL ({nearest}) AS x""",
                 owner, ["[" + ",".join(repr(float(x)) for x in v) + "]" for v in vectors], k)
         found: list[list[Row]] = [[] for _ in vectors]
         for r in rows:
@@ -345,6 +336,15 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         for each in found:  # best first (stable: the statement's order among equals)
             each.sort(key=lambda row: -(row.similarity or 0.0))
         return found
+
+    def _near_select(self, cols: str, mine: str, q: str, exact: bool, k: str) -> str:
+        """The statement of a near read: the ``k`` rows of ``mine`` nearest to the vector
+        ``q`` (SQL expressions), best first, with their cosine ``sim``; an exact scan or
+        the HNSW index's order (:meth:`_exact_near`)."""
+        d = int(self.dim or 0)
+        order = "sim DESC" if exact else f"{dim_sql(d)} <=> {q}"
+        return (f"SELECT {cols}, 1 - ({dim_sql(d)} <=> {q}) AS sim FROM {self._s}.memories "
+                f"WHERE {mine} AND embedding_dim = {d} ORDER BY {order} LIMIT {k}")
 
     async def _same_text_many(self, owner: str, hashes: Sequence[str]
                               ) -> dict[str, list[Row]]:
