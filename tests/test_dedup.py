@@ -183,8 +183,9 @@ def test_times_of_day_are_read_on_a_24_hour_clock() -> None:
     assert [t.norm for t in tokens("at a quarter to eight")] == ["at", "7:45"]
     assert [t.norm for t in tokens("9:30 a.m. or 4 pm")] == ["9:30", "or", "16"]
     assert [t.norm for t in tokens("晚上八点半")] == ["晚", "上", "20:30"]
-    # 夜里两点 is at night; 三点 alone says neither, and 一点 may be "a little"
-    assert [t.norm for t in tokens("夜里两点")] == ["夜", "里", "2"]
+    # 夜里两点 is at night (夜里 compared as 晚上); 三点 alone says neither, and 一点 may
+    # be "a little"
+    assert [t.norm for t in tokens("夜里两点")] == ["晚", "上", "2"]
     assert [t.norm for t in tokens("快一点")] == ["快", "1", "点"]
 
 
@@ -239,3 +240,16 @@ def test_a_name_added_or_dropped_is_no_other_value() -> None:
                       BAND).outcome == "unsure"
     assert judge_pair("The user went hiking with Tom.", "The user went hiking with Ana.", 0.97,
                       BAND).outcome == "update"
+
+
+@pytest.mark.parametrize(("a", "b", "want"), [
+    ("用户的闺女在学游泳。", "用户的女儿在学游泳。", "duplicate"),
+    ("季度复盘会定在十号。", "季度复盘会定在十日。", "duplicate"),
+    ("家长会在礼拜天下午。", "家长会在周日下午。", "duplicate"),
+    ("支付服务今晚部署。", "支付服务今晚上线。", "duplicate"),
+    # the day is still a value, and 号 that is no day of the month stays a word
+    ("季度复盘会定在十号。", "季度复盘会定在十二号。", "update"),
+    ("他的工号是多少没人知道。", "他的工日是多少没人知道。", "distinct"),
+])
+def test_everyday_chinese_wordings_of_one_thing(a: str, b: str, want: str) -> None:
+    assert judge_pair(a, b, 0.95, BAND).outcome == want

@@ -4,10 +4,11 @@ A sentence embedding puts "the staging web server listens on 8080" and "the stag
 admin server listens on 8080" as close as two wordings of one fact, so the write
 path compares the texts too (:func:`compare`). Both are cut into tokens (words,
 numbers, and single characters of Chinese, Japanese and Korean, where words have no
-spaces), normalized (case, number words and Chinese numerals as digits, 礼拜/星期 as
-周, a time of day on a 24-hour clock: "half past nine" and 九点半 are 9:30, "3 pm" and
-下午三点 are 15), and aligned: what is left is what was substituted, inserted or
-deleted at the same place. Each such change is of one kind, the strongest of its tokens:
+spaces), normalized (case, number words and Chinese numerals as digits, everyday
+Chinese wordings of one thing as one: 礼拜/星期 as 周, 闺女 as 女儿; a time of day on a
+24-hour clock: "half past nine" and 九点半 are 9:30, "3 pm" and 下午三点 are 15), and
+aligned: what is left is what was substituted, inserted or deleted at the same place.
+Each such change is of one kind, the strongest of its tokens:
 
 - ``negation``: one side says "not", "no longer", "dislikes", 不, 没 where the
   other does not (a preference reversed);
@@ -101,8 +102,18 @@ NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60"
 CJK_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5,
               "六": 6, "七": 7, "八": 8, "九": 9}
 CJK_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
-#: Other wordings of the Chinese week: 星期四 and 礼拜四 are 周四.
-CJK_WEEK = re.compile(r"星期|礼拜")
+#: Everyday Chinese words and the one each is compared as: the week (星期四 and 礼拜四 are
+#: 周四, 周天 is 周日), a day of the month (五号 is 五日), a part of the day (夜里 is
+#: 晚上), family (闺女 is 女儿), going live (部署 is 上线). Only words that mean the same
+#: wherever they stand: a synonym that is another fact elsewhere (读书: studying, or
+#: reading a book) stays a change, which keeps both memories.
+CJK_WORDINGS = {"星期天": "周日", "礼拜天": "周日", "周天": "周日", "星期": "周", "礼拜": "周",
+                "号": "日", "夜里": "晚上", "晚间": "晚上", "早晨": "早上", "闺女": "女儿",
+                "部署": "上线"}
+#: A wording of :data:`CJK_WORDINGS`, the longest first; 号 only after a numeral.
+_CJK_WORDING = re.compile("|".join(
+    r"(?<=[\d零〇一二两三四五六七八九十])号" if k == "号" else k
+    for k in sorted(CJK_WORDINGS, key=len, reverse=True)))
 #: A time of day in English words or on a 12-hour clock: "half past nine", "a quarter to
 #: eight", "3 pm", "9:30 a.m.".
 _HOUR = r"(\d{1,2}|" + "|".join(list(NUMBER_WORDS)[1:13]) + ")"
@@ -208,7 +219,8 @@ def tokens(text: str) -> tuple[Token, ...]:
 
 
 def _tokens(text: str) -> tuple[Token, ...]:
-    s = _clock(CJK_WEEK.sub("周", unicodedata.normalize("NFKC", text)))
+    s = unicodedata.normalize("NFKC", text)
+    s = _clock(_CJK_WORDING.sub(lambda m: CJK_WORDINGS[m.group()], s))
     out: list[Token] = []
     quote = False
     for run in CJK_RUN.split(s):
