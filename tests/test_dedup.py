@@ -253,3 +253,17 @@ def test_a_name_added_or_dropped_is_no_other_value() -> None:
 ])
 def test_everyday_chinese_wordings_of_one_thing(a: str, b: str, want: str) -> None:
     assert judge_pair(a, b, 0.95, BAND).outcome == want
+
+
+def test_free_of_says_without() -> None:
+    assert [t.norm for t in tokens("kept free of meetings, a sugar-free diet")] == [
+        "kept", "without", "meetings", ",", "a", "without", "sugar", "diet"]
+    # both say "no meetings on Friday afternoons": nothing in conflict
+    assert judge_pair("Never book calls for the user on Monday mornings.",
+                      "The user wants Monday mornings kept free of calls.", 0.95,
+                      BAND).outcome == "duplicate"
+    # a preference reversed is still an update
+    assert judge_pair("The user drinks sugar-free cola.", "The user drinks cola with sugar.",
+                      0.95, BAND).outcome == "update"
+    assert judge_pair("The user takes coffee with milk.", "The user takes coffee milk-free.",
+                      0.95, BAND).outcome == "update"

@@ -114,6 +114,10 @@ CJK_WORDINGS = {"星期天": "周日", "礼拜天": "周日", "周天": "周日"
 _CJK_WORDING = re.compile("|".join(
     r"(?<=[\d零〇一二两三四五六七八九十])号" if k == "号" else k
     for k in sorted(CJK_WORDINGS, key=len, reverse=True)))
+#: "Free of" and "-free" say "without": "kept free of meetings" is "without meetings",
+#: "sugar-free" is "without sugar" (a negation, as "no meetings" is).
+_FREE_OF = re.compile(r"\bfree\s+(?:of|from)\b", re.I)
+_X_FREE = re.compile(r"\b([^\W\d_]+)-free\b", re.I)
 #: A time of day in English words or on a 12-hour clock: "half past nine", "a quarter to
 #: eight", "3 pm", "9:30 a.m.".
 _HOUR = r"(\d{1,2}|" + "|".join(list(NUMBER_WORDS)[1:13]) + ")"
@@ -220,6 +224,7 @@ def tokens(text: str) -> tuple[Token, ...]:
 
 def _tokens(text: str) -> tuple[Token, ...]:
     s = unicodedata.normalize("NFKC", text)
+    s = _X_FREE.sub(r"without \1", _FREE_OF.sub("without", s))
     s = _clock(_CJK_WORDING.sub(lambda m: CJK_WORDINGS[m.group()], s))
     out: list[Token] = []
     quote = False
