@@ -25,7 +25,10 @@ on what the two texts differ in (``pairs.compare``):
   above the paraphrase cut and nothing conflicts: no other number or value, not one
   saying "not" where the other does not, not each naming what the other does not
   ("The Simpsons" / "Tom and Jerry"; a short form, "TS" for "TypeScript", is the same
-  name); ``unsure`` when something does, ``distinct`` below the cut;
+  name); ``unsure`` when something does, and below the cut, where the similarity
+  alone cannot tell a rewording from another fact of the same subject (``distinct``
+  where a rewording never merges: turns, memories with a context; or without a
+  similarity);
 - the same text, case and spaces aside, is a ``duplicate`` whatever the similarity.
 
 Two turns of a conversation ("Jon: Thanks!" / "Jon: Bye!") open with their speakers'
@@ -234,6 +237,9 @@ def judge_pair(stored: str, new: str, similarity: float | None, band: Band) -> J
     if similarity is not None and similarity > band.paraphrase:
         return Judgement("duplicate", similarity=similarity,
                          reason=f"a rewording ({sim}) with nothing in conflict")
+    if similarity is not None and band.paraphrase <= 1:
+        return Judgement("unsure", similarity=similarity,
+                         reason=f"worded apart, below the rewording cut ({sim})")
     return Judgement("distinct", similarity=similarity, reason=f"another fact ({sim})")
 
 

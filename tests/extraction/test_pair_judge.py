@@ -262,6 +262,20 @@ async def test_a_store_asks_the_model_once_and_a_retry_writes_nothing_twice(
         ["merge"] if merged else [])
 
 
+async def test_a_rewording_below_the_rewording_cut_goes_to_the_model(
+        api: ScriptedOpenAIServer) -> None:
+    """Worded apart, nothing in conflict, a cosine between the candidate cut (0.70) and
+    the rewording cut (0.75): the rules cannot tell, so the model decides."""
+    engine = judged_engine(api)
+    first = await engine.store("alice", "The user's flat is in Lisbon's old town.",
+                               embedding=[1.0, 0.0, 0.0, 0.0])
+    api.queue_chat(verdict("duplicate"))
+    second = await engine.store("alice", "In Lisbon, the user lives in the historic centre.",
+                                embedding=[0.72, (1 - 0.72 ** 2) ** 0.5, 0.0, 0.0])
+    assert len(api.requests_to(CHAT_PATH)) == 1
+    assert second.merged and second.related == first.memory.id
+
+
 @pytest.mark.parametrize(("script", "merged"), [
     ({"content": verdict("duplicate")}, True),
     ({"content": verdict("distinct")}, False),
