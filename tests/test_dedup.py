@@ -251,6 +251,9 @@ def test_a_name_added_or_dropped_is_no_other_value() -> None:
     ("季度复盘会定在十号。", "季度复盘会定在十日。", "duplicate"),
     ("家长会在礼拜天下午。", "家长会在周日下午。", "duplicate"),
     ("支付服务今晚部署。", "支付服务今晚上线。", "duplicate"),
+    # Sunday is a weekday as the others are: another one is another value
+    ("用户每周六去健身房。", "用户每礼拜天去健身房。", "update"),
+    ("用户每周日去健身房。", "用户每星期天去健身房。", "duplicate"),
     # the day is still a value, and 号 that is no day of the month stays a word
     ("季度复盘会定在十号。", "季度复盘会定在十二号。", "update"),
     ("他的工号是多少没人知道。", "他的工日是多少没人知道。", "distinct"),

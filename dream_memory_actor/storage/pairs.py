@@ -330,8 +330,9 @@ def _latin_token(raw: str, quoted: bool) -> Token:
 
 
 def _cjk_tokens(run: str, quoted: bool) -> list[Token]:
-    """One token per character; a run of numerals is one number (一百二十 is 120), and a
-    word of :data:`CJK_UNNEGATED` one word."""
+    """One token per character; a run of numerals is one number (一百二十 is 120), the
+    day of 周日 (周天) the number 7 as 周一 to 周六 are 1 to 6, and a word of
+    :data:`CJK_UNNEGATED` one word."""
     out: list[Token] = []
     i = 0
     while i < len(run):
@@ -339,6 +340,10 @@ def _cjk_tokens(run: str, quoted: bool) -> list[Token]:
         if word is not None:
             out.append(Token(word, word, cjk=True, quoted=quoted))
             i += len(word)
+            continue
+        if run[i] in "日天" and i > 0 and run[i - 1] == "周":  # Sunday: the day after 周六
+            out.append(Token(run[i], "7", cjk=True, quoted=quoted))
+            i += 1
             continue
         m = _CJK_NUMERAL.match(run, i)
         if m is not None and not (m.group() in "万" or _word_numeral(run, i, m.end())):
