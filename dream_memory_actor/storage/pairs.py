@@ -517,15 +517,37 @@ def _take(pool: Counter[str], t: Token) -> bool:
 
 
 def _equivalent(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
-    """A difference that is no change: function words and punctuation only, or a name
-    and its short form (K8s / Kubernetes, TS / TypeScript, Go / Golang)."""
+    """A difference that is no change: function words and punctuation only, a name
+    and its short form (K8s / Kubernetes, TS / TypeScript, Go / Golang), or two forms
+    of one word (deploys / deployments)."""
     ca = [t for t in xa if not t.function]
     cb = [t for t in xb if not t.function]
-    if len(ca) == len(cb) == 1 and _abbreviates(ca[0].norm, cb[0].norm):
+    if len(ca) == len(cb) == 1 and (_abbreviates(ca[0].norm, cb[0].norm)
+                                    or _one_word(ca[0].norm, cb[0].norm)):
         return not any(t.negation for t in (*xa, *xb))
     if _acronym(ca, cb) or _acronym(cb, ca):
         return not any(t.negation for t in (*xa, *xb))
     return all(t.function and not t.negation for t in (*xa, *xb))
+
+
+def _one_word(x: str, y: str) -> bool:
+    """Two forms of one Latin word: the same less one of :data:`_ENDINGS` each (deploys /
+    deployments, released / release, moving / moved; not user / uses, coder / codes)."""
+    return x != y and x.isascii() and y.isascii() and _bare(x) == _bare(y)
+
+
+#: Endings of the forms of one English word, the longest first.
+_ENDINGS = ("ments", "ment", "ing", "es", "ed", "s", "e")
+
+
+def _bare(word: str) -> str:
+    """``word`` less its first ending of :data:`_ENDINGS` that leaves three letters."""
+    if not word.isalpha():
+        return word
+    for ending in _ENDINGS:
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            return word[:-len(ending)]
+    return word
 
 
 def _acronym(short: Sequence[Token], long: Sequence[Token]) -> bool:
