@@ -251,6 +251,12 @@ def test_a_name_added_or_dropped_is_no_other_value() -> None:
     ("季度复盘会定在十号。", "季度复盘会定在十日。", "duplicate"),
     ("家长会在礼拜天下午。", "家长会在周日下午。", "duplicate"),
     ("支付服务今晚部署。", "支付服务今晚上线。", "duplicate"),
+    ("用户爱喝拿铁。", "用户喜欢喝拿铁。", "duplicate"),
+    ("用户打算明年换工作。", "用户计划明年换工作。", "duplicate"),
+    ("用户目前住在杭州。", "用户现在住在杭州。", "duplicate"),
+    ("用户爱喝拿铁。", "用户不爱喝拿铁。", "update"),
+    # 爱 alone is no "likes to": 爱人 is a spouse
+    ("用户的爱人是医生。", "用户的喜欢人是医生。", "distinct"),
     # Sunday is a weekday as the others are: another one is another value
     ("用户每周六去健身房。", "用户每礼拜天去健身房。", "update"),
     ("用户每周日去健身房。", "用户每星期天去健身房。", "duplicate"),

@@ -104,15 +104,20 @@ CJK_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四":
 CJK_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
 #: Everyday Chinese words and the one each is compared as: the week (星期四 and 礼拜四 are
 #: 周四, 周天 is 周日), a day of the month (五号 is 五日), a part of the day (夜里 is
-#: 晚上), family (闺女 is 女儿), going live (部署 is 上线). Only words that mean the same
-#: wherever they stand: a synonym that is another fact elsewhere (读书: studying, or
-#: reading a book) stays a change, which keeps both memories.
+#: 晚上), now (目前 is 现在), usually (通常 is 一般), family (闺女 is 女儿, 小孩 is
+#: 孩子), a plan (打算 is 计划), liking to do something (爱吃 is 喜欢吃), going live
+#: (部署 is 上线). Only words that mean the same wherever they stand: a synonym that is
+#: another fact elsewhere (读书: studying, or reading a book; 爱 alone: love) stays a
+#: change, which keeps both memories.
 CJK_WORDINGS = {"星期天": "周日", "礼拜天": "周日", "周天": "周日", "星期": "周", "礼拜": "周",
-                "号": "日", "夜里": "晚上", "晚间": "晚上", "早晨": "早上", "闺女": "女儿",
-                "部署": "上线"}
-#: A wording of :data:`CJK_WORDINGS`, the longest first; 号 only after a numeral.
+                "号": "日", "夜里": "晚上", "晚间": "晚上", "早晨": "早上", "目前": "现在",
+                "当前": "现在", "通常": "一般", "闺女": "女儿", "小孩": "孩子", "打算": "计划",
+                "爱": "喜欢", "部署": "上线"}
+#: A wording of :data:`CJK_WORDINGS`, the longest first; 号 only after a numeral, 爱 only
+#: before an everyday activity (爱喝, 爱看: likes to; 爱人, 可爱 are other words).
 _CJK_WORDING = re.compile("|".join(
-    r"(?<=[\d零〇一二两三四五六七八九十])号" if k == "号" else k
+    r"(?<=[\d零〇一二两三四五六七八九十])号" if k == "号"
+    else r"(?<![可恋热亲])爱(?=[吃喝看玩听读唱跑逛打睡])" if k == "爱" else k
     for k in sorted(CJK_WORDINGS, key=len, reverse=True)))
 #: "Free of" and "-free" say "without": "kept free of meetings" is "without meetings",
 #: "sugar-free" is "without sugar" (a negation, as "no meetings" is).
