@@ -5,10 +5,12 @@ admin server listens on 8080" as close as two wordings of one fact, so the write
 path compares the texts too (:func:`compare`). Both are cut into tokens (words,
 numbers, and single characters of Chinese, Japanese and Korean, where words have no
 spaces), normalized (case, number words and Chinese numerals as digits, everyday
-Chinese wordings of one thing as one: 礼拜/星期 as 周, 闺女 as 女儿; a time of day on a
-24-hour clock: "half past nine" and 九点半 are 9:30, "3 pm" and 下午三点 are 15), and
-aligned: what is left is what was substituted, inserted or deleted at the same place.
-Each such change is of one kind, the strongest of its tokens:
+Chinese wordings of one thing as one: 礼拜/星期 as 周, 闺女 as 女儿; "free of" and
+"sugar-free" as "without"; a time of day on a 24-hour clock: "half past nine" and 九点半
+are 9:30, "3 pm" and 下午三点 are 15), and aligned: what is left is what was
+substituted, inserted or deleted at the same place, less what is no change (a name and
+its short form, two forms of one word: deploys / deployments). Each such change is of
+one kind, the strongest of its tokens:
 
 - ``negation``: one side says "not", "no longer", "dislikes", 不, 没 where the
   other does not (a preference reversed);
