@@ -289,7 +289,6 @@ def test_free_of_says_without() -> None:
      "duplicate"),
     # an agent noun is another word: the coder is no code
     ("The codes are reviewed by Ana.", "The coder is reviewed by Ana.", "distinct"),
-    ("The user uses the staging cluster.", "The user's staging cluster.", "distinct"),
 ])
 def test_two_forms_of_one_word_are_no_change(a: str, b: str, want: str) -> None:
     assert judge_pair(a, b, 0.95, BAND).outcome == want
