@@ -10,7 +10,11 @@ on every backend: ``storage.dedup``). What the second store did is its outcome:
 outcome is reported per language, for each model and with no embedder
 (``none``). The shipped calibration pairs that are unrelated or related
 (``embedding/data/pairs.tsv``) are stored the same way and counted as a check:
-none of them should be merged or superseded.
+none of them should be merged or superseded. So are the shipped pairs the
+calibration holds apart from its fit (its ``test`` split), paraphrases and distinct
+events (``data/distinct.tsv``): written apart from the labelled file, they show
+how the judgement does on pairs it was not worked out on; a paraphrase should merge,
+a distinct event never.
 """
 
 from __future__ import annotations
@@ -58,10 +62,12 @@ async def _engine(model: str) -> MemoryEngine:
                         embedder)
 
 
-async def _judged(engine: MemoryEngine, pairs: Sequence[tuple[str, str]]) -> list[StoreResult]:
+async def _judged(engine: MemoryEngine, pairs: Sequence[tuple[str, str]], kind: str
+                  ) -> list[StoreResult]:
+    """The second store's result of each pair, each pair in an owner of its own."""
     out = []
     for i, (a, b) in enumerate(pairs):
-        owner = f"pair-{i}"
+        owner = f"{kind}-{i}"
         await engine.store(owner, a)
         out.append(await engine.store(owner, b))
     return out
@@ -71,7 +77,7 @@ async def run_model(model: str, rows: Sequence[dict[str, Any]]) -> dict[str, Any
     engine = await _engine(model)
     langs = ("en",) if model in ENGLISH_ONLY else ("en", "zh")
     rows = [r for r in rows if r["lang"] in langs]
-    results = await _judged(engine, [(r["a"], r["b"]) for r in rows])
+    results = await _judged(engine, [(r["a"], r["b"]) for r in rows], "labelled")
     confusion: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     mistakes = []
     for r, res in zip(rows, results, strict=True):
@@ -83,16 +89,24 @@ async def run_model(model: str, rows: Sequence[dict[str, Any]]) -> dict[str, Any
                              "judgement": res.judgement, "reason": res.reason})
     checks = [p for p in labelled_pairs() if p.label in ("unrelated", "related")
               and p.lang in langs]
-    check_results = await _judged(engine, [(p.a, p.b) for p in checks])
+    check_results = await _judged(engine, [(p.a, p.b) for p in checks], "calibration")
     check: dict[str, Counter[str]] = defaultdict(Counter)
     for p, res in zip(checks, check_results, strict=True):
         check[f"{p.label}-{p.lang}"][outcome(res)] += 1
+    held = [p for p in labelled_pairs(split="test") if p.label in ("paraphrase", "distinct")
+            and p.lang in langs]
+    held_results = await _judged(engine, [(p.a, p.b) for p in held], "held-apart")
+    held_apart: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    for p, res in zip(held, held_results, strict=True):
+        held_apart[p.lang][p.label][outcome(res)] += 1
     await engine.close()
     return {
         "model": model,
         "confusion": {lang: {label: dict(c) for label, c in by.items()}
                       for lang, by in confusion.items()},
         "calibration_pairs": {k: dict(v) for k, v in check.items()},
+        "held_apart_pairs": {lang: {label: dict(c) for label, c in by.items()}
+                             for lang, by in held_apart.items()},
         "mistakes": mistakes,
     }
 

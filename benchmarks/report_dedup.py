@@ -32,6 +32,7 @@ def dedup_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
             newest[str(run.get("model"))] = (path, d, run)
     rows: list[list[Any]] = []
     cal_rows: list[list[Any]] = []
+    held_rows: list[list[Any]] = []
     notes: list[str] = []
     for model, (path, d, run) in sorted(newest.items()):
         confusion: Mapping[str, Mapping[str, Mapping[str, int]]] = run.get("confusion") or {}
@@ -42,6 +43,11 @@ def dedup_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
                 rows.append([f"`{model}`", lang, label, total,
                              *(got.get(o, 0) for o in ("merged", "superseded", "kept")),
                              f"{got.get(_RIGHT[label], 0)}/{total}"])
+        held: Mapping[str, Mapping[str, Mapping[str, int]]] = run.get("held_apart_pairs") or {}
+        for lang, labels in sorted(held.items()):
+            for label, got in sorted(labels.items()):
+                held_rows.append([f"`{model}`", lang, label, sum(got.values()),
+                                  *(got.get(o, 0) for o in ("merged", "superseded", "kept"))])
         for name, got in sorted((run.get("calibration_pairs") or {}).items()):
             cal_rows.append([f"`{model}`", name, sum(got.values()), got.get("merged", 0)])
         notes.append(f"`{model}`: {provenance(path, d)} Load before: "
@@ -51,4 +57,11 @@ def dedup_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
                     "right"], rows)
     if cal_rows:
         lines += table(["model", "calibration pairs", "pairs", "merged"], cal_rows)
+    if held_rows:
+        lines += ["The shipped pairs the calibration holds apart from its fit, written apart "
+                  "from the labelled file: a `paraphrase` should merge, a `distinct` event "
+                  "(another person, place, date or amount) should never be merged or "
+                  "superseded.", ""]
+        lines += table(["model", "lang", "held-apart pairs", "pairs", "merged", "superseded",
+                        "kept"], held_rows)
     return [*lines, *paragraphs(notes)]

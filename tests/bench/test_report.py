@@ -336,3 +336,20 @@ def test_retrieval_targets_name_the_ceiling_beside_the_verdict() -> None:
                       "(0.645; best fixed weights 0.671)")
     assert got[2] == f"MADial zh gold recall@5 >= 0.75 ({DEFAULT_MODEL}): met (0.760)"
     assert retrieval_targets({}) == []
+
+
+def test_the_dedup_section_shows_the_held_apart_pairs(tmp_path: Path) -> None:
+    from benchmarks.report_dedup import dedup_section
+
+    run_ = {"model": "local:m", "calibration_pairs": {"related-en": {"kept": 3}},
+            "confusion": {"en": {"duplicate": {"merged": 2, "kept": 1}}},
+            "held_apart_pairs": {"en": {"paraphrase": {"merged": 5, "kept": 2},
+                                        "distinct": {"kept": 4, "superseded": 1}}}}
+    d = {"benchmark": "dedup", "command": "python -m benchmarks dedup", "machine": MACHINE,
+         "runs": [run_]}
+    text = "\n".join(dedup_section([(tmp_path / "dedup-m.json", d)]))
+    assert "| `local:m` | en | paraphrase | 7 | 5 | 0 | 2 |" in text
+    assert "| `local:m` | en | distinct | 5 | 0 | 1 | 4 |" in text
+    # a result written before the held-apart pairs were counted shows no such table
+    old = {**d, "runs": [{k: v for k, v in run_.items() if k != "held_apart_pairs"}]}
+    assert "held-apart" not in "\n".join(dedup_section([(tmp_path / "dedup-m.json", old)]))
