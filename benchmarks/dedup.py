@@ -73,40 +73,41 @@ async def _judged(engine: MemoryEngine, pairs: Sequence[tuple[str, str]], kind: 
     return out
 
 
+def _by_lang(pairs: Sequence[tuple[str, str]], results: Sequence[StoreResult]
+             ) -> dict[str, dict[str, dict[str, int]]]:
+    """Outcome counts per language and label of ``pairs`` (lang, label)."""
+    found: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    for (lang, label), res in zip(pairs, results, strict=True):
+        found[lang][label][outcome(res)] += 1
+    return {lang: {label: dict(c) for label, c in by.items()} for lang, by in found.items()}
+
+
 async def run_model(model: str, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     engine = await _engine(model)
     langs = ("en",) if model in ENGLISH_ONLY else ("en", "zh")
     rows = [r for r in rows if r["lang"] in langs]
     results = await _judged(engine, [(r["a"], r["b"]) for r in rows], "labelled")
-    confusion: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
     mistakes = []
     for r, res in zip(rows, results, strict=True):
         got = outcome(res)
-        confusion[r["lang"]][r["label"]][got] += 1
         want = {"duplicate": "merged", "update": "superseded", "distinct": "kept"}[r["label"]]
         if got != want:
             mistakes.append({"id": r.get("id"), "label": r["label"], "outcome": got,
                              "judgement": res.judgement, "reason": res.reason})
-    checks = [p for p in labelled_pairs() if p.label in ("unrelated", "related")
-              and p.lang in langs]
+    shipped = [p for p in labelled_pairs() if p.lang in langs]
+    checks = [p for p in shipped if p.label in ("unrelated", "related")]
     check_results = await _judged(engine, [(p.a, p.b) for p in checks], "calibration")
     check: dict[str, Counter[str]] = defaultdict(Counter)
     for p, res in zip(checks, check_results, strict=True):
         check[f"{p.label}-{p.lang}"][outcome(res)] += 1
-    held = [p for p in labelled_pairs(split="test") if p.label in ("paraphrase", "distinct")
-            and p.lang in langs]
+    held = [p for p in shipped if p.split == "test" and p.label in ("paraphrase", "distinct")]
     held_results = await _judged(engine, [(p.a, p.b) for p in held], "held-apart")
-    held_apart: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
-    for p, res in zip(held, held_results, strict=True):
-        held_apart[p.lang][p.label][outcome(res)] += 1
     await engine.close()
     return {
         "model": model,
-        "confusion": {lang: {label: dict(c) for label, c in by.items()}
-                      for lang, by in confusion.items()},
+        "confusion": _by_lang([(r["lang"], r["label"]) for r in rows], results),
         "calibration_pairs": {k: dict(v) for k, v in check.items()},
-        "held_apart_pairs": {lang: {label: dict(c) for label, c in by.items()}
-                             for lang, by in held_apart.items()},
+        "held_apart_pairs": _by_lang([(p.lang, p.label) for p in held], held_results),
         "mistakes": mistakes,
     }
 

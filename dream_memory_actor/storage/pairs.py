@@ -348,7 +348,9 @@ def _cjk_tokens(run: str, quoted: bool) -> list[Token]:
             out.append(Token(word, word, cjk=True, quoted=quoted))
             i += len(word)
             continue
-        if run[i] in "日天" and i > 0 and run[i - 1] == "周":  # Sunday: the day after 周六
+        # Sunday, the day after 周六; a token here, not a wording of CJK_WORDINGS: 周七
+        # would join the numerals after it (周日三点 is not 73 o'clock)
+        if run[i] in "日天" and i > 0 and run[i - 1] == "周":
             out.append(Token(run[i], "7", cjk=True, quoted=quoted))
             i += 1
             continue
