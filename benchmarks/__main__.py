@@ -33,6 +33,7 @@ BENCHMARKS = {
     "embedding-speed": "embedding_speed",
     "dedup": "dedup",
     "context-latency": "context_latency",
+    "search-overlap": "search_overlap",
     "consolidation": "consolidation",
     "langgraph-conformance": "langgraph_conformance",
 }

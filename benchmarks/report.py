@@ -45,6 +45,7 @@ from .report_search import (
     madial_section,
     mem0_runs,
     mem0_section,
+    overlap_section,
     retrieval_runs,
     retrieval_section,
 )
@@ -120,6 +121,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     lines += dedup_section(results.get("dedup", []))
     lines += consolidation_section(results.get("consolidation", []))
     lines += context_latency_section(results.get("context-latency", []))
+    lines += overlap_section(results.get("search-overlap", []))
     if results.get("compare-mem0"):
         runs = results["compare-mem0"]
         # the newest run of each context mode and ingest path: the turns alone, one store

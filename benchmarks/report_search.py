@@ -368,3 +368,27 @@ def madial_section(path: Path, d: Mapping[str, Any]) -> list[str]:
 def _weights(best: Mapping[str, Any]) -> str:
     w = best["weights"]
     return f"{w['vector']:g}/{w['keyword']:g}/{w['time']:g}@{w['half_life_days']:g}d"
+
+
+def overlap_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """``search-overlap``: what a search waits beyond its query's embedding, reading its
+    keyword candidates meanwhile or after; each kept run, by the model's threads."""
+    lines = ["## A search's wait beyond its query's embedding", ""]
+    if not items:
+        return [*lines, "No search-overlap results yet: run `python -m benchmarks "
+                "search-overlap --json`.", ""]
+    lines += ["LoCoMo's questions on PostgreSQL, each three times in alternating order: the "
+              "query's embedding alone, a search that reads its keyword candidates while "
+              "the query is embedded, and one that reads them after it.", ""]
+    rows = [[d.get("omp_num_threads") or "default",
+             num(get(d, "latency", "embedding", "p50_ms"), ".2f"),
+             num(get(d, "beyond_embedding_p50_ms", "overlapped"), ".2f"),
+             num(get(d, "beyond_embedding_p50_ms", "after"), ".2f"),
+             num(d.get("paired_ratio_overlapped_over_after_median"), ".3f"),
+             f"{num(d.get('searches_with_other_hits'))} of {num(d.get('searches'))}",
+             f"{get(d, 'machine', 'load_average')} / {d.get('load_average_after')}",
+             f"`{path.name}`"] for path, d in items]
+    return [*lines, *table(["model threads (OMP_NUM_THREADS)", "embedding p50 ms",
+                            "overlapped: beyond it, p50 ms", "after: beyond it, p50 ms",
+                            "median pair ratio", "other hits", "load start / end", "file"],
+                           rows), ""]

@@ -791,18 +791,22 @@ class VectorStore(_Lifecycle, ABC):
         floor = check.unit_interval(min_score, "min_score")
         vector_k, keyword_k = max(vector_k, n), max(keyword_k, n)
         if embedding is None and embed is not None:
-            # The query is embedded while the keyword statistics are read: the search
-            # waits for the slower of the two, not for both.
+            # The query is embedded while the keyword statistics (and, where a backend
+            # reads them apart, the keyword candidates) are read: the search waits for
+            # the slower of the two, not for both.
             embedding_of = asyncio.ensure_future(embed(text))
+
+            async def embedded() -> builtins.list[float] | None:
+                return self._check_embedding(await embedding_of)
+
             try:
                 q_terms, t_weights, stats = await self.weighted_terms(who, text)
+                vec, cands = await self._embedded_candidates(
+                    who, q_terms, embedded, vector_k=vector_k, keyword_k=keyword_k,
+                    weights=t_weights, stats=stats, where=where)
             except BaseException:
                 embedding_of.cancel()
                 raise
-            vec = self._check_embedding(await embedding_of)
-            cands = await self._candidates(who, q_terms, vec, vector_k=vector_k,
-                                           keyword_k=keyword_k, weights=t_weights,
-                                           stats=stats, where=where)
         else:
             vec = self._check_embedding(embedding)
             q_terms, t_weights, cands = await self._weighted_candidates(
@@ -824,6 +828,26 @@ class VectorStore(_Lifecycle, ABC):
         stats = await self._term_stats(owners, found)
         kept, kept_weights = strongest_terms(found, term_weights(found, stats), stats)
         return kept, kept_weights, stats
+
+    async def _embedded_candidates(
+        self,
+        owners: Sequence[str],
+        terms: Sequence[str],
+        embedded: Callable[[], Awaitable[builtins.list[float] | None]],
+        *,
+        vector_k: int,
+        keyword_k: int,
+        weights: Sequence[float],
+        stats: TermStats,
+        where: Mapping[str, Any] | None = None,
+    ) -> tuple[builtins.list[float] | None, builtins.list[Candidate]]:
+        """The query's embedding (``embedded``: awaited once, while it is computed) and
+        the :meth:`_candidates` it gives. A backend that reads its keyword candidates
+        apart overrides it to read them meanwhile, with the same candidates."""
+        vec = await embedded()
+        return vec, await self._candidates(owners, terms, vec, vector_k=vector_k,
+                                           keyword_k=keyword_k, weights=weights,
+                                           stats=stats, where=where)
 
     async def _weighted_candidates(
         self,

@@ -353,3 +353,17 @@ def test_the_dedup_section_shows_the_held_apart_pairs(tmp_path: Path) -> None:
     # a result written before the held-apart pairs were counted shows no such table
     old = {**d, "runs": [{k: v for k, v in run_.items() if k != "held_apart_pairs"}]}
     assert "held-apart" not in "\n".join(dedup_section([(tmp_path / "dedup-m.json", old)]))
+
+
+def test_the_overlap_section_shows_each_run_by_the_model_s_threads(tmp_path: Path) -> None:
+    from benchmarks.report_search import overlap_section
+
+    d = {"benchmark": "search-overlap", "machine": {**MACHINE, "load_average": [1.0]},
+         "omp_num_threads": "1", "latency": {"embedding": {"p50_ms": 22.3}},
+         "beyond_embedding_p50_ms": {"overlapped": 4.11, "after": 5.52},
+         "paired_ratio_overlapped_over_after_median": 0.965, "searches": 9,
+         "searches_with_other_hits": 0, "load_average_after": [1.2]}
+    text = "\n".join(overlap_section([(tmp_path / "search-overlap-1.json", d)]))
+    assert "| 1 | 22.30 | 4.11 | 5.52 | 0.965 | 0 of 9 |" in text
+    assert "search-overlap-1.json" in text
+    assert "No search-overlap results" in "\n".join(overlap_section([]))

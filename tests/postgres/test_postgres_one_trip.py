@@ -3,6 +3,7 @@ counts choose the same plan, and the same hits as a search that reads them first
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
@@ -119,3 +120,49 @@ async def test_a_split_plan_reads_the_counts_with_the_keyword_branch(
         sent.append(sorted(fetches))
     assert sent == [["counts+candidates"], ["candidates", "counts+candidates"]]
     assert results[0] == results[1] and len(results[0]) == 30
+
+
+@pytest.mark.parametrize("where", [None, {"agent": "deploy"}])
+@pytest.mark.parametrize("path", ["scan", "trigram"])
+async def test_a_search_reads_its_keyword_candidates_while_its_query_is_embedded(
+        pg: tuple[MemorySettings, PostgresVectorStore], monkeypatch: pytest.MonkeyPatch,
+        where: dict[str, str] | None, path: str) -> None:
+    """The embedding here finishes only once the keyword candidates are being read, so a
+    search that read them after it would never finish; and it finds what a search given
+    the query's vector finds: the same memories, scores and cosines (on both keyword
+    paths, the owner's rows and the trigram index)."""
+    _, vector = pg
+
+    def forced(*a: Any, **k: Any) -> SearchPlan:
+        plan = search_plan(*a, **k)
+        return plan if plan.keyword is None else replace(plan, keyword=path)
+
+    monkeypatch.setattr(search_module, "search_plan", forced)
+    await _bulk(vector, "o", 300, 5)
+    rng = np.random.default_rng(6)
+    for i in range(20):
+        await vector.store("o", f"deploy window {i} alpha" if i % 2 else f"note {i} beta",
+                           embedding=[float(x) for x in rng.normal(size=DIM)],
+                           metadata={"agent": "deploy" if i % 3 else "ops"})
+    query = [float(x) for x in rng.normal(size=DIM)]
+    reading = asyncio.Event()
+    real_fetch = vector._fetch
+
+    async def fetch(statement: Any) -> Any:
+        reading.set()
+        return await real_fetch(statement)
+
+    async def embed(text: str) -> list[float]:
+        await reading.wait()
+        return query
+
+    monkeypatch.setattr(vector, "_fetch", fetch)
+    now = utcnow()
+    kw: dict[str, Any] = {"limit": 30, "now": now, "filter": where}
+    embedded = await asyncio.wait_for(
+        vector.search("o", "alpha deploy memory 12", embed=embed, **kw), 10)
+    given = await vector.search("o", "alpha deploy memory 12", embedding=query, **kw)
+    assert [(h.memory.id, h.score, h.cosine) for h in embedded] == [
+        (h.memory.id, h.score, h.cosine) for h in given]
+    assert len(embedded) == (30 if where is None else 13)  # i % 3 != 0 of 20 are "deploy"
+    assert all(h.cosine is not None for h in embedded)

@@ -109,23 +109,26 @@ def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
                         terms: Sequence[str], embedding: list[float] | None,
                         plan: SearchPlan, *, vector_k: int, keyword_k: int,
                         weights: Sequence[Weight], where: Mapping[str, Any] | None = None,
-                        params: Params | None = None
+                        params: Params | None = None, matched: Sequence[Any] | None = None
                         ) -> tuple[str, list[Any]]:
     """The statement and its arguments. Rows: the memory columns, ``search_text``
     (keyword rows), ``sim`` (cosine, when ``embedding``) and ``src`` (keyword rows:
     ``recent`` when the recent window answered, else ``index``). A memory found by
     both branches comes twice; ranking keeps it once. ``params``: the parameters of
-    a larger statement this one is part of."""
+    a larger statement this one is part of. ``matched``: the rows of
+    :func:`keyword_ids`, read already, in place of its subquery."""
     s = schema
     d = int(dim or 0)
     p = Params() if params is None else params
-    own = owners_param(p, owners)
+    near = embedding is not None and plan.vector is not None
+    # a parameter the statement does not use has no type: PostgreSQL refuses it
+    own = owners_param(p, owners) if near or matched is None else ""
     mine = owners_filter(own, "m.owner_id")
     q = f"{p(embedding)}::vector({d})" if embedding is not None else None
     cols = ", ".join(f"m.{c}" for c in COLUMNS) + ", m.embedding_dim IS NOT NULL AS has_embedding"
     dim_ok = f"m.embedding_dim = {d}"  # a literal: the partial HNSW index matches only that
     parts: list[str] = []
-    if q is not None and plan.vector is not None:
+    if near:
         mine += metadata_condition(p, where, "m.metadata")
         vk = p(vector_k)
         if plan.vector == "exact":  # the top ids first, then their rows: the sort is narrow
@@ -143,13 +146,26 @@ def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
     if terms and plan.keyword is not None:
         sim = "NULL::float8" if q is None else (
             f"CASE WHEN {dim_ok} THEN 1 - (m.{dim_sql(d)} <=> {q}) END")
-        ids = keyword_ids(p, s, own, terms, weights, plan, keyword_k, where)
+        ids = keyword_ids(p, s, own, terms, weights, plan, keyword_k, where) if matched is None \
+            else (f"SELECT * FROM unnest({p([r['id'] for r in matched])}::uuid[], "
+                  f"{p([r['search_text'] for r in matched])}::text[], "
+                  f"{p([r['src'] for r in matched])}::text[]) AS k(id, search_text, src)")
         parts.append(f"""SELECT {cols}, t.search_text, {sim} AS sim, t.src
                          FROM ({ids}) t JOIN {s}.memories m USING (id)""")
     if not parts:
         return "SELECT NULL LIMIT 0", []
     sql = parts[0] if len(parts) == 1 else " UNION ALL ".join(f"({x})" for x in parts)
     return sql, p.values
+
+
+def keyword_statement(schema: str, owners: Sequence[str], terms: Sequence[str],
+                      plan: SearchPlan, *, keyword_k: int, weights: Sequence[Weight],
+                      where: Mapping[str, Any] | None = None) -> tuple[str, list[Any]]:
+    """:func:`keyword_ids` alone, with its arguments: what a search reads while its query
+    is embedded."""
+    p = Params()
+    return keyword_ids(p, schema, owners_param(p, owners), terms, weights, plan, keyword_k,
+                       where), p.values
 
 
 def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],

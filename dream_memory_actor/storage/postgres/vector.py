@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime
@@ -59,6 +59,7 @@ from .statements import (
     Params,
     candidate_statement,
     counted_statement,
+    keyword_statement,
     metadata_condition,
 )
 from .versions import VERSION_COLUMNS, as_uuid, prior_result, record_op, version_rows
@@ -100,6 +101,17 @@ def _candidates_of(rows: Iterable[Any]) -> list[Candidate]:
                       fold(with_context(r["content"], r["context"]))
                       if r["search_text"] is None else r["search_text"])
             for r in rows]
+
+
+def _statement_terms(terms: Sequence[str], weights: Sequence[float] | None
+                     ) -> tuple[list[str], list[float]]:
+    """The terms one candidate statement tests and their weights (default 1 each): at
+    most ``MAX_STATEMENT_TERMS``, those of the highest weights (ties: the earlier term)."""
+    w = [1.0] * len(terms) if weights is None else [float(x) for x in weights]
+    if len(terms) <= MAX_STATEMENT_TERMS:
+        return list(terms), w
+    keep = sorted(sorted(range(len(terms)), key=lambda i: (-w[i], i))[:MAX_STATEMENT_TERMS])
+    return [terms[i] for i in keep], [w[i] for i in keep]
 
 
 class PostgresVectorStore(PostgresStore, VectorStore):
@@ -413,13 +425,14 @@ class PostgresVectorStore(PostgresStore, VectorStore):
     def statement(self, owners: Sequence[str], terms: Sequence[str],
                   embedding: list[float] | None, plan: SearchPlan, *, vector_k: int,
                   keyword_k: int, weights: Sequence[float] | None = None,
-                  where: Mapping[str, Any] | None = None) -> tuple[str, list[Any]]:
+                  where: Mapping[str, Any] | None = None, matched: Sequence[Any] | None = None
+                  ) -> tuple[str, list[Any]]:
         """The candidate statement of a search following ``plan``, with its arguments
         (for EXPLAIN in benchmarks and tests; ``weights`` default to 1 per term)."""
         w = [1.0] * len(terms) if weights is None else list(weights)
         return candidate_statement(self._s, self.dim, owners, terms, embedding, plan,
                                    vector_k=vector_k, keyword_k=keyword_k, weights=w,
-                                   where=where)
+                                   where=where, matched=matched)
 
     async def _weighted_candidates(self, owners: Sequence[str], query: str,
                                    embedding: list[float] | None, *, vector_k: int,
@@ -488,11 +501,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         of the terms they contain, then newest, then smallest id."""
         if stats is None:
             stats = await self._term_stats(owners, terms)
-        w = [1.0] * len(terms) if weights is None else [float(x) for x in weights]
-        if len(terms) > MAX_STATEMENT_TERMS:  # the highest weights; ties: the earlier term
-            keep = sorted(sorted(range(len(terms)), key=lambda i: (-w[i], i))
-                          [:MAX_STATEMENT_TERMS])
-            terms, w = [terms[i] for i in keep], [w[i] for i in keep]
+        terms, w = _statement_terms(terms, weights)
         plan = _plan(stats, owners, terms, embedding=embedding is not None,
                      keyword_k=keyword_k)
         if plan.split:
@@ -506,6 +515,30 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                                                     vector_k=vector_k, keyword_k=keyword_k,
                                                     weights=w, where=where))
         return _candidates_of(rows)
+
+    async def _embedded_candidates(self, owners: Sequence[str], terms: Sequence[str],
+                                   embedded: Callable[[], Awaitable[list[float] | None]], *,
+                                   vector_k: int, keyword_k: int, weights: Sequence[float],
+                                   stats: TermStats, where: Mapping[str, Any] | None = None
+                                   ) -> tuple[list[float] | None, list[Candidate]]:
+        """The keyword candidates' rows (:func:`~.statements.keyword_ids`, the longer part
+        of a search's statement) are read while the query is embedded; then one statement
+        reads the nearest memories and joins the rows read to the memories, each with its
+        cosine: the candidates of :meth:`_candidates`. ``python -m benchmarks compare-mem0``
+        reports what a search waits beyond its query's embedding."""
+        terms, w = _statement_terms(terms, weights)
+        plan = _plan(stats, owners, terms, embedding=True, keyword_k=keyword_k)
+        if plan.keyword is None:
+            return await super()._embedded_candidates(
+                owners, terms, embedded, vector_k=vector_k, keyword_k=keyword_k,
+                weights=w, stats=stats, where=where)
+        matched = await self._fetch(keyword_statement(
+            self._s, owners, terms, plan, keyword_k=keyword_k, weights=w, where=where))
+        vec = await embedded()
+        rows = await self._fetch(self.statement(
+            owners, terms, vec, plan, vector_k=vector_k, keyword_k=keyword_k, weights=w,
+            where=where, matched=matched))
+        return vec, _candidates_of(rows)
 
     async def _fetch_both(self, nearest: tuple[str, list[Any]],
                           keyword: tuple[str, list[Any]]) -> tuple[list[Any], list[Any]]:
