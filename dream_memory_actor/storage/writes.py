@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
+import numpy as np
+
 from ..limits import Limits
 from ..models import MemoryVersion, StoreResult, VectorMemory
 from ..scoring import cosine, keyword_score
@@ -139,6 +141,9 @@ class Plan:
         self._near_known: dict[tuple[float, ...], builtins.list[Row]] = {}
         self._near_asked = 0
         self._same_known: dict[str, builtins.list[Row]] = {}
+        # each new vector of this plan as an array, made once: a batch compares every item
+        # with every earlier one (the same cosine, without converting the lists each time)
+        self._arrays: dict[str, tuple[builtins.list[float], np.ndarray]] = {}
 
     #: Rows :meth:`prefetch` reads past a batch's ``nearest``, for the stored rows the
     #: plan may hide by then (a merge into a memory a batch item later supersedes).
@@ -202,9 +207,10 @@ class Plan:
                     continue  # a new vector of this plan's: scored below
                 mem = self._put[mid].memory if mid in self._put else row.memory
                 found.append((row.similarity, _near(mem, row.similarity, context)))
+            query = np.asarray(vector, dtype=np.float64)
             for p in self._put.values():
                 if isinstance(p.vector, list):
-                    sim = cosine(vector, p.vector)
+                    sim = cosine(query, self._array(p.memory.id, p.vector))
                     found.append((sim, _near(p.memory, sim, context)))
             found.sort(key=lambda f: -f[0])  # stable: the backend's order among equals
         near = [n for _, n in found[:nearest]]
@@ -236,6 +242,12 @@ class Plan:
             if row.memory.id not in self._gone and row.memory.id not in self._put:
                 return row.memory
         return None
+
+    def _array(self, memory_id: str, vector: builtins.list[float]) -> np.ndarray:
+        made = self._arrays.get(memory_id)
+        if made is None or made[0] is not vector:
+            made = self._arrays[memory_id] = (vector, np.asarray(vector, dtype=np.float64))
+        return made[1]
 
     # -- writes ----------------------------------------------------------------------
 

@@ -329,8 +329,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                             ) -> list[list[Row]]:
         """Each vector's ``k`` nearest rows of ``owner`` in one statement, as ``_rows``
         reads them one by one (the same path, order and similarity). The vectors go as
-        text (``[x,y,...]``), which the database reads to the same single-precision
-        values as the binary codec sends."""
+        text (``[x, y, ...]``, each float's shortest repr), which the database reads to
+        the same single-precision values as the binary codec sends."""
         if len(vectors) < 2:
             return await super()._nearest_many(owner, vectors, k)
         async with self.backend.connection() as conn:
@@ -341,7 +341,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                         SELECT n, t::vector({int(self.dim or 0)}) AS q
                           FROM unnest($2::text[]) WITH ORDINALITY AS u(t, n))
                     SELECT v.n, x.* FROM v CROSS JOIN LATERAL ({nearest}) AS x""",
-                owner, ["[" + ",".join(repr(float(x)) for x in v) + "]" for v in vectors], k)
+                owner, [str([float(x) for x in v]) for v in vectors], k)
         found: list[list[Row]] = [[] for _ in vectors]
         for r in rows:
             found[r["n"] - 1].append(Row(_memory(r), None, float(r["sim"])))
