@@ -13,7 +13,10 @@ RUN = "python -m benchmarks"
 
 def machine(d: Mapping[str, Any]) -> str:
     m = d.get("machine") or {}
-    return f"{m.get('cpus', '?')} CPUs, {m.get('platform', '?')}, Python {m.get('python', '?')}"
+    threads = (f", the model on {m['omp_num_threads']} thread(s) (OMP_NUM_THREADS)"
+               if m.get("omp_num_threads") else "")
+    return (f"{m.get('cpus', '?')} CPUs, {m.get('platform', '?')}, Python "
+            f"{m.get('python', '?')}{threads}")
 
 
 def command(d: Mapping[str, Any]) -> str:

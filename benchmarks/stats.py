@@ -29,12 +29,16 @@ def machine() -> dict[str, Any]:
     when this was called)."""
     import os
 
-    return {
+    found = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+    # how many threads an in-process model computes on (a Ray actor sets 1)
+    if os.environ.get("OMP_NUM_THREADS"):
+        found["omp_num_threads"] = os.environ["OMP_NUM_THREADS"]
+    return found
 
 
 def command() -> str:

@@ -367,3 +367,11 @@ def test_the_overlap_section_shows_each_run_by_the_model_s_threads(tmp_path: Pat
     assert "| 1 | 22.30 | 4.11 | 5.52 | 0.965 | 0 of 9 |" in text
     assert "search-overlap-1.json" in text
     assert "No search-overlap results" in "\n".join(overlap_section([]))
+
+
+def test_the_machine_line_names_the_model_s_threads_when_a_run_set_them() -> None:
+    from benchmarks.report_format import machine
+
+    assert "thread" not in machine({"machine": MACHINE})
+    assert machine({"machine": {**MACHINE, "omp_num_threads": "1"}}).endswith(
+        ", the model on 1 thread(s) (OMP_NUM_THREADS)")
