@@ -380,7 +380,8 @@ def overlap_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     lines += ["LoCoMo's questions on PostgreSQL, each three times in alternating order: the "
               "query's embedding alone, a search that reads its keyword candidates while "
               "the query is embedded, and one that reads them after it.", ""]
-    rows = [[d.get("omp_num_threads") or "default",
+    # the machine records the threads; the first runs recorded them beside it
+    rows = [[get(d, "machine", "omp_num_threads") or d.get("omp_num_threads") or "default",
              num(get(d, "latency", "embedding", "p50_ms"), ".2f"),
              num(get(d, "beyond_embedding_p50_ms", "overlapped"), ".2f"),
              num(get(d, "beyond_embedding_p50_ms", "after"), ".2f"),

@@ -13,7 +13,7 @@ return the same hits.
 The model's threads decide what overlap can win: in a Ray actor it runs on one
 (Ray sets ``OMP_NUM_THREADS=1``), leaving a core to the database; alone in a process
 it takes both cores of a small machine. Run it both ways (``OMP_NUM_THREADS=1
-python -m benchmarks search-overlap``); the result records the setting.
+python -m benchmarks search-overlap``); the machine it records names the setting.
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     embedder = DiskCachedEmbedder(args.model, args.cache_dir)
     settings = bench_settings("postgres", None, 0.85, args.model)
     result: dict[str, Any] = {"benchmark": "search-overlap", "command": command(),
-                              "machine": machine(), "model": args.model,
-                              "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+                              "machine": machine(), "model": args.model}
     corpus = await ingest_engine(data.conversations, settings, embedder, many=True)
     overlapped = PostgresVectorStore._embedded_candidates
     try:
