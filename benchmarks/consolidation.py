@@ -51,6 +51,7 @@ from dream_memory_actor.engine import MemoryEngine
 from dream_memory_actor.errors import ProposalNotApplied
 from dream_memory_actor.models import PROPOSAL_KINDS, MemoryPendingItem
 from dream_memory_actor.storage.dedup import Cuts
+from dream_memory_actor.text import normalize_content
 
 from .corpus import bench_settings
 from .embed_cache import DiskCachedEmbedder
@@ -351,8 +352,12 @@ async def locomo_owner(engine: MemoryEngine, conv: Conversation, context: str, e
                        ) -> Owner:
     """The conversation's turns as its owner's memories, session by session, with no
     judgement; ``context`` ``beside``: each with its context (``locomo.turn_context``)."""
-    texts = turn_texts(conv, context)
-    vecs = await emb.embed([e for _, e in texts]) if emb is not None else None
+    texts = [text for text, _ in turn_texts(conv, context)]
+    arounds = [(turn_context(conv, i) or None) if context == "beside" else None
+               for i in range(len(conv.turns))]
+    vecs = (await engine.embed_many([(normalize_content(t), c) for t, c in
+                                     zip(texts, arounds, strict=True)])
+            if emb is not None else None)
     o = Owner(engine, conv.owner)
     sessions: dict[int, list[int]] = defaultdict(list)
     for i, t in enumerate(conv.turns):
@@ -361,10 +366,10 @@ async def locomo_owner(engine: MemoryEngine, conv: Conversation, context: str, e
         items = []
         for i in idx:
             t = conv.turns[i]
-            item: dict[str, Any] = {"content": t.content,
+            item: dict[str, Any] = {"content": texts[i],
                                     "metadata": {"dia_id": t.dia_id, "session": t.session}}
             if context == "beside":
-                item["context"] = turn_context(conv, i) or None
+                item["context"] = arounds[i]
             items.append(item)
         ids = await store_off(engine, conv.owner, items,
                               None if vecs is None else [vecs[i] for i in idx],

@@ -1,25 +1,30 @@
 """Store and search latency of memories that carry their context, against memories without.
 
 ``python -m benchmarks context-latency [--conversations N] [--backend postgres|memory]``:
-one ``MemoryEngine`` with the real model (``local:multilingual-e5-small`` by default)
-and its embedding cache off (``embedding_cache_size=0``), so every store and every
-search that is given no vector runs the model. Each LoCoMo turn is stored twice
-through ``MemoryEngine.store`` with ``now=`` its session time: into owner
-``plain-<conversation>`` alone, and into owner ``ctx-<conversation>`` with the context
-the retrieval benchmark's ``--context beside`` gives it (``locomo.turn_context``: the
-session's date and its previous turns, as the extraction path does). The two stores of
-a turn take turns going first (plain first on even turns, with context first on odd
-ones), so a busy spell of the shared machine falls on both alike.
+two ``MemoryEngine``s with the real model (``local:multilingual-e5-small`` by default),
+one per arm, each with its own embedding cache as configured by default, so neither
+arm finds the other's texts there. Each LoCoMo turn is stored twice through
+``MemoryEngine.store`` with ``now=`` its session time: by the plain engine into owner
+``plain-<conversation>`` alone, and by the context engine into owner
+``ctx-<conversation>`` with the context the retrieval benchmark's ``--context beside``
+gives it (``locomo.turn_context``: the session's date and its previous turns, a line
+each, as the extraction path does). The two stores of a turn take turns going first
+(plain first on even turns, with context first on odd ones), so a busy spell of the
+shared machine falls on both alike.
 
-A store with context embeds the turn and its context together (``text.with_context``),
-a longer text than the turn alone: the model's time on each text kind is timed apart,
-in the same alternating order, so the reader sees where a store's extra time comes from.
+A store with context embeds its content and its context's lines apart
+(``CachedEmbedder.embed_memories``): in a conversation, its previous turns were
+embedded when they were stored, and its date with the session's first turn, so the
+model runs on its content and on what its context says new. The model's part is timed
+apart first (``MemoryEngine.embed`` on each arm's engine, in the same order and from
+empty caches, emptied again before the stores), so the reader sees where a store's
+time goes; ``model_texts`` counts the texts each arm sent to the model.
 
 Then every question of those conversations searches the plain owner and the context
 owner, alternating who goes first: (a) with its query vector given (embedded once
-before), the search alone; (b) with the query embedded by the search (cache off: the
-model runs on every search). Ratios are context over plain: of the p50s, and the
-median of the per-pair ratios.
+before), the search alone; (b) with the query embedded by the search (each engine
+embeds each question once). Ratios are context over plain: of the p50s, and the median
+of the per-pair ratios.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ import numpy as np
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.engine import MemoryEngine
+from dream_memory_actor.text import normalize_content, with_context
 
 from .corpus import bench_settings
-from .locomo import Conversation, load_locomo, turn_context, turn_texts
+from .locomo import Conversation, load_locomo, turn_context
 from .retrieval import DEFAULT_PATH, EXTRACTION_TURNS
 from .stats import command, machine, percentiles_ms
 
@@ -91,91 +97,109 @@ def compared(lat: dict[str, list[float]]) -> dict[str, Any]:
                 "p95": round(float(np.percentile(pairs, 95)), 3), "n": len(pairs)}}
 
 
-def _calls(engine: MemoryEngine) -> int:
-    """How many texts the engine's embedder has sent to the model so far."""
-    return engine.embedder.misses if engine.embedder is not None else 0
+def _calls(engines: dict[str, MemoryEngine]) -> dict[str, int]:
+    """How many texts each arm's embedder has sent to the model so far."""
+    return {arm: e.embedder.misses if e.embedder is not None else 0
+            for arm, e in engines.items()}
 
 
-async def time_stores(engine: MemoryEngine, convs: Sequence[Conversation], turns: int,
-                      date: bool = True) -> dict[str, Any]:
+def _since(engines: dict[str, MemoryEngine], before: dict[str, int]) -> dict[str, int]:
+    return {arm: n - before[arm] for arm, n in _calls(engines).items()}
+
+
+async def time_stores(engines: dict[str, MemoryEngine], convs: Sequence[Conversation],
+                      turns: int, date: bool = True) -> dict[str, Any]:
     """Every turn stored plain and with its context (alternating which first)."""
     lat: dict[str, list[float]] = {arm: [] for arm in ARMS}
     outcomes: dict[str, Counter[str]] = {arm: Counter() for arm in ARMS}
-    calls = _calls(engine)
+    calls = _calls(engines)
     i = 0
     for conv in convs:
         for j, t in enumerate(conv.turns):
             around = turn_context(conv, j, turns, date) or None
             for arm in order(i):
                 t0 = time.perf_counter()
-                r = await engine.store(owner_of(arm, conv), t.content, now=t.at,
-                                       context=around if arm == "context" else None,
-                                       metadata={"dia_id": t.dia_id})
+                r = await engines[arm].store(owner_of(arm, conv), t.content, now=t.at,
+                                             context=around if arm == "context" else None,
+                                             metadata={"dia_id": t.dia_id})
                 lat[arm].append(time.perf_counter() - t0)
                 outcomes[arm]["merged" if r.merged else
                               "superseded" if r.superseded else "kept"] += 1
             i += 1
     return {**compared(lat), "outcomes": {arm: dict(c) for arm, c in outcomes.items()},
-            "model_calls": _calls(engine) - calls}
+            "model_texts": _since(engines, calls)}
 
 
-async def time_embeddings(engine: MemoryEngine, convs: Sequence[Conversation], turns: int,
-                          date: bool = True) -> dict[str, Any]:
-    """The model alone on what each kind of store embeds (``locomo.turn_texts``: the
-    turn, or the turn and its context as the store joins them)."""
+async def time_embeddings(engines: dict[str, MemoryEngine], convs: Sequence[Conversation],
+                          turns: int, date: bool = True) -> dict[str, Any]:
+    """The model's part of each kind of store: ``MemoryEngine.embed`` of the turn, or of
+    the turn with its context, on the arm's engine, in conversation order."""
     lat: dict[str, list[float]] = {arm: [] for arm in ARMS}
     chars: dict[str, list[int]] = {arm: [] for arm in ARMS}
+    calls = _calls(engines)
     i = 0
     for conv in convs:
-        texts = {"plain": [e for _, e in turn_texts(conv, "none", turns, date)],
-                 "context": [e for _, e in turn_texts(conv, "beside", turns, date)]}
-        for j in range(len(conv.turns)):
+        for j, t in enumerate(conv.turns):
+            content = normalize_content(t.content)
+            around = turn_context(conv, j, turns, date) or None
             for arm in order(i):
-                text = texts[arm][j]
+                given = around if arm == "context" else None
                 t0 = time.perf_counter()
-                await engine.embed(text)
+                await engines[arm].embed(content, given)
                 lat[arm].append(time.perf_counter() - t0)
-                chars[arm].append(len(text))
+                chars[arm].append(len(with_context(content, given)))
             i += 1
-    return {**compared(lat),
+    return {**compared(lat), "model_texts": _since(engines, calls),
             "median_chars": {arm: float(np.median(c)) for arm, c in chars.items()}}
 
 
-async def time_searches(engine: MemoryEngine, convs: Sequence[Conversation], limit: int,
-                        vectors: dict[str, list[float]] | None) -> dict[str, Any]:
+async def time_searches(engines: dict[str, MemoryEngine], convs: Sequence[Conversation],
+                        limit: int, vectors: dict[str, list[float]] | None) -> dict[str, Any]:
     """Every question against both owners of its conversation (alternating which first),
     with its vector from ``vectors``, or embedded by the search when ``None``."""
     lat: dict[str, list[float]] = {arm: [] for arm in ARMS}
-    calls = _calls(engine)
+    calls = _calls(engines)
     i = 0
     for conv in convs:
         for q in conv.questions:
             given = None if vectors is None else vectors[q.question]
             for arm in order(i):
                 t0 = time.perf_counter()
-                await engine.search(owner_of(arm, conv), q.question, limit=limit,
-                                    now=conv.now, embedding=given)
+                await engines[arm].search(owner_of(arm, conv), q.question, limit=limit,
+                                          now=conv.now, embedding=given)
                 lat[arm].append(time.perf_counter() - t0)
             i += 1
-    return {**compared(lat), "model_calls": _calls(engine) - calls}
+    return {**compared(lat), "model_texts": _since(engines, calls)}
 
 
-async def measure(engine: MemoryEngine, convs: Sequence[Conversation], turns: int,
-                  limit: int, date: bool = True) -> dict[str, Any]:
-    """The stores, the model alone, then the two kinds of searches (see the module doc)."""
-    out: dict[str, Any] = {"store": await time_stores(engine, convs, turns, date)}
-    out["embedding"] = await time_embeddings(engine, convs, turns, date)
+async def measure(engines: dict[str, MemoryEngine], convs: Sequence[Conversation],
+                  turns: int, limit: int, date: bool = True) -> dict[str, Any]:
+    """The model's part, the stores, then the two kinds of searches (see the module
+    doc); ``engines``: one per arm, each with its own embedding cache."""
+    for e in engines.values():
+        _empty(e)
+    out: dict[str, Any] = {"embedding": await time_embeddings(engines, convs, turns, date)}
+    for e in engines.values():
+        _empty(e)
+    out["store"] = await time_stores(engines, convs, turns, date)
     questions = list(dict.fromkeys(q.question for c in convs for q in c.questions))
     vectors = {}
     for q in questions:
-        v = await engine.embed_query(q)
+        v = await engines["plain"].embed_query(q)
         if v is not None:
             vectors[q] = v
-    out["search_vector_given"] = await time_searches(engine, convs, limit,
+    for e in engines.values():
+        _empty(e)
+    out["search_vector_given"] = await time_searches(engines, convs, limit,
                                                      vectors if vectors else None)
-    out["search_with_embedding"] = await time_searches(engine, convs, limit, None)
+    out["search_with_embedding"] = await time_searches(engines, convs, limit, None)
     out["targets"] = targets(out)
     return out
+
+
+def _empty(engine: MemoryEngine) -> None:
+    if engine.embedder is not None:
+        engine.embedder.clear()
 
 
 def targets(figures: dict[str, Any]) -> dict[str, Any]:
@@ -204,8 +228,7 @@ async def _warm(engine: MemoryEngine, conv: Conversation, turns: int) -> None:
 
 
 async def _drop(engine: MemoryEngine, settings: MemorySettings) -> None:
-    """Drop the benchmark's schema (PostgreSQL), the searches' reads written first."""
-    await engine.write_reads()
+    """Drop the benchmark's schema (PostgreSQL)."""
     if settings.backend == "postgres":
         backend: Any = getattr(engine.vector, "backend")  # noqa: B009 - postgres only
         async with backend.connection() as conn:
@@ -216,16 +239,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     data = load_locomo(args.path)
     convs = data.conversations[:args.conversations]
     threshold = MemorySettings.model_fields["dedup_threshold"].default
-    settings = bench_settings(args.backend, args.dsn, threshold, args.model,
-                              embedding_cache_size=0)
+    settings = bench_settings(args.backend, args.dsn, threshold, args.model)
     load_start = [round(x, 2) for x in os.getloadavg()]
-    engine = await MemoryEngine.open(settings)
+    engines: dict[str, MemoryEngine] = {}
     try:
-        await _warm(engine, convs[0], args.context_turns)
-        figures = await measure(engine, convs, args.context_turns, args.limit)
-        await _drop(engine, settings)
+        for arm in ARMS:  # the same store (PostgreSQL: one schema), a cache each
+            engines[arm] = await MemoryEngine.open(settings)
+            await _warm(engines[arm], convs[0], args.context_turns)
+        figures = await measure(engines, convs, args.context_turns, args.limit)
+        for e in engines.values():
+            await e.write_reads()
+        await _drop(engines["plain"], settings)
     finally:
-        await engine.close()
+        for e in engines.values():
+            await e.close()
     result: dict[str, Any] = {
         "benchmark": "context-latency", "command": command(), "machine": machine(),
         "path": Path(args.path).name, "backend": args.backend,
@@ -234,8 +261,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "turns": sum(len(c.turns) for c in convs),
         "questions": sum(len(c.questions) for c in convs),
         "context_shape": {"turns": args.context_turns, "date": True},
-        "embedding_cache": "off (embedding_cache_size=0): every store and every search "
-                           "given no vector runs the model",
+        "embedding_cache": f"one per arm, {settings.embedding_cache_size} texts (the "
+                           "default); a context's lines embedded apart",
         "order": "per turn or question, plain first on even ones, context first on odd ones",
         **figures,
         "load_average": {"start": load_start,

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dream_memory_actor.text import normalize_content, with_context
+from dream_memory_actor.text import context_lines, normalize_content, with_context
 
 #: LoCoMo's question categories (5, adversarial, has no evidence to retrieve).
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -123,8 +123,9 @@ def turn_context(conv: Conversation, i: int, turns: int = 1, date: bool = True) 
 
 def turn_texts(conv: Conversation, context: str, turns: int = 1, date: bool = True
                ) -> list[tuple[str, str]]:
-    """Each turn's stored text and the text embedded and searched for it, by ``context``
-    mode (``beside``: as the store joins content and context, ``text.with_context``)."""
+    """Each turn's stored text and the text the keyword signal searches for it, by
+    ``context`` mode (``beside``: as the store joins content and context,
+    ``text.with_context``)."""
     out = []
     for i, t in enumerate(conv.turns):
         if context == "none":
@@ -139,8 +140,22 @@ def turn_texts(conv: Conversation, context: str, turns: int = 1, date: bool = Tr
             out.append((full, full))
         else:
             out.append((t.content, with_context(normalize_content(t.content),
-                                                normalize_content(around))))
+                                                "\n".join(context_lines(around)))))
     return out
+
+
+def embedded_texts(conv: Conversation, context: str, turns: int = 1, date: bool = True
+                   ) -> list[str]:
+    """The texts the stores of ``conv``'s turns send to the model, by ``context`` mode:
+    each turn's text, and with ``beside`` its context's lines too, each embedded apart
+    (``CachedEmbedder.embed_memories``)."""
+    if context != "beside":
+        return [text for text, _ in turn_texts(conv, context, turns, date)]
+    out = []
+    for i, t in enumerate(conv.turns):
+        out += [normalize_content(t.content),
+                *context_lines(turn_context(conv, i, turns, date))]
+    return list(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)

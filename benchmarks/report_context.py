@@ -26,12 +26,12 @@ def context_latency_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> lis
         return [*lines, "No context-latency results yet: run `python -m benchmarks "
                 "context-latency --json`.", ""]
     lines += ["Each LoCoMo turn stored twice through `MemoryEngine.store` with the real "
-              "model and its embedding cache off: alone (plain), and with the context the "
-              "retrieval benchmark's `--context beside` gives it (the session's date and "
-              "its previous turns), which the store embeds with the turn. The two stores of "
-              "a turn, and the two searches of a question, alternate which goes first. "
-              "Ratios are context over plain: of the p50s, and the median of the per-pair "
-              "ratios. \"Search unchanged\" is read as a ratio of at most 1.1.", ""]
+              "model: alone (plain), and with the context the retrieval benchmark's "
+              "`--context beside` gives it (the session's date and its previous turns). "
+              "The two stores of a turn, and the two searches of a question, alternate "
+              "which goes first. Ratios are context over plain: of the p50s, and the "
+              "median of the per-pair ratios. \"Search unchanged\" is read as a ratio of "
+              "at most 1.1. Each run says how its store embedded a context.", ""]
     for path, d in items:
         rows: list[list[Any]] = []
         for key, label in _MEASURES:
@@ -49,7 +49,7 @@ def context_latency_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> lis
                   f"conversations; context: the date and {get(d, 'context_shape', 'turns')} "
                   f"previous turns; median characters embedded: "
                   f"{num(chars.get('plain'), '.0f')} plain, {num(chars.get('context'), '.0f')} "
-                  "with context.", ""]
+                  f"with context. {_embedded(d)}", ""]
         lines += table(["measure", "plain p50 ms", "p95 ms", "context p50 ms", "p95 ms",
                         "p50 ratio", "median pair ratio", "pairs"], rows)
         met = [f"{label}: {yes_no(get(d, 'targets', key, 'met'))}" for key, label in _TARGETS]
@@ -58,3 +58,15 @@ def context_latency_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> lis
             f"Load average at start: {get(d, 'load_average', 'start')}; at end: "
             f"{get(d, 'load_average', 'end')}. {provenance(path, d)}"])
     return lines
+
+
+def _embedded(d: dict[str, Any]) -> str:
+    """How the run's stores embedded a context, and what the model was sent."""
+    texts = get(d, "store", "model_texts")
+    if not isinstance(texts, dict):  # runs before a context's lines were embedded apart
+        return ("The context joined to the turn and embedded as one text, the embedding "
+                "cache off.")
+    return ("The turn and each line of its context embedded apart, each arm with an "
+            "embedding cache of its own: the model embedded "
+            f"{num(texts.get('plain'))} texts for the plain stores and "
+            f"{num(texts.get('context'))} for the stores with context.")

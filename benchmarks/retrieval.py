@@ -43,6 +43,7 @@ from .locomo import (
     CONTEXTS,
     DEPTH,
     Dataset,
+    embedded_texts,
     load_locomo,
     paired_difference,
     question_metrics,
@@ -318,7 +319,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     # absolute: the VectorIndex actor (--ingest actors) opens the same cache
     embedder = DiskCachedEmbedder(args.model, Path(args.cache_dir).resolve())
     texts = [e for c in data.conversations
-             for _, e in turn_texts(c, args.context, args.context_turns, args.context_date)]
+             for e in embedded_texts(c, args.context, args.context_turns, args.context_date)]
     questions = [q.question for q in data.questions]
     t0 = time.perf_counter()
     qv = await embedder.embed_query(questions)

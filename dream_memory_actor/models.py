@@ -262,8 +262,9 @@ class VectorMemory(_Frozen):
     """One semantic (L2) memory. ``metadata`` records merges (``merged_from``, ``merged_at``).
 
     ``context`` is what helps find the memory without being part of what it says: the
-    turn before it, the conversation's date, who spoke. It is embedded and searched
-    with the content (``text.with_context``), kept with the memory and its versions,
+    turn before it, the conversation's date, who spoke; a line each. It is searched with
+    the content (``text.with_context``), its vector is made of the content's and its
+    lines' (``embedding.memory_vector``), it is kept with the memory and its versions,
     and never returned as the content.
     """
 

@@ -250,12 +250,23 @@ def escape_like(term: str, escape: str = "\\") -> str:
     )
 
 
+#: What a memory's vector is made of: its content and its context (``None``: none).
+MemoryText = tuple[str, "str | None"]
+
+
+def context_lines(context: str) -> list[str]:
+    """The parts of a memory's context, a line each (a date, an earlier turn), each
+    normalized as content is; empty lines are no part.
+
+    >>> context_lines(" 8 May 2023\n\n  Ann:  hi ")
+    ['8 May 2023', 'Ann: hi']
+    """
+    return [line for line in map(normalize_content, context.splitlines()) if line]
+
+
 def with_context(content: str, context: str | None) -> str:
-    """What a memory is embedded and searched as: its content, then its context. The
-    content comes first so that a model's window, which keeps a text's beginning, always
-    holds what the memory says; a long context loses its end instead (measured against
-    the context first: the same recall, ``python -m benchmarks retrieval --dataset
-    locomo --context beside``).
+    """What the keyword signal searches a memory as: its content, then its context. (Its
+    vector is made of the two apart: ``embedding.memory_vector``.)
 
     >>> with_context("Caroline: congrats!", "8 May 2023")
     'Caroline: congrats!\\n8 May 2023'

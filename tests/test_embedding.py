@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.embedding import CachedEmbedder, open_embedder
+from dream_memory_actor.embedding.base import memory_vector
 from dream_memory_actor.embedding.litellm import BATCH_SIZE, PROBE_TEXT, LiteLLMEmbedder
 from dream_memory_actor.embedding.local import LocalEmbedder
 from dream_memory_actor.errors import ConfigurationError, EmbeddingError, MissingDependency
@@ -443,3 +444,13 @@ async def test_missing_local_dependency_names_the_extra(
     assert module in str(info.value)
     with pytest.raises(MissingDependency, match=r"dream-memory-actor\[local\]"):
         await open_embedder(MemorySettings(backend="memory", embedding_model=LOCAL))
+
+
+def test_a_memory_s_vector_is_its_content_s_plus_half_of_each_context_line_s() -> None:
+    content, date, turn = [3.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 1.0]
+    assert memory_vector(content, []) == content  # no context: the content's, as it is
+    got = np.asarray(memory_vector(content, [date, turn]))
+    want = np.asarray([1.0, 0.5, 0.5])
+    assert got == pytest.approx(want / np.linalg.norm(want))
+    # the content outweighs any one line
+    assert got[0] > got[1] == pytest.approx(got[2])

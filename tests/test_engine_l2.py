@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from dream_memory_actor.embedding.base import memory_vector
 from dream_memory_actor.embedding.hashing import HashingEmbedder
 from dream_memory_actor.engine import MemoryEngine
 from dream_memory_actor.errors import InvalidBatch, InvalidFilter, MemorySuperseded
@@ -70,3 +71,45 @@ async def test_update_and_supersede_re_embed(engine: MemoryEngine) -> None:  # n
     assert [x.id for x in await engine.list("alice", filter={"agent": "ops"})] == [new.id]
     with pytest.raises(InvalidFilter):
         await engine.list("alice", filter={"agent": {"nested": 1}})
+
+
+class _Recording(HashingEmbedder):
+    """Notes every text sent to the model."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.texts: list[str] = []
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts += texts
+        return await super().embed(texts)
+
+
+async def test_a_context_s_lines_are_embedded_apart_and_a_conversation_s_come_from_the_cache(
+        engine: MemoryEngine) -> None:  # noqa: F811
+    """In a conversation a turn's context is the turns stored before it and the session's
+    date: the model embeds each once, so a store with context sends it what is new."""
+    assert engine.embedder is not None
+    model = _Recording(engine.embedder.dim)
+    engine.embedder.inner = model
+    first = await engine.store("alice", "Ann: I adopted a dog.", context="8 May 2023")
+    assert model.texts == ["Ann: I adopted a dog.", "8 May 2023"]
+    second = await engine.store("alice", "Bob: which breed?",
+                                context="8 May 2023\n Ann:  I adopted a dog. ")
+    assert model.texts[2:] == ["Bob: which breed?"]
+    await engine.store_many("alice", [{"content": "Ann: a beagle called Rex.",
+                                       "context": "8 May 2023\nBob: which breed?"}])
+    assert model.texts[3:] == ["Ann: a beagle called Rex."]
+    # each memory's vector is its content's and its lines' (embedding.memory_vector)
+    plain = await engine.store("alice", "Bob: what a lovely name")
+    for m, lines in ((first.memory, ["8 May 2023"]),
+                     (second.memory, ["8 May 2023", "Ann: I adopted a dog."]),
+                     (plain.memory, [])):
+        vecs = await model.embed([m.content, *lines])
+        want = memory_vector(vecs[0], vecs[1:])
+        hits = await engine.search("alice", m.content, embedding=want, limit=10)
+        assert next(h.cosine for h in hits if h.memory.id == m.id) == pytest.approx(1.0)
+    # a memory with a context is not its content's vector alone
+    alone = (await model.embed(["Ann: I adopted a dog."]))[0]
+    hits = await engine.search("alice", "Ann: I adopted a dog.", embedding=alone, limit=10)
+    assert next(h.cosine for h in hits if h.memory.id == first.memory.id) < 0.99

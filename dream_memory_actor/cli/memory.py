@@ -56,7 +56,7 @@ def register(sub: Subparsers) -> None:
                    help='a JSON object kept with the memory, e.g. {"agent": "deploy"}')
     p.add_argument("--context", default=None, metavar="TEXT",
                    help="what helps find it later without being part of it (the turn it "
-                        "answers, the date): searched and embedded with it")
+                        "answers, the date; a line each): searched and embedded with it")
     p.set_defaults(run=_store)
 
     p = sub.add_parser("list", parents=parents, help="list an owner's semantic memories",

@@ -27,8 +27,11 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import numpy as np
+
 from .. import validation as check
 from ..errors import ConfigurationError, EmbeddingError, InvalidContent, InvalidEmbedding
+from ..text import MemoryText, context_lines
 from .calibration import IDENTITY, Calibration
 
 Role = Literal["memory", "query"]
@@ -151,6 +154,34 @@ class InProcessEmbedder(abc.ABC):
         return await self._embed(texts, False)
 
 
+#: How much each line of a memory's context weighs in its vector, against its content's 1
+#: (:func:`memory_vector`).
+CONTEXT_LINE_WEIGHT = 0.5
+
+
+def memory_vector(content: Sequence[float], lines: Sequence[Sequence[float]]
+                  ) -> list[float]:
+    """A memory's vector from its content's and its context lines' vectors: the content's
+    (unit) vector plus half of each line's, made unit again; a memory without context is
+    its content's vector as it is. The content stays what the vector says most; a
+    session's date or the turn before adds to it without outweighing it.
+
+    Against one vector of the content and its context joined, on LoCoMo (the date and two
+    previous turns, ``python -m benchmarks retrieval --context beside``): vector signal
+    recall@10 within half a point, hybrid recall@10 and MRR higher."""
+    if not lines:
+        return list(content)
+    mixed = _unit(np.asarray(content, dtype=np.float64))
+    for v in lines:
+        mixed = mixed + CONTEXT_LINE_WEIGHT * _unit(np.asarray(v, dtype=np.float64))
+    return [float(x) for x in _unit(mixed)]
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    n = float(np.linalg.norm(v))
+    return v / n if n > 0 else v
+
+
 class CachedEmbedder:
     """An LRU cache keyed by (model, role, sha256 of the text) in front of an embedder.
 
@@ -220,6 +251,24 @@ class CachedEmbedder:
     async def embed_one(self, text: str) -> list[float]:
         """The vector of one memory text."""
         return (await self.embed([text]))[0]
+
+    async def embed_memories(self, memories: Sequence[MemoryText]) -> list[list[float]]:
+        """The vectors of memories, each its content with its context
+        (:func:`memory_vector`), in one call of the model for the texts not yet in the
+        cache. A context's lines are embedded one by one, so the lines a conversation
+        repeats (its date, the turn a memory answers, itself stored before) come from
+        the cache: a store with context costs the model about what one without does
+        (``python -m benchmarks context-latency``)."""
+        parts = [(content, context_lines(context) if context else [])
+                 for content, context in memories]
+        texts = list(dict.fromkeys(t for content, lines in parts for t in (content, *lines)))
+        found = dict(zip(texts, await self.embed(texts), strict=True)) if texts else {}
+        return [memory_vector(found[content], [found[line] for line in lines])
+                for content, lines in parts]
+
+    def clear(self) -> None:
+        """Forget every cached vector (the hit and miss counts stay)."""
+        self._cache.clear()
 
     async def embed_query_one(self, text: str) -> list[float]:
         """The vector of one search query."""

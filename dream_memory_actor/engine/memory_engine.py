@@ -57,6 +57,7 @@ from ..storage.base import StructuredStore, VectorStore
 from ..storage.dedup import Ask, Band, Cuts
 from ..storage.ops import L1Op
 from ..storage.vector import model_mismatch
+from ..text import MemoryText
 from ..validation import limit as check_limit
 from ..validation import owner_id as check_owner
 from .erasure import forget_owner
@@ -298,25 +299,28 @@ class MemoryEngine:
 
     # -- L2 ------------------------------------------------------------------------
 
-    async def embed(self, text: str) -> list[float] | None:
-        """The embedding of memory ``text``, or ``None`` without an embedder (keyword-only)."""
+    async def embed(self, text: str, context: str | None = None) -> list[float] | None:
+        """The vector of memory ``text`` with its ``context`` (``CachedEmbedder.
+        embed_memories``), or ``None`` without an embedder (keyword-only)."""
         if self.embedder is None:
             return None
-        return await self.embedder.embed_one(text)
+        return (await self.embedder.embed_memories([(text, context)]))[0]
 
-    async def embed_many(self, texts: list[str]) -> list[list[float]] | None:
-        """The embeddings of memory ``texts`` in one batch call, or ``None`` (keyword-only)."""
+    async def embed_many(self, memories: list[MemoryText]) -> list[list[float]] | None:
+        """The vectors of ``memories`` (content, context) in one batch call, or ``None``
+        (keyword-only)."""
         if self.embedder is None:
             return None
-        return await self.embedder.embed(texts)
+        return await self.embedder.embed_memories(memories)
 
-    async def prepare(self, owner: str, texts: Sequence[str]) -> bool:
-        """Embed the texts of a coming write of ``owner`` into the embedder's cache, so
-        the write, under the owner's lock, does not wait for the model; whether this
-        engine embeds at all (``False``: keyword-only, nothing to prepare)."""
+    async def prepare(self, owner: str, memories: Sequence[MemoryText]) -> bool:
+        """Embed the memories (content, context) of a coming write of ``owner`` into the
+        embedder's cache, so the write, under the owner's lock, does not wait for the
+        model; whether this engine embeds at all (``False``: keyword-only, nothing to
+        prepare)."""
         if self.embedder is None:
             return False
-        await self.embedder.embed(list(texts))
+        await self.embedder.embed_memories(list(memories))
         return True
 
     async def embed_query(self, text: str) -> list[float] | None:

@@ -63,7 +63,7 @@ from ..models import (
     VectorMemory,
     new_id,
 )
-from ..text import with_context
+from ..text import MemoryText
 from ..validation import l1 as check_l1
 from ..validation import l2 as check_l2
 
@@ -258,15 +258,16 @@ class Operation(Generic[P, R]):
         """What a call carried (``check``'s values, in order) as keyword arguments."""
         return dict(zip(self.params, values, strict=True))
 
-    def texts(self, values: Sequence[Any]) -> list[str]:
-        """The checked texts a call of this write embeds (none for most operations)."""
+    def memories(self, values: Sequence[Any]) -> list[MemoryText]:
+        """The checked memories (content, context) a call of this write embeds (none for
+        most operations)."""
         if self.embeds is None:
             return []
         named = self.named(values)
         value = named[self.embeds]
         if isinstance(value, str):
-            return [with_context(value, named.get("context"))]
-        return [with_context(item["content"], item.get("context")) for item in value]
+            return [(value, named.get("context"))]
+        return [(item["content"], item.get("context")) for item in value]
 
     def extra_timeout_s(self, values: Sequence[Any]) -> float:
         return self.per_item_s * len(values[0]) if self.per_item_s else 0.0

@@ -93,8 +93,8 @@ PARAMS: Mapping[str, Param] = {
                       "or the source); merged_from, merged_at and merge_count are reserved.",
                       _metadata),
     "context": Param("Optional: what helps find the memory later without being part of it "
-                     "(the turn it answers, the conversation's date, who spoke); searched "
-                     "and embedded with it, never returned as its content.", _text),
+                     "(the turn it answers, the conversation's date, who spoke), a line each; "
+                     "searched and embedded with it, never returned as its content.", _text),
     "limit": Param("How many results at most.", _limit),
     "offset": Param("How many results to skip (for paging).", _offset),
     "source": Param("Where this comes from, for example user or agent:deploy.", _name),

@@ -32,6 +32,7 @@ from ..models import (
     utcnow,
 )
 from ..storage.ops import L1Op
+from ..text import MemoryText
 from .errors import OwnerMoved, RuntimeTimeout
 from .placement import LiveSet
 
@@ -65,7 +66,7 @@ class L2Path(Protocol):
 
     async def forget_memories(self, owner: str) -> int: ...
 
-    async def prepare(self, owner: str, texts: list[str]) -> bool: ...
+    async def prepare(self, owner: str, memories: list[MemoryText]) -> bool: ...
 
 
 class OwnerMemory:
@@ -258,12 +259,12 @@ class OwnerMemory:
         """An L2 write (``op``, served by the ``"writer"``) with the values its call
         carried. Under the owner's lock, so a store's dedup check and its write, a
         batch's, an update and a supersession never interleave with another write.
-        Its texts are embedded before the lock is taken (``L2Path.prepare``), so the
+        Its memories are embedded before the lock is taken (``L2Path.prepare``), so the
         owner's writes, L1 ones included, do not wait for each other's embeddings; the
         write finds them in the embedder's cache (a miss only embeds under the lock)."""
-        texts = op.texts(values)
-        if texts:
-            await self._l2.prepare(self.owner, texts)
+        memories = op.memories(values)
+        if memories:
+            await self._l2.prepare(self.owner, memories)
         async with self._lock:
             return await getattr(self._l2, op.name)(self.owner, **op.named(values))
 

@@ -18,6 +18,7 @@ import ray
 
 from ..engine import MemoryEngine, operations
 from ..models import MemoryPendingItem, SearchHit
+from ..text import MemoryText
 from .errors import ray_errors
 from .placement import NAMESPACE, index_name, registry_name, shard_of
 from .spec import SystemSpec, open_index_engine
@@ -69,8 +70,8 @@ class IndexActor:
     async def forget_memories(self, owner: str) -> int:
         return await (await self._open()).forget_memories(owner)
 
-    async def prepare(self, owner: str, texts: list[str]) -> bool:
-        return await (await self._open()).prepare(owner, texts)
+    async def prepare(self, owner: str, memories: list[MemoryText]) -> bool:
+        return await (await self._open()).prepare(owner, memories)
 
     async def export(self, owner: str) -> list[str]:
         return await (await self._open()).export(owner)
@@ -137,11 +138,11 @@ class IndexL2:
                                   self._timeout_s)
         return gone
 
-    async def prepare(self, owner: str, texts: list[str]) -> bool:
-        """Have the owner's replica embed a coming write's texts into its cache (see
+    async def prepare(self, owner: str, memories: list[MemoryText]) -> bool:
+        """Have the owner's replica embed a coming write's memories into its cache (see
         ``MemoryEngine.prepare``); skipped once it said it embeds nothing."""
         if self._embeds:
-            self._embeds = bool(await _remote(self._for(owner).prepare.remote(owner, texts),
+            self._embeds = bool(await _remote(self._for(owner).prepare.remote(owner, memories),
                                               "prepare", self._timeout_s))
         return self._embeds
 

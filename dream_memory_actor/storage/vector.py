@@ -58,17 +58,21 @@ from ..scoring import (
     term_weights,
     to_hit,
 )
-from ..text import fold, query_terms, with_context
+from ..text import MemoryText, fold, query_terms
 from ..validation import l2 as check_l2
 from . import versions
 from .dedup import Cuts, absorbed
 from .lifecycle import _Lifecycle
 from .writes import PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector
 
-#: Computes the embedding of checked text when the caller gives none (``MemoryEngine.embed``).
-Embed = Callable[[str], Awaitable["list[float] | None"]]
-#: Computes the embeddings of checked texts, in order (``MemoryEngine.embed_many``).
-EmbedMany = Callable[[list[str]], Awaitable["list[list[float]] | None"]]
+#: Computes the vector of a checked content with its context when the caller gives none
+#: (``MemoryEngine.embed``).
+Embed = Callable[[str, "str | None"], Awaitable["list[float] | None"]]
+#: Computes the vectors of checked memories (content, context), in order
+#: (``MemoryEngine.embed_many``).
+EmbedMany = Callable[[list[MemoryText]], Awaitable["list[list[float]] | None"]]
+#: Computes the vector of a checked search query (``MemoryEngine.embed_query``).
+EmbedQuery = Callable[[str], Awaitable["list[float] | None"]]
 
 
 def check_cuts(threshold: float | Cuts) -> Cuts:
@@ -95,7 +99,7 @@ class _Change:
         around = old.context if self.context is None else self.context
         if around == self.guessed or self.embed is None:
             return around, self.vector
-        return around, await self.embed(with_context(self.text, around))
+        return around, await self.embed(self.text, around)
 
 
 class VectorStore(_Lifecycle, ABC):
@@ -212,7 +216,7 @@ class VectorStore(_Lifecycle, ABC):
         done = 0
         for start in range(0, len(rows), batch):
             part = [r.memory for r in rows[start:start + batch]]
-            found = await embed_many([with_context(m.content, m.context) for m in part])
+            found = await embed_many([(m.content, m.context) for m in part])
             if found is None:
                 return done
             vecs = [self._check_embedding(v) for v in found]
@@ -293,7 +297,7 @@ class VectorStore(_Lifecycle, ABC):
         or stored beside them. ``threshold``: the store's :class:`~.dedup.Cuts`, or one
         raw cosine for every cut (``Cuts.uniform``). ``context``: what helps find the
         memory without being part of it (``VectorMemory.context``), embedded and
-        searched with it; ``embedding`` embeds both (``text.with_context``).
+        searched with it; ``embedding`` is made of both (``embedding.memory_vector``).
 
         ``op_id`` makes the call idempotent: a retry with the same id is applied once.
         Without ``embedding``, ``embed`` (if given) computes it from the checked text,
@@ -307,7 +311,7 @@ class VectorStore(_Lifecycle, ABC):
         around = check.context(context, self.max_content_bytes)
         cuts = check_cuts(threshold)
         if embedding is None and embed is not None:
-            embedding = await embed(with_context(text, around))
+            embedding = await embed(text, around)
         vec = self._check_embedding(embedding)
         await self._record_model(vec is not None)
         at = now or utcnow()
@@ -345,9 +349,8 @@ class VectorStore(_Lifecycle, ABC):
             check.op_id(op_id)
         batch = check_l2.batch(items, self.max_content_bytes, self.limits)
         cuts = check_cuts(threshold)
-        texts = [with_context(t, c) for t, _, c in batch]
         if embeddings is None and embed_many is not None:
-            embeddings = await embed_many(texts)
+            embeddings = await embed_many([(t, c) for t, _, c in batch])
         if embeddings is not None and len(embeddings) != len(batch):
             raise InvalidBatch(f"{len(embeddings)} embeddings for {len(batch)} items")
         vecs: builtins.list[Vector] = (
@@ -457,7 +460,7 @@ class VectorStore(_Lifecycle, ABC):
             found = await self._rows(owner, ids=[memory_id])
             guess = found[0].memory.context if found else None
         if embedding is None and embed is not None:
-            embedding = await embed(with_context(text, guess))
+            embedding = await embed(text, guess)
         vec = self._check_embedding(embedding)
         await self._record_model(vec is not None)
         return _Change(text, meta, around, guess, vec, now or utcnow(),
@@ -526,7 +529,7 @@ class VectorStore(_Lifecycle, ABC):
         if kept is not None and result is not None and result != kept.content and embed:
             found = await self._rows(owner, ids=[kept.id])
             around = found[0].memory.context if found else None
-            new_vec = self._check_embedding(await embed(with_context(result, around)))
+            new_vec = self._check_embedding(await embed(result, around))
             await self._record_model(new_vec is not None)
 
         async def plan() -> tuple[str, Any]:
@@ -775,7 +778,7 @@ class VectorStore(_Lifecycle, ABC):
         vector_k: int = 100,
         keyword_k: int = 100,
         min_score: float = 0.0,
-        embed: Embed | None = None,
+        embed: EmbedQuery | None = None,
         filter: Mapping[str, Any] | None = None,
     ) -> builtins.list[SearchHit]:
         """Hybrid search over the memories of one or several owners, best first.

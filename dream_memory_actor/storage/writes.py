@@ -108,7 +108,7 @@ class Writes:
 
 def searched(memory: VectorMemory) -> str:
     """The text the keyword signal searches a memory as: its content, then its context
-    (``text.with_context``), as it is embedded."""
+    (``text.with_context``)."""
     return with_context(memory.content, memory.context)
 
 

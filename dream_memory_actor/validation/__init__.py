@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ..limits import DEFAULT_LIMITS, Limits
 from ..models import ChatMessage, utcnow
-from ..text import normalize_content
+from ..text import context_lines, normalize_content
 
 #: An owner id: 1-128 characters, ASCII letters, digits and ``. _ : @ -``,
 #: starting with a letter or digit. No braces (Redis hash tags), no spaces, no
@@ -108,9 +108,14 @@ def content(value: object, max_bytes: int, what: str = "content") -> str:
     return text
 
 
-def context(value: object, max_bytes: int) -> str | None:
-    """Check a memory's context (``None``: none): the rules of :func:`content`."""
-    return None if value is None else content(value, max_bytes, "context")
+def context(value: object, max_bytes: int, what: str = "context") -> str | None:
+    """Check a memory's context (``None``: none): the rules of :func:`content`, with its
+    lines kept apart: each is a part of the context (a date, a turn), normalized, the
+    empty ones dropped (``text.context_lines``)."""
+    if value is None:
+        return None
+    content(value, max_bytes, what)
+    return "\n".join(context_lines(str(value)))
 
 
 def status_key(value: object) -> str:

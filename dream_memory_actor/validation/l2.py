@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import InvalidBatch, InvalidFilter, InvalidQuery
 from ..limits import DEFAULT_LIMITS, Limits
-from . import content, metadata, utf8_size
+from . import content, context, metadata, utf8_size
 
 #: The most keys a metadata filter may test (each is one containment condition).
 MAX_FILTER_KEYS = 16
@@ -107,7 +107,7 @@ def batch(
         else:
             text_value = item
         text = content(text_value, max_bytes, what=f"batch item {i} content")
-        around = None if ctx is None else content(ctx, max_bytes, what=f"batch item {i} context")
+        around = context(ctx, max_bytes, what=f"batch item {i} context")
         total += len(text.encode("utf-8")) + len((around or "").encode("utf-8"))
         if total > limits.batch_bytes:
             raise InvalidBatch(f"a batch's content is more than {limits.batch_bytes} bytes")

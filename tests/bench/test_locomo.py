@@ -15,6 +15,7 @@ from benchmarks.bm25 import BM25, tokens
 from benchmarks.embed_cache import VectorFile
 from benchmarks.locomo import (
     bootstrap_ci,
+    embedded_texts,
     load_locomo,
     normalize_evidence,
     owner_id_for,
@@ -125,11 +126,15 @@ def test_a_turn_s_context_is_its_date_and_the_session_s_previous_turn() -> None:
     # a session's first turn has no previous turn: the other session's is not its context
     assert texts[2] == ("12 June 2023\nAnn: The dog is Rex.", "12 June 2023\nAnn: The dog is Rex.")
     assert turn_texts(conv, "none")[2] == ("Ann: The dog is Rex.", "Ann: The dog is Rex.")
-    # beside: the turn stays the memory's content; what is embedded joins its context to it
-    # as the store does (white space of a context folded, as of any text it keeps)
+    # beside: the turn stays the memory's content; what is searched joins its context to
+    # it as the store does (a line each); the model embeds the turn and each line apart
     assert turn_texts(conv, "beside")[1] == (
         "Bob: Look! [shares a photo of a cat]",
-        "Bob: Look! [shares a photo of a cat]\n8 May 2023 Ann: I adopted a dog.")
+        "Bob: Look! [shares a photo of a cat]\n8 May 2023\nAnn: I adopted a dog.")
+    assert embedded_texts(conv, "beside") == [
+        "Ann: I adopted a dog.", "8 May 2023", "Bob: Look! [shares a photo of a cat]",
+        "Ann: The dog is Rex.", "12 June 2023"]
+    assert embedded_texts(conv, "text") == [e for _, e in turn_texts(conv, "text")]
 
 
 def test_dataset_file_and_missing_file(tmp_path: Path) -> None:

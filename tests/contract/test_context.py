@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from dream_memory_actor.errors import InvalidBatch, InvalidContent
-from dream_memory_actor.text import with_context
 from tests.conftest import Stores
 from tests.contract.test_vector import vec
 
-CTX = "8 May 2023 Melanie: I got the job at the animal shelter!"
+CTX = "8 May 2023\nMelanie: I got the job at the animal shelter!"
 
 
 async def test_context_is_kept_beside_the_content(stores: Stores) -> None:
@@ -53,15 +52,16 @@ async def test_a_memory_found_by_its_vector_is_scored_with_its_context(
 
 
 async def test_the_context_is_embedded_with_the_content(stores: Stores) -> None:
-    seen: list[str] = []
+    seen: list[tuple[str, str | None]] = []
 
-    async def embed(text: str) -> list[float]:
-        seen.append(text)
+    async def embed(text: str, context: str | None) -> list[float]:
+        seen.append((text, context))
         return vec(1)
 
-    await stores.vector.store("alice", "  congrats!  ", context=" 8 May 2023 ", embed=embed)
+    await stores.vector.store("alice", "  congrats!  ", context=" 8 May 2023 \n\n Ann:  hi ",
+                              embed=embed)
     await stores.vector.store("alice", "no context here", embed=embed)
-    assert seen == [with_context("congrats!", "8 May 2023"), "no context here"]
+    assert seen == [("congrats!", "8 May 2023\nAnn: hi"), ("no context here", None)]
 
 
 async def test_contexts_alike_do_not_merge_contents_worded_apart(stores: Stores) -> None:
@@ -125,19 +125,18 @@ async def test_versions_keep_the_context(stores: Stores) -> None:
 
 async def test_an_update_embeds_with_the_context_it_keeps(stores: Stores) -> None:
     v = stores.vector
-    seen: list[str] = []
+    seen: list[tuple[str, str | None]] = []
 
-    async def embed(text: str) -> list[float]:
-        seen.append(text)
+    async def embed(text: str, context: str | None) -> list[float]:
+        seen.append((text, context))
         return vec(1)
 
     r = await v.store("alice", "deploys go out on Fridays", context=CTX, embed=embed)
     await v.update("alice", r.memory.id, "deploys go out on Thursdays", embed=embed)
     await v.supersede_memory("alice", r.memory.id, "no deploys at all", embed=embed,
                              context="the freeze")
-    assert seen == [with_context("deploys go out on Fridays", CTX),
-                    with_context("deploys go out on Thursdays", CTX),
-                    with_context("no deploys at all", "the freeze")]
+    assert seen == [("deploys go out on Fridays", CTX), ("deploys go out on Thursdays", CTX),
+                    ("no deploys at all", "the freeze")]
 
 
 async def test_batches_carry_contexts(stores: Stores) -> None:
