@@ -156,16 +156,17 @@ async def test_reembed_gives_every_memory_the_new_model_s_vector(stores: Stores)
     b = await v.store(OWNER, "the sprint ends on Friday", embedding=vec(1))
     await v.store("bob", "bob's only memory", embedding=vec(2))
     assert await v.owners() == ["alice", "bob"]
-    seen: list[str] = []
+    seen: list[tuple[str, str | None]] = []
 
-    async def model_b(texts: list[str]) -> list[list[float]]:
-        seen.extend(texts)
-        return [vec(5)] * len(texts)
+    async def model_b(memories: list[tuple[str, str | None]]) -> list[list[float]]:
+        seen.extend(memories)
+        return [vec(5)] * len(memories)
 
     recorded = await v._model(EmbeddingModel(model=MODEL_B, dim=DIM), replace=True)
     assert recorded is not None and recorded.model == MODEL_B
     assert await v.reembed(OWNER, model_b, batch=1) == 2
-    assert sorted(seen) == ["the sprint ends on Friday", "went live on Kubernetes\nthe launch"]
+    assert sorted(seen) == [("the sprint ends on Friday", None),
+                           ("went live on Kubernetes", "the launch")]
     after = {m.id: (m, e) for m, e in await v.dump(OWNER)}
     for mem in (a.memory, b.memory):
         got, emb = after[mem.id]
