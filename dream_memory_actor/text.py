@@ -258,17 +258,22 @@ def context_lines(context: str) -> list[str]:
     """The parts of a memory's context, a line each (a date, an earlier turn), each
     normalized as content is; empty lines are no part.
 
-    >>> context_lines(" 8 May 2023\n\n  Ann:  hi ")
+    >>> context_lines(" 8 May 2023\\n\\n  Ann:  hi ")
     ['8 May 2023', 'Ann: hi']
     """
     return [line for line in map(normalize_content, context.splitlines()) if line]
 
 
 def with_context(content: str, context: str | None) -> str:
-    """What the keyword signal searches a memory as: its content, then its context. (Its
-    vector is made of the two apart: ``embedding.memory_vector``.)
+    """What the keyword signal searches a memory as: its content, then its context's
+    lines, on one line. (Its vector is made of the two apart: ``embedding.memory_vector``.)
+    A space, not a line break, between them: PostgreSQL's test of where a word starts
+    finds a word after a space without its regular expression, and a context's lines
+    often start with a word searched for (a speaker's name). With line breaks, LoCoMo's
+    searches of three conversations on PostgreSQL, given their vectors, took 2.4% longer
+    (median of 1,149 pairs, the two kinds of owner alternating per question).
 
-    >>> with_context("Caroline: congrats!", "8 May 2023")
-    'Caroline: congrats!\\n8 May 2023'
+    >>> with_context("Caroline: congrats!", "8 May 2023\\nMelanie: I got the job")
+    'Caroline: congrats! 8 May 2023 Melanie: I got the job'
     """
-    return content if not context else f"{content}\n{context}"
+    return content if not context else f"{content} {context.replace(chr(10), ' ')}"

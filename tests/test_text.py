@@ -13,6 +13,7 @@ from dream_memory_actor.text import (
     normalize_content,
     query_terms,
     terms,
+    with_context,
 )
 
 
@@ -87,3 +88,12 @@ def test_query_terms_are_bounded_and_the_first_ones() -> None:
     zh = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(6000))
     assert len(query_terms(zh)) == MAX_QUERY_TERMS_SCANNED
     assert query_terms("a b c d", limit=2) == ["b", "c"]  # "a" is a stopword
+
+
+def test_the_keyword_text_of_a_memory_is_its_content_and_its_context_s_lines_on_one_line(
+        ) -> None:
+    """A word that starts a context line follows a space, as PostgreSQL's quick test of
+    where a word starts looks for (``statements.starts_word``)."""
+    assert with_context("Bob: which breed?", "8 May 2023\nAnn: I adopted a dog.") == (
+        "Bob: which breed? 8 May 2023 Ann: I adopted a dog.")
+    assert with_context("Bob: which breed?", None) == "Bob: which breed?"

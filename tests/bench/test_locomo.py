@@ -127,10 +127,10 @@ def test_a_turn_s_context_is_its_date_and_the_session_s_previous_turn() -> None:
     assert texts[2] == ("12 June 2023\nAnn: The dog is Rex.", "12 June 2023\nAnn: The dog is Rex.")
     assert turn_texts(conv, "none")[2] == ("Ann: The dog is Rex.", "Ann: The dog is Rex.")
     # beside: the turn stays the memory's content; what is searched joins its context to
-    # it as the store does (a line each); the model embeds the turn and each line apart
+    # it as the store does (on one line); the model embeds the turn and each line apart
     assert turn_texts(conv, "beside")[1] == (
         "Bob: Look! [shares a photo of a cat]",
-        "Bob: Look! [shares a photo of a cat]\n8 May 2023\nAnn: I adopted a dog.")
+        "Bob: Look! [shares a photo of a cat] 8 May 2023 Ann: I adopted a dog.")
     assert embedded_texts(conv, "beside") == [
         "Ann: I adopted a dog.", "8 May 2023", "Bob: Look! [shares a photo of a cat]",
         "Ann: The dog is Rex.", "12 June 2023"]
