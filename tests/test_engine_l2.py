@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from dream_memory_actor.embedding.base import memory_vector
+from dream_memory_actor.embedding.base import CONTEXT_LINES_EMBEDDED, memory_vector
 from dream_memory_actor.embedding.hashing import HashingEmbedder
 from dream_memory_actor.engine import MemoryEngine
 from dream_memory_actor.errors import InvalidBatch, InvalidFilter, MemorySuperseded
@@ -113,3 +113,16 @@ async def test_a_context_s_lines_are_embedded_apart_and_a_conversation_s_come_fr
     alone = (await model.embed(["Ann: I adopted a dog."]))[0]
     hits = await engine.search("alice", "Ann: I adopted a dog.", embedding=alone, limit=10)
     assert next(h.cosine for h in hits if h.memory.id == first.memory.id) < 0.99
+
+
+async def test_a_long_context_s_first_lines_count_in_the_vector_and_all_in_the_keywords(
+        engine: MemoryEngine) -> None:  # noqa: F811
+    assert engine.embedder is not None
+    model = _Recording(engine.embedder.dim)
+    engine.embedder.inner = model
+    lines = [f"line {i} about topic{i}" for i in range(10)]
+    r = await engine.store("alice", "the memory itself", context="\n".join(lines))
+    assert model.texts == ["the memory itself", *lines[:CONTEXT_LINES_EMBEDDED]]
+    assert r.memory.context == "\n".join(lines)  # kept whole
+    hits = await engine.search("alice", "topic9")  # a line past them: found by its words
+    assert [h.memory.id for h in hits] == [r.memory.id] and hits[0].keyword_score > 0

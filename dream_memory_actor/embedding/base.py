@@ -157,6 +157,11 @@ class InProcessEmbedder(abc.ABC):
 #: How much each line of a memory's context weighs in its vector, against its content's 1
 #: (:func:`memory_vector`).
 CONTEXT_LINE_WEIGHT = 0.5
+#: How many of a context's lines, its first, count in a memory's vector (the keyword
+#: signal reads them all): a long context costs the model a few short texts, and the
+#: content keeps at least a third of the vector (the extraction path gives three lines,
+#: a date and two turns).
+CONTEXT_LINES_EMBEDDED = 4
 
 
 def memory_vector(content: Sequence[float], lines: Sequence[Sequence[float]]
@@ -253,13 +258,13 @@ class CachedEmbedder:
         return (await self.embed([text]))[0]
 
     async def embed_memories(self, memories: Sequence[MemoryText]) -> list[list[float]]:
-        """The vectors of memories, each its content with its context
-        (:func:`memory_vector`), in one call of the model for the texts not yet in the
-        cache. A context's lines are embedded one by one, so the lines a conversation
-        repeats (its date, the turn a memory answers, itself stored before) come from
-        the cache: a store with context costs the model about what one without does
-        (``python -m benchmarks context-latency``)."""
-        parts = [(content, context_lines(context) if context else [])
+        """The vectors of memories, each its content with its context's first
+        :data:`CONTEXT_LINES_EMBEDDED` lines (:func:`memory_vector`), in one call of the
+        model for the texts not yet in the cache. Lines are embedded one by one, so the
+        lines a conversation repeats (its date, the turn a memory answers, itself stored
+        before) come from the cache: a store with context costs the model about what one
+        without does (``python -m benchmarks context-latency``)."""
+        parts = [(content, context_lines(context)[:CONTEXT_LINES_EMBEDDED] if context else [])
                  for content, context in memories]
         texts = list(dict.fromkeys(t for content, lines in parts for t in (content, *lines)))
         found = dict(zip(texts, await self.embed(texts), strict=True)) if texts else {}
