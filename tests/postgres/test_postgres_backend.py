@@ -44,6 +44,31 @@ async def test_migrations_are_recorded_once(pg: tuple[MemorySettings, PostgresVe
     await vector2.close()
 
 
+async def test_a_memory_s_vector_stays_in_its_row_when_its_texts_are_long(
+        pg_dsn: str) -> None:
+    """A search reads the vector of every memory it scans: a row made long by its content
+    and context moves those texts to the TOAST table, not the vector (migration 17)."""
+    settings = MemorySettings(backend="postgres", postgres_dsn=pg_dsn,
+                              postgres_schema=fresh_schema())
+    structured, vector = await open_stores(settings, 384)
+    await vector.setup()
+    rng = np.random.default_rng(3)
+    words = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 6)) for _ in range(120)]
+    await vector.store("alice", " ".join(words[:20]), embedding=list(rng.standard_normal(384)),
+                       context="8 May 2023\n" + " ".join(words[20:70]) + "\n"
+                       + " ".join(words[70:]))
+    s = settings.postgres_schema
+    async with vector.backend.connection() as conn:
+        toast = await conn.fetchval(
+            f"SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = '{s}.memories'"
+            "::regclass")
+        moved = [r["n"] for r in await conn.fetch(
+            f"SELECT sum(length(chunk_data)) AS n FROM {toast} GROUP BY chunk_id")]
+    assert moved and all(n < 384 * 4 for n in moved)  # texts went out; the vector did not
+    await structured.close()
+    await vector.close()
+
+
 async def test_newer_schema_than_library_is_refused(pg: tuple[MemorySettings,
                                                                 PostgresVectorStore]) -> None:
     settings, vector = pg
