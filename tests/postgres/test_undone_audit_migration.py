@@ -24,7 +24,8 @@ async def test_an_existing_audit_trail_takes_undos(pg_dsn: str,
         await conn.execute(ROW.format(s=schema), "a1", "confirmed")
         with pytest.raises(asyncpg.CheckViolationError):
             await conn.execute(ROW.format(s=schema), "a2", "undone")
-        assert await migrations.migrate(conn, schema, None) == [16]
+        assert await migrations.migrate(conn, schema, None) == [
+            v for v, _, _ in migrations.MIGRATIONS if v >= 16]
         await conn.execute(ROW.format(s=schema), "a2", "undone")
         for entry, action in (("a3", "rejected"), ("a4", "undone")):  # one of each per item
             with pytest.raises(asyncpg.UniqueViolationError):
