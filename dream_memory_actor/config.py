@@ -159,8 +159,9 @@ class MemorySettings(BaseSettings):
     extraction_pool_size: int = Field(2, ge=1, le=256)
     # what a memory extracted from a conversation carries as its context (embedded and
     # searched with it, see VectorMemory.context): the turns before the one its evidence
-    # quotes, and the conversation's date (two turns: LoCoMo's recall@10 was 2.8 points
-    # above one turn and 4.6 above three, python -m benchmarks retrieval --context beside)
+    # quotes, and the conversation's date (two turns: LoCoMo's hybrid recall@10 was 1.8
+    # points above one turn and above three, paired, python -m benchmarks retrieval
+    # --context beside --context-turns N)
     extraction_context_turns: int = Field(2, ge=0, le=20)
     extraction_context_date: bool = True
 
