@@ -126,3 +126,17 @@ async def test_a_long_context_s_first_lines_count_in_the_vector_and_all_in_the_k
     assert r.memory.context == "\n".join(lines)  # kept whole
     hits = await engine.search("alice", "topic9")  # a line past them: found by its words
     assert [h.memory.id for h in hits] == [r.memory.id] and hits[0].keyword_score > 0
+
+
+async def test_a_context_line_with_nothing_to_embed_is_no_part_of_the_vector(
+        engine: MemoryEngine) -> None:  # noqa: F811
+    """A line of only format characters passes as context (as content would), but the
+    model cannot take it: it is left out of the vector, not a reason to refuse the store."""
+    assert engine.embedder is not None
+    model = _Recording(engine.embedder.dim)
+    engine.embedder.inner = model
+    r = await engine.store("alice", "the memory itself", context="\u200b\nthe date")
+    assert model.texts == ["the memory itself", "the date"]
+    assert r.memory.context == "\u200b\nthe date"
+    alone = await engine.store("alice", "another memory", context="\u200b")
+    assert model.texts[2:] == ["another memory"] and alone.memory.context == "\u200b"

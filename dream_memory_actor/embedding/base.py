@@ -43,6 +43,12 @@ class UnembeddableText(InvalidContent):
     as UTF-8), or a NUL character. Nothing was written."""
 
 
+def _has_words(text: str) -> bool:
+    """Whether ``text`` has something to embed: a character that is not white space, a
+    control or a format character (a context line of only those is no part of a vector)."""
+    return any(unicodedata.category(ch)[0] not in "ZC" for ch in text)
+
+
 def check_embeddable(texts: Sequence[str]) -> None:
     """Raise ``UnembeddableText`` for the first text an embedder cannot take."""
     for i, text in enumerate(texts):
@@ -54,7 +60,7 @@ def check_embeddable(texts: Sequence[str]) -> None:
             ) from None
         if "\x00" in text:
             raise UnembeddableText(f"text #{i} contains a NUL character")
-        if not any(unicodedata.category(ch)[0] not in "ZC" for ch in text):
+        if not _has_words(text):
             raise UnembeddableText(
                 f"text #{i} has nothing to embed (only white space, control or format "
                 "characters)"
@@ -264,7 +270,8 @@ class CachedEmbedder:
         lines a conversation repeats (its date, the turn a memory answers, itself stored
         before) come from the cache: a store with context costs the model about what one
         without does (``python -m benchmarks context-latency``)."""
-        parts = [(content, context_lines(context)[:CONTEXT_LINES_EMBEDDED] if context else [])
+        parts = [(content, [line for line in context_lines(context) if _has_words(line)]
+                  [:CONTEXT_LINES_EMBEDDED] if context else [])
                  for content, context in memories]
         texts = list(dict.fromkeys(t for content, lines in parts for t in (content, *lines)))
         found = dict(zip(texts, await self.embed(texts), strict=True)) if texts else {}
