@@ -16,9 +16,9 @@ import pytest
 from dream_memory_actor import cli
 from dream_memory_actor.config import MemorySettings
 
-from .test_cli import _json, _populate, _run, pg_env
+from .test_cli import _json, _populate, _run, memory_env, pg_env
 
-__all__ = ["pg_env"]  # the fixture, imported for the tests below
+__all__ = ["memory_env", "pg_env"]  # the fixtures, imported for the tests below
 
 
 def test_version_and_plain_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -171,3 +171,16 @@ def test_mcp_without_the_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch,
     rc, _, err = _run(capsys, "mcp", "--help")
     assert rc == 1 and "pip install 'dream-memory-actor[mcp]'" in err
     assert "Traceback" not in err
+
+
+def test_store_takes_a_context_line_by_line(memory_env: None,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    o = ["--owner", "carol"]
+    got: Any = _json(capsys, "store", *o, "Bob: which breed?", "--context", "8 May 2023",
+                     "--context", "Ann: I adopted a dog.")
+    assert got["memory"]["content"] == "Bob: which breed?"
+    assert got["memory"]["context"] == "8 May 2023\nAnn: I adopted a dog."
+    one: Any = _json(capsys, "store", *o, "Ann: a beagle.", "--context", "8 May 2023")
+    assert one["memory"]["context"] == "8 May 2023"
+    rc, _, err = _run(capsys, "store", *o, "Ann: a beagle.", "--context", " ")
+    assert rc == 1 and "context must not be empty" in err

@@ -54,9 +54,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument("content", help="the text to remember")
     p.add_argument("--metadata", default=None, metavar="JSON",
                    help='a JSON object kept with the memory, e.g. {"agent": "deploy"}')
-    p.add_argument("--context", default=None, metavar="TEXT",
-                   help="what helps find it later without being part of it (the turn it "
-                        "answers, the date; a line each): searched and embedded with it")
+    p.add_argument("--context", action="append", default=None, metavar="TEXT",
+                   help="what helps find it later without being part of it, searched and "
+                        "embedded with it: give it once for each part (the date, the turn "
+                        "it answers), each a line of the memory's context")
     p.set_defaults(run=_store)
 
     p = sub.add_parser("list", parents=parents, help="list an owner's semantic memories",
@@ -81,8 +82,9 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--id", required=True, dest="item_id", help="the memory id, or its start")
     p.add_argument("--content", required=True, help="the new text")
     p.add_argument("--metadata", default=None, metavar="JSON", help="new metadata (JSON object)")
-    p.add_argument("--context", default=None, metavar="TEXT",
-                   help="a new context (default: the memory keeps its own)")
+    p.add_argument("--context", action="append", default=None, metavar="TEXT",
+                   help="a new context, given once for each line, as store's (default: the "
+                        "memory keeps its own)")
     p.set_defaults(run=_update)
 
     p = sub.add_parser("memory-history", parents=parents,
@@ -128,12 +130,17 @@ def register(sub: Subparsers) -> None:
     p.set_defaults(run=_audit)
 
 
+def _lines(given: list[str] | None) -> str | None:
+    """The context of ``--context`` given once or more: a line each."""
+    return None if given is None else "\n".join(given)
+
+
 def _store(args: argparse.Namespace) -> int:
     meta = json_value(args.metadata, "--metadata", InvalidMetadata)
 
     async def go(m: MemoryBackend) -> Any:
         return await m.call(ops.store, check.owner_id(args.owner), args.content, meta,
-                            context=args.context)
+                            context=_lines(args.context))
 
     result = with_memory(args, go)
     emit(args, result.model_dump(mode="json"), store_summary(result))
@@ -161,7 +168,7 @@ def _update(args: argparse.Namespace) -> int:
         owner = check.owner_id(args.owner)
         memory_id = await current_id(m, owner, args.item_id, ("memory",))
         return await m.call(ops.update, owner, memory_id, args.content, meta,
-                            context=args.context)
+                            context=_lines(args.context))
 
     new = with_memory(args, go)
     emit(args, new.model_dump(mode="json"), f"updated {new.id}: {new.content}")
