@@ -140,3 +140,13 @@ async def test_a_context_line_with_nothing_to_embed_is_no_part_of_the_vector(
     assert r.memory.context == "\u200b\nthe date"
     alone = await engine.store("alice", "another memory", context="\u200b")
     assert model.texts[2:] == ["another memory"] and alone.memory.context == "\u200b"
+
+
+async def test_embed_many_takes_contents_alone_or_with_their_contexts(
+        engine: MemoryEngine) -> None:  # noqa: F811
+    """A two-letter content is a content, not a content and a context."""
+    assert engine.embedder is not None
+    alone = await engine.embed_many(["ab", "deploys on Friday"])
+    paired = await engine.embed_many([("ab", None), ("deploys on Friday", None)])
+    assert alone == paired
+    assert alone == [await engine.embed("ab"), await engine.embed("deploys on Friday")]

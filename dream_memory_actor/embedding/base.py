@@ -263,16 +263,18 @@ class CachedEmbedder:
         """The vector of one memory text."""
         return (await self.embed([text]))[0]
 
-    async def embed_memories(self, memories: Sequence[MemoryText]) -> list[list[float]]:
-        """The vectors of memories, each its content with its context's first
-        :data:`CONTEXT_LINES_EMBEDDED` lines (:func:`memory_vector`), in one call of the
-        model for the texts not yet in the cache. Lines are embedded one by one, so the
+    async def embed_memories(self, memories: Sequence[MemoryText | str]) -> list[list[float]]:
+        """The vectors of memories (a content, or a content and its context), each its
+        content with its context's first :data:`CONTEXT_LINES_EMBEDDED` lines
+        (:func:`memory_vector`), in one call of the model for the texts not yet in the
+        cache. Lines are embedded one by one, so the
         lines a conversation repeats (its date, the turn a memory answers, itself stored
         before) come from the cache: a store with context costs the model about what one
         without does (``python -m benchmarks context-latency``)."""
+        pairs = [(m, None) if isinstance(m, str) else m for m in memories]
         parts = [(content, [line for line in context_lines(context) if _has_words(line)]
                   [:CONTEXT_LINES_EMBEDDED] if context else [])
-                 for content, context in memories]
+                 for content, context in pairs]
         texts = list(dict.fromkeys(t for content, lines in parts for t in (content, *lines)))
         found = dict(zip(texts, await self.embed(texts), strict=True)) if texts else {}
         return [memory_vector(found[content], [found[line] for line in lines])

@@ -306,14 +306,15 @@ class MemoryEngine:
             return None
         return (await self.embedder.embed_memories([(text, context)]))[0]
 
-    async def embed_many(self, memories: list[MemoryText]) -> list[list[float]] | None:
-        """The vectors of ``memories`` (content, context) in one batch call, or ``None``
-        (keyword-only)."""
+    async def embed_many(self, memories: Sequence[MemoryText | str]
+                         ) -> list[list[float]] | None:
+        """The vectors of ``memories`` (a content, or a content and its context) in one
+        batch call, or ``None`` (keyword-only)."""
         if self.embedder is None:
             return None
         return await self.embedder.embed_memories(memories)
 
-    async def prepare(self, owner: str, memories: Sequence[MemoryText]) -> bool:
+    async def prepare(self, owner: str, memories: Sequence[MemoryText | str]) -> bool:
         """Embed the memories (content, context) of a coming write of ``owner`` into the
         embedder's cache, so the write, under the owner's lock, does not wait for the
         model; whether this engine embeds at all (``False``: keyword-only, nothing to

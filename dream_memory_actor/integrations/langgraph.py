@@ -412,7 +412,7 @@ class DreamMemoryStore(BaseStore):
         items = [{"content": contents[0], "metadata": head}]
         items += [{"content": t, "metadata": {**common, PART: i}}
                   for i, t in enumerate(contents[1:], 1)]
-        vectors = await engine.embed_many([(t, None) for t in texts]) if texts else None
+        vectors = await engine.embed_many(texts) if texts else None
         await engine.vector.store_many(owner, items, embeddings=vectors, threshold=Cuts.off())
 
     # -- search and namespaces ----------------------------------------------------------
