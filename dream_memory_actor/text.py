@@ -276,4 +276,4 @@ def with_context(content: str, context: str | None) -> str:
     >>> with_context("Caroline: congrats!", "8 May 2023\\nMelanie: I got the job")
     'Caroline: congrats! 8 May 2023 Melanie: I got the job'
     """
-    return content if not context else f"{content} {context.replace(chr(10), ' ')}"
+    return content if not context else content + " " + context.replace("\n", " ")

@@ -267,10 +267,10 @@ class CachedEmbedder:
         """The vectors of memories (a content, or a content and its context), each its
         content with its context's first :data:`CONTEXT_LINES_EMBEDDED` lines
         (:func:`memory_vector`), in one call of the model for the texts not yet in the
-        cache. Lines are embedded one by one, so the
-        lines a conversation repeats (its date, the turn a memory answers, itself stored
-        before) come from the cache: a store with context costs the model about what one
-        without does (``python -m benchmarks context-latency``)."""
+        cache. Lines are embedded one by one, so the lines a conversation repeats (its
+        date, the turn a memory answers, itself stored before) come from the cache: a
+        store with context costs the model about what one without does (``python -m
+        benchmarks context-latency``)."""
         pairs = [(m, None) if isinstance(m, str) else m for m in memories]
         parts = [(content, [line for line in context_lines(context) if _has_words(line)]
                   [:CONTEXT_LINES_EMBEDDED] if context else [])
