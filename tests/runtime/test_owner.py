@@ -188,9 +188,11 @@ class HeldEmbedder:
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
         self.calls = 0
+        self.texts: list[str] = []
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         self.calls += 1
+        self.texts += texts
         self.entered.set()
         await self.release.wait()
         return [[1.0, float(len(t)), 0.5, 0.25] for t in texts]
@@ -216,5 +218,27 @@ async def test_an_owner_s_writes_do_not_wait_for_an_embedding() -> None:
         held.release.set()
         result = await store
         assert result.memory.has_embedding and held.calls == 1
+    finally:
+        await engine.close()
+
+
+async def test_a_store_with_context_embeds_its_content_and_lines_before_the_lock() -> None:
+    """The owner's writer prepares the content and each line of the context in one call
+    of the model; the store under the lock finds them all in the cache."""
+    from dream_memory_actor.embedding.base import CachedEmbedder
+    from dream_memory_actor.storage import open_stores
+
+    settings = MemorySettings(backend="memory")
+    held = HeldEmbedder()
+    held.release.set()
+    structured, vector = await open_stores(settings, held.dim)
+    engine = MemoryEngine(settings, structured, vector, CachedEmbedder(held))
+    try:
+        mem = OwnerMemory("alice", engine, engine)
+        result = await mem.l2(operations.store, (
+            "Bob: which breed?", None, "8 May 2023\nAnn: I adopted a dog.", "op-2"))
+        assert result.memory.context == "8 May 2023\nAnn: I adopted a dog."
+        assert held.calls == 1
+        assert held.texts == ["Bob: which breed?", "8 May 2023", "Ann: I adopted a dog."]
     finally:
         await engine.close()
