@@ -176,11 +176,9 @@ async def measure(engines: dict[str, MemoryEngine], convs: Sequence[Conversation
                   turns: int, limit: int, date: bool = True) -> dict[str, Any]:
     """The model's part, the stores, then the two kinds of searches (see the module
     doc); ``engines``: one per arm, each with its own embedding cache."""
-    for e in engines.values():
-        _empty(e)
+    _empty(engines)
     out: dict[str, Any] = {"embedding": await time_embeddings(engines, convs, turns, date)}
-    for e in engines.values():
-        _empty(e)
+    _empty(engines)
     out["store"] = await time_stores(engines, convs, turns, date)
     questions = list(dict.fromkeys(q.question for c in convs for q in c.questions))
     vectors = {}
@@ -188,8 +186,7 @@ async def measure(engines: dict[str, MemoryEngine], convs: Sequence[Conversation
         v = await engines["plain"].embed_query(q)
         if v is not None:
             vectors[q] = v
-    for e in engines.values():
-        _empty(e)
+    _empty(engines)
     out["search_vector_given"] = await time_searches(engines, convs, limit,
                                                      vectors if vectors else None)
     out["search_with_embedding"] = await time_searches(engines, convs, limit, None)
@@ -197,9 +194,11 @@ async def measure(engines: dict[str, MemoryEngine], convs: Sequence[Conversation
     return out
 
 
-def _empty(engine: MemoryEngine) -> None:
-    if engine.embedder is not None:
-        engine.embedder.clear()
+def _empty(engines: dict[str, MemoryEngine]) -> None:
+    """Empty every arm's embedding cache."""
+    for engine in engines.values():
+        if engine.embedder is not None:
+            engine.embedder.clear()
 
 
 def targets(figures: dict[str, Any]) -> dict[str, Any]:
