@@ -37,6 +37,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from ...errors import SchemaError
 from ...models import EmbeddingModel, MemoryVersion, VectorMemory
 from ...scoring import MAX_QUERY_TERMS, Candidate, TermStats, strongest_terms, term_weights
@@ -328,20 +330,23 @@ class PostgresVectorStore(PostgresStore, VectorStore):
     async def _nearest_many(self, owner: str, vectors: Sequence[list[float]], k: int
                             ) -> list[list[Row]]:
         """Each vector's ``k`` nearest rows of ``owner`` in one statement, as ``_rows``
-        reads them one by one (the same path, order and similarity). The vectors go as
-        text (``[x, y, ...]``, each float's shortest repr), which the database reads to
-        the same single-precision values as the binary codec sends."""
+        reads them one by one (the same path, order and similarity). The vectors go
+        end to end in one ``real[]`` (the binary array codec: the same single-precision
+        values as the vector codec sends, and a third of the time of sending each as
+        text), cut back into vectors by the statement."""
         if len(vectors) < 2:
             return await super()._nearest_many(owner, vectors, k)
+        d = int(self.dim or 0)
         async with self.backend.connection() as conn:
             nearest = self._near_select(MEMORY_COLUMNS, "owner_id = $1", "v.q",
                                         await self._exact_near(conn, owner), "$3")
             rows = await conn.fetch(
                 f"""WITH v AS MATERIALIZED (  -- each vector read once, not once a row
-                        SELECT n, t::vector({int(self.dim or 0)}) AS q
-                          FROM unnest($2::text[]) WITH ORDINALITY AS u(t, n))
+                        SELECT n, ($2::real[])[(n - 1) * {d} + 1 : n * {d}]::vector({d}) AS q
+                          FROM generate_series(1, $4::int) AS n)
                     SELECT v.n, x.* FROM v CROSS JOIN LATERAL ({nearest}) AS x""",
-                owner, [str([float(x) for x in v]) for v in vectors], k)
+                owner, np.asarray(vectors, dtype=np.float32).ravel().tolist(), k,
+                len(vectors))
         found: list[list[Row]] = [[] for _ in vectors]
         for r in rows:
             found[r["n"] - 1].append(Row(_memory(r), None, float(r["sim"])))
