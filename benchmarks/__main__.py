@@ -28,6 +28,7 @@ BENCHMARKS = {
     "report": "report",
     "extraction": "extraction",
     "batch-ingest": "batch_ingest",
+    "locomo-ingest": "locomo_ingest",
     "multi-node": "multi_node",
     "capacity": "capacity",
     "embedding-speed": "embedding_speed",

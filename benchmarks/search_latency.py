@@ -263,7 +263,7 @@ async def _load(args: argparse.Namespace, vector: Any, corpus: _Corpus, owners: 
     # which is how a large import should be done and is much faster)
     if args.backend == "postgres":
         async with vector.backend.connection() as conn:
-            await conn.execute(f"DROP INDEX {schema}.memories_hnsw_{args.dim}")
+            await conn.execute(f"DROP INDEX IF EXISTS {schema}.memories_hnsw_{args.dim}")
     t0 = time.perf_counter()
     loaded = 0
     bar = Progress("load", args.owners * args.per_owner - sample)
@@ -287,7 +287,7 @@ async def _load(args: argparse.Namespace, vector: Any, corpus: _Corpus, owners: 
     if args.backend == "postgres":
         import asyncpg
 
-        from dream_memory_actor.storage.postgres.migrations import migrate
+        from dream_memory_actor.storage.postgres.hnsw import index_sql
 
         t0 = time.perf_counter()
         # A dedicated connection: the pool's 60 s statement timeout is for queries,
@@ -298,7 +298,9 @@ async def _load(args: argparse.Namespace, vector: Any, corpus: _Corpus, owners: 
                                              args.build_mem_mb, args.build_workers)
             await conn.execute(f"SET maintenance_work_mem = '{int(mem_mb)}MB'")
             await conn.execute(f"SET max_parallel_maintenance_workers = {int(workers)}")
-            await migrate(conn, schema, args.dim)  # re-creates the HNSW index
+            # The index a search would build when it first wants it, built here
+            # with the settings above (and not concurrently: nothing writes meanwhile).
+            await conn.execute(index_sql(schema, args.dim, concurrently=False))
             result["hnsw_build_s"] = round(time.perf_counter() - t0, 2)
             result["hnsw_build"] = {"maintenance_work_mem_mb": mem_mb,
                                     "parallel_workers": workers}
@@ -309,4 +311,5 @@ async def _load(args: argparse.Namespace, vector: Any, corpus: _Corpus, owners: 
             await conn.execute(f"VACUUM (ANALYZE) {schema}.memory_text")
         finally:
             await conn.close()
+        await vector.backend.hnsw.build()  # finds it built: searches may take it
         result["after_load"] = "VACUUM (ANALYZE), as autovacuum does after a large insert"

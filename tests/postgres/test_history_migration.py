@@ -23,14 +23,14 @@ async def test_an_existing_schema_gets_history(pg_dsn: str,
     try:
         with monkeypatch.context() as mp:  # the schema as the version before migration 6 left it
             mp.setattr(migrations, "MIGRATIONS", [m for m in migrations.MIGRATIONS if m[0] < 6])
-            await migrations.migrate(conn, schema, None)
+            await migrations.migrate(conn, schema)
         await conn.execute(
             f"INSERT INTO {schema}.status (owner_id, key, value, updated_at) "
             "VALUES ('bob', 'project', 'alpha', $1)", set_at)
         await conn.execute(
             f"INSERT INTO {schema}.pending (id, owner_id, kind, content, confidence, source, "
             f"created_at, fingerprint) VALUES ('p1', 'bob', 'fact', 'c', 0.5, 's', now(), 'f')")
-        assert 6 in await migrations.migrate(conn, schema, None)
+        assert 6 in await migrations.migrate(conn, schema)
     finally:
         await conn.close()
     settings = MemorySettings(backend="postgres", postgres_dsn=pg_dsn, postgres_schema=schema)

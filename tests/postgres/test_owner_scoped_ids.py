@@ -17,7 +17,7 @@ async def test_an_existing_schema_gets_owner_scoped_ids(pg_dsn: str,
     try:
         with monkeypatch.context() as mp:  # the schema as the version before migration 5 left it
             mp.setattr(migrations, "MIGRATIONS", [m for m in migrations.MIGRATIONS if m[0] < 5])
-            await migrations.migrate(conn, schema, None)
+            await migrations.migrate(conn, schema)
         for table in ("rules", "facts"):
             await conn.execute(
                 f"INSERT INTO {schema}.{table} (id, owner_id, content, content_hash, source, "
@@ -25,7 +25,7 @@ async def test_an_existing_schema_gets_owner_scoped_ids(pg_dsn: str,
         await conn.execute(
             f"INSERT INTO {schema}.pending (id, owner_id, kind, content, confidence, source, "
             f"created_at, fingerprint) VALUES ('x1', 'bob', 'fact', 'c', 0.5, 's', now(), 'f')")
-        assert 5 in await migrations.migrate(conn, schema, None)
+        assert 5 in await migrations.migrate(conn, schema)
         for table in ("rules", "facts"):
             await conn.execute(
                 f"INSERT INTO {schema}.{table} (id, owner_id, content, content_hash, source, "
@@ -40,7 +40,7 @@ async def test_an_existing_schema_gets_owner_scoped_ids(pg_dsn: str,
         await conn.execute(
             f"INSERT INTO {schema}.pending (id, owner_id, kind, content, confidence, source, "
             f"created_at, fingerprint) VALUES ('x1', 'alice', 'fact', 'c', 0.5, 's', now(), 'f')")
-        assert await migrations.migrate(conn, schema, None) == []  # applied once
+        assert await migrations.migrate(conn, schema) == []  # applied once
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         await conn.close()

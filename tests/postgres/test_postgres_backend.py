@@ -15,6 +15,7 @@ from dream_memory_actor.errors import BackendUnavailable, ConfigurationError, Sc
 from dream_memory_actor.models import utcnow
 from dream_memory_actor.storage import open_stores
 from dream_memory_actor.storage.postgres import PostgresVectorStore
+from dream_memory_actor.storage.postgres.hnsw import index_sql
 from dream_memory_actor.storage.postgres.migrations import MIGRATIONS
 from dream_memory_actor.storage.postgres.plan import (
     KEYWORD_SCAN_MAX,
@@ -110,12 +111,69 @@ async def test_unreachable_server_is_backend_unavailable() -> None:
     await vector.close()
 
 
+async def _index_of(vector: PostgresVectorStore) -> list[str]:
+    async with vector.backend.connection() as conn:
+        return [r["indexname"] for r in await conn.fetch(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND indexname LIKE "
+            "'memories_hnsw_%'", vector.backend.schema)]
+
+
+async def test_the_hnsw_index_is_built_when_a_read_first_wants_it(
+        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
+    """A table of small owners is searched by exact scans: no index, so no insert keeps
+    one up. The first read whose plan prefers the index starts its build and scans
+    exactly; once it is built, reads take it."""
+    _, vector = pg
+    rng = np.random.default_rng(21)
+    await _bulk(vector, "small", 60, 22)
+    await vector.store("small", "one more memory", embedding=list(rng.normal(size=DIM)))
+    await vector.search("small", "memory", embedding=list(rng.normal(size=DIM)))
+    assert await _index_of(vector) == [] and not vector.backend.hnsw.ready
+    await _bulk(vector, "big", 4000, 23)
+    first = await vector.search_plan(["big"])  # prefers the index: exact, and builds it
+    assert first.vector == "exact" and first.owner_rows == 4000
+    hits = await vector.search("big", "memory", embedding=list(rng.normal(size=DIM)), limit=5)
+    assert len(hits) == 5 and {h.memory.owner for h in hits} == {"big"}
+    assert await vector.backend.hnsw.build()  # waits for the build the read started
+    assert await _index_of(vector) == [f"memories_hnsw_{DIM}"]
+    assert (await vector.search_plan(["big"])).vector == "hnsw"
+    assert (await vector.search_plan(["small"])).vector == "exact"
+    # Another process finds it built when it sets up.
+    structured2, vector2 = await open_stores(pg[0], DIM)
+    await vector2.setup()
+    assert vector2.backend.hnsw.ready and (await vector2.search_plan(["big"])).vector == "hnsw"
+    await structured2.close()
+    await vector2.close()
+
+
+async def test_an_interrupted_hnsw_build_is_made_again(
+        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
+    """A build stopped midway (its process closed the store) leaves an invalid index,
+    which no read takes: the next build drops it and builds it again."""
+    _, vector = pg
+    await _bulk(vector, "big", 4000, 24)
+    name = f"{vector.backend.schema}.memories_hnsw_{DIM}"
+    async with vector.backend.connection() as conn:  # what a cancelled build leaves
+        await conn.execute(index_sql(vector.backend.schema, DIM, concurrently=False))
+        await conn.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass($1)", name)
+        assert not await vector.backend.hnsw.check(conn)
+        old = await conn.fetchval("SELECT to_regclass($1)::oid", name)
+    assert (await vector.search_plan(["big"])).vector == "exact"
+    assert await vector.backend.hnsw.build()
+    async with vector.backend.connection() as conn:
+        assert await conn.fetchval("SELECT to_regclass($1)::oid", name) != old
+    assert await _index_of(vector) == [f"memories_hnsw_{DIM}"]
+    assert (await vector.search_plan(["big"])).vector == "hnsw"
+
+
 async def test_vector_candidates_use_the_hnsw_index(pg: tuple[MemorySettings,
                                                                PostgresVectorStore]) -> None:
     _, vector = pg
     await _bulk(vector, "big", 4000, 1)
     await _bulk(vector, "small", 30, 2)
     query = [float(x) for x in np.random.default_rng(3).normal(size=DIM)]
+    assert await vector.backend.hnsw.build()
     chosen = await vector.search_plan(["big"])
     assert chosen.vector == "hnsw"
     sql, args = vector.statement(["big"], [], query, chosen, vector_k=100, keyword_k=100)
@@ -248,6 +306,7 @@ async def test_search_chooses_exact_or_index_by_owner_share(
     _, vector = pg
     await _bulk(vector, "big", 4000, 11)
     await _bulk(vector, "small", 60, 12)
+    assert await vector.backend.hnsw.build()
     query = [float(x) for x in np.random.default_rng(13).normal(size=DIM)]
     big, small = (await vector.search_plan(["big"], ["memory"]),
                   await vector.search_plan(["small"], ["memory"]))
@@ -307,6 +366,7 @@ async def test_hnsw_search_agrees_with_exact_search(pg: tuple[MemorySettings,
                                                                PostgresVectorStore]) -> None:
     _, vector = pg
     await _bulk(vector, "big", 3000, 5)
+    assert await vector.backend.hnsw.build()
     rng = np.random.default_rng(6)
     recalls = []
     for _ in range(10):
@@ -390,6 +450,7 @@ async def test_split_and_single_statement_searches_agree(
 
     _, vector = pg
     await _bulk(vector, "big", 500, 8)
+    assert await vector.backend.hnsw.build()  # what the forced plans take
     query = [float(x) for x in np.random.default_rng(9).normal(size=DIM)]
     now = utcnow()
     assert search_plan(100_000, 100_000, owners=1, embedding=True, terms=["a"],

@@ -55,7 +55,7 @@ async def test_the_count_migration_counts_existing_memories(
     try:
         await conn.execute(f"DROP TABLE {s}.owner_memory_counts, {s}.term_df")
         await conn.execute(f"DELETE FROM {s}.schema_migrations WHERE version IN (3, 4)")
-        assert await migrate(conn, s, DIM) == [3, 4]
+        assert await migrate(conn, s) == [3, 4]
     finally:
         await conn.close()
     assert (await vector.count("a"), await vector.count("b")) == (30, 7)
@@ -113,7 +113,7 @@ async def test_the_term_migration_counts_existing_memories(
     try:
         await conn.execute(f"DROP TABLE {s}.term_df")
         await conn.execute(f"DELETE FROM {s}.schema_migrations WHERE version = 4")
-        assert await migrate(conn, s, DIM) == [4]
+        assert await migrate(conn, s) == [4]
     finally:
         await conn.close()
     assert await _df_table(vector) == want and want[("b", "kubernetes")] == 1

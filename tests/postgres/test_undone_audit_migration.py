@@ -20,11 +20,11 @@ async def test_an_existing_audit_trail_takes_undos(pg_dsn: str,
     try:
         with monkeypatch.context() as mp:  # the schema as the version before migration 16 left it
             mp.setattr(migrations, "MIGRATIONS", [m for m in migrations.MIGRATIONS if m[0] < 16])
-            await migrations.migrate(conn, schema, None)
+            await migrations.migrate(conn, schema)
         await conn.execute(ROW.format(s=schema), "a1", "confirmed")
         with pytest.raises(asyncpg.CheckViolationError):
             await conn.execute(ROW.format(s=schema), "a2", "undone")
-        assert await migrations.migrate(conn, schema, None) == [
+        assert await migrations.migrate(conn, schema) == [
             v for v, _, _ in migrations.MIGRATIONS if v >= 16]
         await conn.execute(ROW.format(s=schema), "a2", "undone")
         for entry, action in (("a3", "rejected"), ("a4", "undone")):  # one of each per item

@@ -1,7 +1,8 @@
 """PostgreSQL + pgvector backend (extra ``postgres``): the recommended production store.
 
 L1 in plain tables, L2 in one ``memories`` table with an HNSW cosine index per
-embedding dimension and a trigram GIN index for keyword matching. Every value
+embedding dimension (built when a search first wants it: ``hnsw``) and a trigram GIN
+index for keyword matching. Every value
 is a bound parameter; schema names are whitelisted identifiers.
 """
 

@@ -6,7 +6,8 @@ whitelisted by the settings (letters, digits, underscore) before it gets here.
 The HNSW index is per embedding dimension, on an expression
 (``embedding::vector(N)``) with a partial predicate, as pgvector documents for
 tables holding several dimensions: switching the embedding model later adds an
-index instead of rewriting the table.
+index instead of rewriting the table. It is not made here but when a read first
+wants it (``hnsw``).
 """
 
 from __future__ import annotations
@@ -320,8 +321,8 @@ def dim_sql(dim: int) -> str:
     return f"embedding::vector({int(dim)})"
 
 
-async def migrate(conn: Any, schema: str, dim: int | None) -> list[int]:
-    """Apply pending migrations (and the HNSW index for ``dim``); return versions applied.
+async def migrate(conn: Any, schema: str) -> list[int]:
+    """Apply pending migrations; return versions applied.
 
     Runs under a transaction-scoped advisory lock, so several processes calling
     it at once apply each migration exactly once.
@@ -351,9 +352,4 @@ async def migrate(conn: Any, schema: str, dim: int | None) -> list[int]:
                 f"INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)",
                 version, name)
             applied.append(version)
-        if dim is not None:
-            await conn.execute(
-                f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(dim)} ON {schema}.memories "
-                f"USING hnsw (({dim_sql(dim)}) vector_cosine_ops) WHERE embedding_dim = {int(dim)}"
-            )
     return applied

@@ -17,6 +17,7 @@ from typing import Any
 from ...errors import BackendError, BackendUnavailable, SchemaError, SystemClosed
 from ...errors import missing_dependency as _missing
 from ..changes import ChangeCallback, Feeds, Unwatch
+from .hnsw import HnswIndex
 
 try:
     import asyncpg
@@ -77,6 +78,8 @@ class PostgresBackend:
         self._users = 0
         self._setup_done = False
         self._feeds = Feeds()  # listening connections, closed with the pool
+        #: The vectors' HNSW index: whether it is built, and its build.
+        self.hnsw = HnswIndex(dsn, schema, dim)
 
     async def _init_connection(self, conn: Any) -> None:
         from pgvector.asyncpg import register_vector
@@ -183,7 +186,8 @@ class PostgresBackend:
         except Exception as exc:
             raise translate(exc) from exc
         try:
-            await migrate(conn, self.schema, self.dim)
+            await migrate(conn, self.schema)
+            await self.hnsw.check(conn)
         except asyncpg.PostgresError as exc:
             raise translate(exc) from exc
         finally:
@@ -213,6 +217,7 @@ class PostgresBackend:
         self._users = max(0, self._users - 1)
         if self._users == 0 and not self._closed:
             self._closed = True
+            await self.hnsw.close()
             await self._feeds.close()
             if self._pool is not None:
                 await self._pool.close()

@@ -83,12 +83,6 @@ def _memory(row: Any) -> VectorMemory:
 
 
 
-def _plan(stats: TermStats, owners: Sequence[str], terms: Sequence[str], *,
-          embedding: bool, keyword_k: int) -> SearchPlan:
-    return search_plan(stats.docs, float(stats.table_docs or 0), owners=len(owners),
-                       embedding=embedding, terms=terms, keyword_k=keyword_k, df=stats.df)
-
-
 def _paths(plan: SearchPlan) -> tuple[Any, ...]:
     """What a plan does, without the counts it was chosen from."""
     return plan.vector, plan.keyword, plan.recent_window, plan.split
@@ -380,15 +374,16 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         return found
 
     async def _exact_near(self, conn: Any, owner: str) -> bool:
-        """Whether a near read of ``owner`` scans its rows exactly (``plan.prefer_exact``)
-        rather than through the HNSW index. Decided once per write: its plan reads near
-        each text it stores while the owner's rows stay as they are (its writer holds
-        them), which saves a batch a round trip per text."""
+        """Whether a near read of ``owner`` scans its rows exactly (``plan.prefer_exact``,
+        or the index not built yet) rather than through the HNSW index. Decided once per
+        write: its plan reads near each text it stores while the owner's rows stay as they
+        are (its writer holds them), which saves a batch a round trip per text."""
         chosen = self._near_paths.get()
         if chosen is not None and owner in chosen:
             return chosen[owner]
         stats = await term_stats(conn, self._s, [owner], [])
-        exact = prefer_exact(stats.docs, stats.table_docs or 0)
+        exact = (prefer_exact(stats.docs, stats.table_docs or 0)
+                 or not self.backend.hnsw.wanted())
         if chosen is not None:
             chosen[owner] = exact
         return exact
@@ -419,12 +414,26 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         self._last_counts = (stats.docs, stats.table_docs or 0)
         return stats
 
+    def _plan(self, stats: TermStats, owners: Sequence[str], terms: Sequence[str], *,
+              embedding: bool, keyword_k: int) -> SearchPlan:
+        """The plan ``plan.search_plan`` chooses from ``stats``, as :meth:`_built` allows."""
+        return self._built(search_plan(stats.docs, float(stats.table_docs or 0),
+                                       owners=len(owners), embedding=embedding, terms=terms,
+                                       keyword_k=keyword_k, df=stats.df))
+
+    def _built(self, plan: SearchPlan) -> SearchPlan:
+        """``plan``, scanning the vectors exactly where it prefers the HNSW index while the
+        index is not built yet (which starts its build: ``hnsw.HnswIndex.wanted``)."""
+        if plan.vector == "hnsw" and not self.backend.hnsw.wanted():
+            return replace(plan, vector="exact")
+        return plan
+
     async def search_plan(self, owners: Sequence[str], terms: Sequence[str] = (), *,
                           embedding: bool = True, keyword_k: int = 40) -> SearchPlan:
         """The plan a search of ``owners`` for ``terms`` (``text.terms`` of the query)
         would use now: the counts of :meth:`_term_stats` through :func:`~.plan.search_plan`,
         exactly as the search chooses. For benchmarks and diagnostics."""
-        return _plan(await self._term_stats(owners, terms), owners, terms,
+        return self._plan(await self._term_stats(owners, terms), owners, terms,
                      embedding=embedding, keyword_k=keyword_k)
 
     def statement(self, owners: Sequence[str], terms: Sequence[str],
@@ -456,8 +465,9 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             return await super()._weighted_candidates(owners, query, embedding,
                                                       vector_k=vector_k, keyword_k=keyword_k,
                                                       where=where)
-        guess = search_plan(last[0], float(last[1]), owners=len(owners),
-                            embedding=embedding is not None, terms=found, keyword_k=keyword_k)
+        guess = self._built(search_plan(last[0], float(last[1]), owners=len(owners),
+                                        embedding=embedding is not None, terms=found,
+                                        keyword_k=keyword_k))
         if guess.recent_window:  # a plan the document frequencies decide: counts first
             return await super()._weighted_candidates(owners, query, embedding,
                                                       vector_k=vector_k, keyword_k=keyword_k,
@@ -484,7 +494,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                           int(head["st_table"]))
         self._last_counts = (stats.docs, stats.table_docs or 0)
         weights = term_weights(found, stats)
-        plan = _plan(stats, owners, found, embedding=embedding is not None,
+        plan = self._plan(stats, owners, found, embedding=embedding is not None,
                      keyword_k=keyword_k)
         kept, kept_weights = strongest_terms(found, weights, stats)
         if head["st_same"] and _paths(plan) == _paths(guess) and list(head["st_w"]) == weights:
@@ -507,7 +517,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         if stats is None:
             stats = await self._term_stats(owners, terms)
         terms, w = _statement_terms(terms, weights)
-        plan = _plan(stats, owners, terms, embedding=embedding is not None,
+        plan = self._plan(stats, owners, terms, embedding=embedding is not None,
                      keyword_k=keyword_k)
         if plan.split:
             nearest, matching = await self._fetch_both(*(
@@ -534,7 +544,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         alternating order, per question) had a search wait 5.0 ms beyond its embedding
         against 6.4 ms, and 5.6 against 5.1 ms where the model took both of two cores."""
         terms, w = _statement_terms(terms, weights)
-        plan = _plan(stats, owners, terms, embedding=True, keyword_k=keyword_k)
+        plan = self._plan(stats, owners, terms, embedding=True, keyword_k=keyword_k)
         if plan.keyword is None:
             return await super()._embedded_candidates(
                 owners, terms, embedded, vector_k=vector_k, keyword_k=keyword_k,
