@@ -42,11 +42,10 @@ from __future__ import annotations
 import difflib
 import re
 import unicodedata
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ..text import CJK_RUN, is_cjk
 
@@ -150,48 +149,62 @@ _QUOTES = frozenset("'\"“”‘’「」《》")
 _CJK_NUMERAL = re.compile("[零〇一二两三四五六七八九十百千万]+")
 
 
-@dataclass(frozen=True, slots=True)
 class Token:
     """A token as written (``text``) and as compared (``norm``), with what it is (derived
-    from those once, as it is made: a comparison reads them many times)."""
+    from those once, as it is made: a comparison reads them many times). Immutable by
+    use. A plain class with slots: a frozen dataclass sets each field through
+    ``object.__setattr__`` (a LoCoMo turn's tokens took 1.7x as long to make), and a
+    tuple's fields are slower to read. Comparing pairs is most of a batch store: this
+    class, the per-text reading (:class:`_Reading`) and the one-pass :func:`_unmoved`
+    took ``python -m benchmarks locomo-ingest`` from 688-700 to 767-777 turns/s, in
+    three alternating pairs, every comparison of 18,127 pairs unchanged."""
 
-    text: str
-    norm: str
-    cjk: bool = False
-    quoted: bool = False
-    #: Part of the speaker's label the text opens with ("Jon" and ":" of "Jon: Hi!").
-    label: bool = False
-    #: Starts a sentence after another one or after the speaker's label: its capital says
-    #: nothing. (A text's first word keeps its capital as a name's: a fact often opens
-    #: with whom it is about, "Alice is on call".)
-    initial: bool = False
-    #: A function word or punctuation: never a change of its own.
-    function: bool = field(init=False, repr=False, compare=False)
-    #: A word that says something: no function word, punctuation or speaker label.
-    content: bool = field(init=False, repr=False, compare=False)
-    #: Quoted, an @handle, or a capitalized Latin word that does not start a sentence
-    #: (or starts one in a Chinese text, which has no capitals of its own).
-    name: bool = field(init=False, repr=False, compare=False)
-    negation: bool = field(init=False, repr=False, compare=False)
-    value: bool = field(init=False, repr=False, compare=False)
+    __slots__ = ("cjk", "content", "function", "initial", "label", "name", "negation", "norm",
+                 "quoted", "text", "value")
 
-    def __post_init__(self) -> None:
-        n, cjk = self.norm, self.cjk
-        function = (n in CJK_FUNCTION if cjk
-                    else n in FUNCTION_WORDS or not any(c.isalnum() for c in n))
-        derived = {
-            "function": function,
-            "content": not function and not self.label,
-            "name": not function and (
-                self.quoted or self.text.startswith("@")
-                or (not cjk and self.text[:1].isupper() and not self.initial)),
-            "negation": n in (CJK_NEGATIONS if cjk else NEGATIONS),
-            "value": ((n.isdigit() or n in CJK_COLOURS) if cjk
+    def __init__(self, text: str, norm: str, *, cjk: bool = False, quoted: bool = False,
+                 label: bool = False, initial: bool = False) -> None:
+        self.text = text
+        self.norm = n = norm
+        self.cjk = cjk
+        self.quoted = quoted
+        #: Part of the speaker's label the text opens with ("Jon" and ":" of "Jon: Hi!").
+        self.label = label
+        #: Starts a sentence after another one or after the speaker's label: its capital
+        #: says nothing. (A text's first word keeps its capital as a name's: a fact often
+        #: opens with whom it is about, "Alice is on call".)
+        self.initial = initial
+        #: A function word or punctuation: never a change of its own.
+        self.function = function = (n in CJK_FUNCTION if cjk else n in FUNCTION_WORDS
+                                    or not any(c.isalnum() for c in n))
+        #: A word that says something: no function word, punctuation or speaker label.
+        self.content = not function and not label
+        #: Quoted, an @handle, or a capitalized Latin word that does not start a sentence
+        #: (or starts one in a Chinese text, which has no capitals of its own).
+        self.name = not function and (quoted or text.startswith("@")
+                                      or (not cjk and text[:1].isupper() and not initial))
+        self.negation = n in (CJK_NEGATIONS if cjk else NEGATIONS)
+        self.value = ((n.isdigit() or n in CJK_COLOURS) if cjk
                       else n[:1].isdigit() or n.startswith("wd:") or n in MONTHS
-                      or n in COLOURS),
-        }
-        for key, flag in derived.items():
-            object.__setattr__(self, key, flag)
+                      or n in COLOURS)
+
+    def _key(self) -> tuple[str, str, bool, bool, bool, bool]:
+        return self.text, self.norm, self.cjk, self.quoted, self.label, self.initial
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Token) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"Token(text={self.text!r}, norm={self.norm!r}, cjk={self.cjk}, "
+                f"quoted={self.quoted}, label={self.label}, initial={self.initial})")
+
+    def placed(self, label: bool, initial: bool) -> Token:
+        """This token in a speaker's label or not, starting a sentence or not."""
+        return Token(self.text, self.norm, cjk=self.cjk, quoted=self.quoted, label=label,
+                     initial=initial)
 
 
 def _cjk_number(run: str) -> str:
@@ -214,7 +227,7 @@ def _cjk_number(run: str) -> str:
     return str(total + section)
 
 
-#: Texts up to this many characters keep their tokens (:func:`tokens`), the last
+#: Texts up to this many characters keep their reading (:func:`_read`), the last
 #: ``_KEPT_TEXTS`` of them: about 17 MB when every one is that long (1,000 characters
 #: of English words), a few MB for conversation turns.
 _KEPT_LENGTH = 1000
@@ -223,10 +236,39 @@ _KEPT_TEXTS = 512
 
 def tokens(text: str) -> tuple[Token, ...]:
     """The tokens of ``text`` for comparison: words and numbers, one token per CJK
-    character except runs of Chinese numerals (one number), each normalized. Kept for
-    the short texts seen last: a stored memory is compared again with each text stored
-    near it, and a new text with each of its nearest memories."""
-    return _kept_tokens(text) if len(text) <= _KEPT_LENGTH else _tokens(text)
+    character except runs of Chinese numerals (one number), each normalized."""
+    return _read(text).tokens
+
+
+class _Reading(NamedTuple):
+    """What :func:`compare` reads of one text, whatever the other: read once and kept
+    for the short texts seen last (a stored memory is compared again with each text
+    stored near it, and a new text with each of its nearest memories)."""
+
+    tokens: tuple[Token, ...]
+    norms: list[str]
+    #: How many content tokens come before each place (one more entry than tokens).
+    content_before: list[int]
+    numbers: frozenset[str]
+    negation: bool
+    names: frozenset[str]
+    words: frozenset[str]
+    initials: str
+    labelled: bool
+
+
+def _read(text: str) -> _Reading:
+    return _kept_reading(text) if len(text) <= _KEPT_LENGTH else _reading(text)
+
+
+def _reading(text: str) -> _Reading:
+    ts = _tokens(text)
+    before = [0]
+    for t in ts:
+        before.append(before[-1] + t.content)
+    return _Reading(ts, [t.norm for t in ts], before, _numbers(ts),
+                    any(t.negation for t in ts), frozenset(_names(ts)),
+                    frozenset(t.norm for t in ts), _initials(ts), label_length(ts) > 0)
 
 
 def _tokens(text: str) -> tuple[Token, ...]:
@@ -254,7 +296,7 @@ SENTENCE_ENDS = frozenset(".!?。")
 LABEL_WORDS = 3
 
 
-_kept_tokens = lru_cache(maxsize=_KEPT_TEXTS)(_tokens)
+_kept_reading = lru_cache(maxsize=_KEPT_TEXTS)(_reading)
 
 
 def _placed(ts: list[Token]) -> tuple[Token, ...]:
@@ -268,7 +310,7 @@ def _placed(ts: list[Token]) -> tuple[Token, ...]:
             i + 1 < len(ts) and ts[i + 1].cjk)
         label = i < n
         out.append(t if (t.label, t.initial) == (label, initial)
-                   else replace(t, label=label, initial=initial))
+                   else t.placed(label, initial))
     return tuple(out)
 
 
@@ -427,14 +469,12 @@ def compare(a: str, b: str) -> Comparison:
     >>> c.aligned, c.changes[0].kind, c.changes[0].side
     (True, 'name', 'value')
     """
-    ta, tb = tokens(a), tokens(b)
-    na, nb = [t.norm for t in ta], [t.norm for t in tb]
-    ops = difflib.SequenceMatcher(None, na, nb, autojunk=False).get_opcodes()
-    content_a = sum(t.content for t in ta)
-    content_b = sum(t.content for t in tb)
+    ra, rb = _read(a), _read(b)
+    ta, tb = ra.tokens, rb.tokens
+    ops = difflib.SequenceMatcher(None, ra.norms, rb.norms, autojunk=False).get_opcodes()
+    before = ra.content_before
     # the content words of ``a`` each run of equal tokens holds (0 for the others)
-    equal = [sum(t.content for t in ta[i1:i2]) if tag == "equal" else 0
-             for tag, i1, i2, _, _ in ops]
+    equal = [before[i2] - before[i1] if tag == "equal" else 0 for tag, i1, i2, _, _ in ops]
     matched = sum(equal)
     regions: list[tuple[int, list[Token], list[Token]]] = []  # (op index, a side, b side)
     for n, (tag, i1, i2, j1, j2) in enumerate(ops):
@@ -442,37 +482,36 @@ def compare(a: str, b: str) -> Comparison:
             continue
         xa, xb = list(ta[i1:i2]), list(tb[j1:j2])
         if _equivalent(xa, xb):
-            matched += min(sum(t.content for t in xa), sum(t.content for t in xb))
+            matched += min(before[i2] - before[i1],
+                           rb.content_before[j2] - rb.content_before[j1])
             continue
         regions.append((n, xa, xb))
     regions = _unmoved(regions)
     changes = tuple(_change(ops, equal, n, xa, xb, n - prev if prev is not None else 0)
                     for (n, xa, xb), prev in zip(regions, [None, *[r[0] for r in regions]],
                                                  strict=False))
-    longest = max(content_a, content_b, 1)
-    nums_a, nums_b = _numbers(ta), _numbers(tb)
+    longest = max(before[-1], rb.content_before[-1], 1)
+    nums_a, nums_b = ra.numbers, rb.numbers
     return Comparison(
         shared=matched / longest,
         changes=changes,
         numbers_conflict=bool(nums_a and nums_b and not (nums_a <= nums_b or nums_b <= nums_a)),
-        same=na == nb,
-        negation_differs=any(t.negation for t in ta) != any(t.negation for t in tb),
-        names_apart=_names_apart(ta, tb),
-        labelled=label_length(ta) > 0 and label_length(tb) > 0,
+        same=ra.norms == rb.norms,
+        negation_differs=ra.negation != rb.negation,
+        names_apart=_names_apart(ra, rb),
+        labelled=ra.labelled and rb.labelled,
     )
 
 
-def _names_apart(ta: Sequence[Token], tb: Sequence[Token]
+def _names_apart(ra: _Reading, rb: _Reading
                  ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The names of each text that the other has not (as a word or a long form), when
     both have such names; ``None`` otherwise."""
-    na, nb = _names(ta), _names(tb)
-    words_a, words_b = {t.norm for t in ta}, {t.norm for t in tb}
-    initials_a, initials_b = _initials(ta), _initials(tb)
-    only_a = {x for x in na - words_b if not any(_abbreviates(x, y) for y in nb)
-              and not _spelled_out(x, initials_b)}
-    only_b = {y for y in nb - words_a if not any(_abbreviates(x, y) for x in na)
-              and not _spelled_out(y, initials_a)}
+    na, nb = ra.names, rb.names
+    only_a = {x for x in na - rb.words if not any(_abbreviates(x, y) for y in nb)
+              and not _spelled_out(x, rb.initials)}
+    only_b = {y for y in nb - ra.words if not any(_abbreviates(x, y) for x in na)
+              and not _spelled_out(y, ra.initials)}
     return (tuple(sorted(only_a)), tuple(sorted(only_b))) if only_a and only_b else None
 
 
@@ -507,22 +546,54 @@ def _unmoved(regions: list[tuple[int, list[Token], list[Token]]]
     """The regions less what only moved: a phrase deleted in one place and inserted in
     another ("Backups run every night" / "Every night the backups run") is no change.
     Each content token the other side has in *another* region is taken out."""
+    if len(regions) < 2:  # nothing elsewhere: the region stands (compare kept it)
+        return regions
+    own_a = [_counts(xa) for _, xa, _ in regions]
+    own_b = [_counts(xb) for _, _, xb in regions]
+    all_a, all_b = _summed(own_a), _summed(own_b)
     out = []
-    for n, xa, xb in regions:
-        elsewhere_b = Counter(t.norm for m, _, yb in regions if m != n for t in yb)
-        elsewhere_a = Counter(t.norm for m, ya, _ in regions if m != n for t in ya)
-        ka = [t for t in xa if not _take(elsewhere_b, t)]
-        kb = [t for t in xb if not _take(elsewhere_a, t)]
+    for (n, xa, xb), mine_a, mine_b in zip(regions, own_a, own_b, strict=True):
+        ka = _kept(xa, all_b, mine_b)
+        kb = _kept(xb, all_a, mine_a)
         if not _equivalent(ka, kb):
             out.append((n, ka, kb))
     return out
 
 
-def _take(pool: Counter[str], t: Token) -> bool:
-    if t.function or pool[t.norm] <= 0:
-        return False
-    pool[t.norm] -= 1
-    return True
+def _counts(ts: Sequence[Token]) -> dict[str, int]:
+    """How many times each content token of ``ts`` (no function word) is there."""
+    out: dict[str, int] = {}
+    for t in ts:
+        if not t.function:
+            out[t.norm] = out.get(t.norm, 0) + 1
+    return out
+
+
+def _summed(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def _kept(side: Sequence[Token], everywhere: dict[str, int], here: dict[str, int]
+          ) -> list[Token]:
+    """``side`` less each content token that the other side has elsewhere (``everywhere``
+    less ``here``), one taken out for each it has there."""
+    left: dict[str, int] = {}
+    out = []
+    for t in side:
+        if not t.function:
+            n = left.get(t.norm)
+            if n is None:
+                n = everywhere.get(t.norm, 0) - here.get(t.norm, 0)
+            if n > 0:
+                left[t.norm] = n - 1
+                continue
+            left[t.norm] = n
+        out.append(t)
+    return out
 
 
 def _equivalent(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
@@ -623,14 +694,23 @@ def _twelve_hour(values: set[str]) -> set[str]:
 
 def _antonyms(xa: Sequence[Token], xb: Sequence[Token]) -> bool:
     """One word and its opposite by prefix: likes / dislikes, happy / unhappy."""
-    for x in xa:
-        for y in xb:
-            short, long = ((x.norm, y.norm) if len(x.norm) <= len(y.norm)
-                           else (y.norm, x.norm))
-            if (len(short) > 2 and long.endswith(short)
-                    and long[:len(long) - len(short)] in ANTONYM_PREFIXES):
-                return True
+    a, b = {t.norm for t in xa}, {t.norm for t in xb}
+    return _prefixed(a, b) or _prefixed(b, a)
+
+
+def _prefixed(words: set[str], others: set[str]) -> bool:
+    """A word of ``words`` is one of :data:`ANTONYM_PREFIXES` before a word of ``others``
+    of more than two letters."""
+    for w in words:
+        m = _ANTONYM.fullmatch(w)
+        if m is not None and m.group(1) in others:
+            return True
     return False
+
+
+#: A word made of one of :data:`ANTONYM_PREFIXES` and more than two letters (no prefix
+#: starts another, so a word has one at most).
+_ANTONYM = re.compile(f"(?:{'|'.join(ANTONYM_PREFIXES)})(.{{3,}})", re.DOTALL)
 
 
 def _numbers(ts: Sequence[Token]) -> frozenset[str]:
