@@ -475,3 +475,24 @@ async def test_split_and_single_statement_searches_agree(
         results.append([(h.memory.id, h.score) for h in hits])
     assert results[0] == results[1] and len(results[0]) == 20
     assert len(fetches) == 3  # one statement, then two
+
+
+async def test_an_hnsw_build_that_cannot_reach_the_server_fails_typed_and_waits_to_retry(
+        ) -> None:
+    """Asked for, a build that cannot connect raises the backend's error; started by a
+    read, it is logged, the read scans exactly, and no read starts another for a while."""
+    import asyncio
+
+    from dream_memory_actor.storage.postgres.hnsw import HnswIndex
+    from dream_memory_actor.storage.postgres.pool import translate
+
+    index = HnswIndex("postgresql://dm@127.0.0.1:1/none", "dm_none", DIM, translate)
+    with pytest.raises(BackendUnavailable):
+        await index.build()
+    assert not index.wanted()  # starts a build in the background
+    first = index._task
+    assert first is not None
+    await asyncio.wait([first])
+    assert first.result() is False and not index.ready
+    assert not index.wanted() and index._task is first  # not again before RETRY_S
+    await index.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .migrations import dim_sql, hnsw_index_name
@@ -42,10 +43,12 @@ class HnswIndex:
     #: Seconds before a process tries again after a build failed or another held it.
     RETRY_S = 60.0
 
-    def __init__(self, dsn: str, schema: str, dim: int | None) -> None:
+    def __init__(self, dsn: str, schema: str, dim: int | None,
+                 translate: Callable[[BaseException], BaseException]) -> None:
         self.dsn = dsn
         self.schema = schema
         self.dim = dim
+        self._translate = translate  #: the backend's error for a driver error
         self.ready = False
         self._task: asyncio.Task[bool] | None = None
         self._retry_at = 0.0
@@ -86,10 +89,14 @@ class HnswIndex:
 
     async def build(self) -> bool:
         """Build the index now unless it is there (or wait for this process's build),
-        and say whether it is; ``False`` while another process builds it."""
+        and say whether it is; ``False`` while another process builds it. Driver errors
+        leave as the backend's (``BackendUnavailable``, ``BackendError``)."""
         if self._task is not None and not self._task.done():
             return await asyncio.shield(self._task)
-        return await self._build()
+        try:
+            return await self._build()
+        except Exception as exc:
+            raise self._translate(exc) from exc
 
     async def _build(self) -> bool:
         """Under the build's lock: drop the invalid index an interrupted build left, and

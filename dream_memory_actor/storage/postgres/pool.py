@@ -79,7 +79,7 @@ class PostgresBackend:
         self._setup_done = False
         self._feeds = Feeds()  # listening connections, closed with the pool
         #: The vectors' HNSW index: whether it is built, and its build.
-        self.hnsw = HnswIndex(dsn, schema, dim)
+        self.hnsw = HnswIndex(dsn, schema, dim, translate)
 
     async def _init_connection(self, conn: Any) -> None:
         from pgvector.asyncpg import register_vector
