@@ -167,6 +167,56 @@ async def test_an_interrupted_hnsw_build_is_made_again(
     assert (await vector.search_plan(["big"])).vector == "hnsw"
 
 
+async def test_a_build_left_running_by_a_closing_process_ends_valid(pg_dsn: str) -> None:
+    """A process that closes (a CLI command ends) while its build runs leaves the build
+    to the server, which finishes it: the next process finds the index built."""
+    import asyncio
+
+    import asyncpg
+
+    settings = MemorySettings(backend="postgres", postgres_dsn=pg_dsn,
+                              postgres_schema=fresh_schema())
+    structured, vector = await open_stores(settings, DIM)
+    await vector.setup()
+    assert isinstance(vector, PostgresVectorStore)
+    await _bulk(vector, "big", 4000, 25)
+    s = settings.postgres_schema
+    holder = await asyncpg.connect(pg_dsn)  # holds the build back while the store closes
+    watcher = await asyncpg.connect(pg_dsn)
+    blocker = holder.transaction()
+    await blocker.start()
+    try:
+        await holder.execute(f"LOCK TABLE {s}.memories IN SHARE ROW EXCLUSIVE MODE")
+        assert (await vector.search_plan(["big"])).vector == "exact"  # starts the build
+        for _ in range(200):
+            if await watcher.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                    "'CREATE INDEX CONCURRENTLY%' AND wait_event_type = 'Lock'"):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the build did not start")
+        await structured.close()
+        await vector.close()  # the build is waiting in the server
+    finally:
+        await blocker.commit()
+        await holder.close()
+    name = f"{s}.memories_hnsw_{DIM}"
+    for _ in range(200):
+        if await watcher.fetchval("SELECT indisvalid FROM pg_index "
+                                  "WHERE indexrelid = to_regclass($1)", name):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the build was dropped with its process")
+    await watcher.close()
+    structured2, vector2 = await open_stores(settings, DIM)
+    await vector2.setup()
+    assert vector2.backend.hnsw.ready
+    await structured2.close()
+    await vector2.close()
+
+
 async def test_vector_candidates_use_the_hnsw_index(pg: tuple[MemorySettings,
                                                                PostgresVectorStore]) -> None:
     _, vector = pg

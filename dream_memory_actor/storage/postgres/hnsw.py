@@ -37,7 +37,10 @@ class HnswIndex:
     ``ready`` is read with the schema's setup and set when a build ends. A build runs
     on a connection of its own (no statement timeout: it takes minutes on a large
     table), under a session advisory lock: of several processes that want the index,
-    one builds it and the others scan exactly until they find it built.
+    one builds it and the others scan exactly until they find it built. A process that
+    closes (a CLI command ends) leaves its build to the server: it drops the connection
+    without a cancel, and the server, which sends the build no message meanwhile,
+    finishes it.
     """
 
     #: Seconds before a process tries again after a build failed or another held it.
@@ -51,6 +54,8 @@ class HnswIndex:
         self._translate = translate  #: the backend's error for a driver error
         self.ready = False
         self._task: asyncio.Task[bool] | None = None
+        self._conn: Any = None  #: the running build's connection
+        self._closing = False
         self._retry_at = 0.0
 
     async def check(self, conn: Any) -> bool:
@@ -81,7 +86,9 @@ class HnswIndex:
         try:
             built = await self._build()
         except Exception:  # logged; reads go on scanning exactly, and try again later
-            log.warning("building the HNSW index of %s failed", self.schema, exc_info=True)
+            if not self._closing:
+                log.warning("building the HNSW index of %s failed", self.schema,
+                            exc_info=True)
             built = False
         if not built:
             self._retry_at = time.monotonic() + self.RETRY_S
@@ -106,7 +113,10 @@ class HnswIndex:
         import asyncpg  # the backend's extra, imported by the pool first
 
         name = f"{self.schema}.{hnsw_index_name(self.dim)}"
-        conn = await asyncpg.connect(self.dsn)
+        # No notice reaches the client: a server writing to a client that is gone ends
+        # the build (``close``).
+        conn = self._conn = await asyncpg.connect(
+            self.dsn, server_settings={"client_min_messages": "error"})
         try:  # the session's advisory lock ends with the connection
             if not await conn.fetchval("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
                                        f"dream_memory:hnsw:{name}"):
@@ -117,12 +127,19 @@ class HnswIndex:
             await conn.execute(index_sql(self.schema, self.dim))
             return await self.check(conn)
         finally:
-            await conn.close()
+            self._conn = None
+            if not conn.is_closed():
+                await conn.close()
 
     async def close(self) -> None:
-        """Stop a build of this process (the server drops what it had begun: a build
-        finds an invalid index and makes it again)."""
+        """Leave a running build to the server: its connection is dropped without a
+        cancel (cancelling would throw away minutes of work), and the index ends valid
+        while this process goes on closing."""
+        self._closing = True
         task, self._task = self._task, None
         if task is not None and not task.done():
-            task.cancel()
+            if self._conn is not None:
+                self._conn.terminate()
+            else:  # still connecting: nothing begun in the server
+                task.cancel()
             await asyncio.wait([task])
