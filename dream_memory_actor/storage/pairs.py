@@ -246,9 +246,9 @@ class _Reading(NamedTuple):
     stored near it, and a new text with each of its nearest memories)."""
 
     tokens: tuple[Token, ...]
-    norms: list[str]
+    norms: tuple[str, ...]
     #: How many content tokens come before each place (one more entry than tokens).
-    content_before: list[int]
+    content_before: tuple[int, ...]
     numbers: frozenset[str]
     negation: bool
     names: frozenset[str]
@@ -266,7 +266,7 @@ def _reading(text: str) -> _Reading:
     before = [0]
     for t in ts:
         before.append(before[-1] + t.content)
-    return _Reading(ts, [t.norm for t in ts], before, _numbers(ts),
+    return _Reading(ts, tuple(t.norm for t in ts), tuple(before), _numbers(ts),
                     any(t.negation for t in ts), frozenset(_names(ts)),
                     frozenset(t.norm for t in ts), _initials(ts), label_length(ts) > 0)
 
