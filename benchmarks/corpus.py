@@ -115,11 +115,13 @@ async def _open(settings: MemorySettings, dim: int) -> tuple[StructuredStore, Ve
 
 async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
                         embedder: DiskCachedEmbedder, context: str = "none", turns: int = 1,
-                        date: bool = True, *, many: bool = False) -> Corpus:
+                        date: bool = True, *, many: bool = False,
+                        batch: str = "session") -> Corpus:
     """Every turn through ``MemoryEngine.store`` with ``now=`` its session time; with a
     ``context`` mode (``locomo.turn_texts``), its context in its text or beside it.
     ``many``: each session's turns through one ``MemoryEngine.store_many`` instead, with
-    ``now=`` the session's first turn's time (ingest ``store_many``)."""
+    ``now=`` the session's first turn's time (ingest ``store_many``); ``batch=
+    "conversation"``: the whole conversation in one (an import of a history)."""
     structured, vector = await _open(settings, embedder.dim)
     engine = MemoryEngine(settings, structured, vector, CachedEmbedder(embedder, 50_000))
     corpus = Corpus(vector, structured, settings, settings.dedup_threshold,
@@ -134,7 +136,7 @@ async def ingest_engine(convs: Sequence[Conversation], settings: MemorySettings,
             around = (turn_context(conv, i, turns, date) or None) if context == "beside" else None
             meta = {"dia_id": t.dia_id, "session": t.session}
             if many:
-                sessions.setdefault(t.session, []).append(
+                sessions.setdefault(t.session if batch == "session" else 0, []).append(
                     (t, {"content": text, "metadata": meta, "context": around}))
                 continue
             r = await engine.store(conv.owner, text, now=t.at, context=around, metadata=meta)

@@ -2,9 +2,10 @@
 
 Every turn of the conversations (each its own owner, ingested concurrently, as
 ``compare-mem0`` does) is stored with its session's time, one ``store_many`` per
-session (``--ingest store``: one ``store`` per turn), on a fresh schema each round,
-with the embeddings served from the disk cache: the figure is the memory system's
-own write path (judgement, SQL, indexes), not the model's. Compare two versions of
+session (``--batch conversation``: one a conversation, hundreds of turns; ``--ingest
+store``: one ``store`` per turn), on a fresh schema each round, with the embeddings
+served from the disk cache: the figure is the memory system's own write path
+(judgement, SQL, indexes), not the model's. Compare two versions of
 the code by running it on each, alternating; the load average is recorded with
 every round, and the process's CPU share of the wall clock (near 1: the Python side
 bounds the rate; lower: the database does).
@@ -30,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", default=".bench/embeddings",
                    help="embedding cache (filled on the first run)")
     p.add_argument("--ingest", choices=["store", "store_many"], default="store_many")
+    p.add_argument("--batch", choices=["session", "conversation"], default="session",
+                   help="what one store_many holds: a session's turns, or a whole "
+                        "conversation's (an import of a history, hundreds of turns)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: the embedded server)")
 
@@ -42,7 +46,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         settings = bench_settings("postgres", args.dsn, 0.85, args.model)
         cpu, wall = time.process_time(), time.perf_counter()
         corpus = await ingest_engine(data.conversations, settings, embedder,
-                                     many=args.ingest == "store_many")
+                                     many=args.ingest == "store_many", batch=args.batch)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         try:
             done = corpus.describe()
@@ -54,6 +58,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        "load_average": [round(x, 2) for x in os.getloadavg()]})
     rates = sorted(r["stores_per_s"] for r in rounds)
     return {"benchmark": "locomo-ingest", "command": command(), "machine": machine(),
-            "data": data.describe(), "ingest": args.ingest, "model": args.model,
+            "data": data.describe(), "ingest": args.ingest, "batch": args.batch,
+            "model": args.model,
             "turns": sum(len(c.turns) for c in data.conversations),
             "rounds": rounds, "median_stores_per_s": rates[len(rates) // 2]}

@@ -20,16 +20,17 @@ class Hashing(HashingEmbedder):
         super().__init__(32)
 
 
+@pytest.mark.parametrize("batch", ["session", "conversation"])
 async def test_every_turn_is_stored_each_round_on_a_fresh_schema(
-        tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch, batch: str) -> None:
     path = tmp_path / "locomo.json"
     path.write_text(json.dumps([conversation()]), encoding="utf-8")
     monkeypatch.setattr(locomo_ingest, "DiskCachedEmbedder", Hashing)
     args = argparse.Namespace(path=str(path), model="multilingual-e5-small",
-                              cache_dir=str(tmp_path), ingest="store_many", rounds=2,
-                              dsn=pg_dsn)
+                              cache_dir=str(tmp_path), ingest="store_many", batch=batch,
+                              rounds=2, dsn=pg_dsn)
     out = await locomo_ingest.run(args)
-    assert out["benchmark"] == "locomo-ingest" and out["turns"] == 4
+    assert out["benchmark"] == "locomo-ingest" and out["turns"] == 4 and out["batch"] == batch
     assert len(out["rounds"]) == 2
     for r in out["rounds"]:  # a fresh schema each round: every turn stored again
         assert r["memories"] + r["merges"] == 4 and r["stores_per_s"] > 0
