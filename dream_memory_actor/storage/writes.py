@@ -30,6 +30,7 @@ from ..models import MemoryVersion, StoreResult, VectorMemory
 from ..scoring import cosine, keyword_score
 from ..text import content_hash, query_terms, with_context
 from .dedup import Cuts, Neighbour, decide, df_delta, outcome_of
+from .unit_rows import UnitRows
 
 
 class _Keep:
@@ -146,7 +147,7 @@ class Plan:
         self._arrays: dict[str, tuple[builtins.list[float], np.ndarray]] = {}
         # ... and as a unit row of one matrix (:meth:`_own_nearest`), for the vectors
         # ``_unit_of`` lists, in the order of ``_put``
-        self._units = np.zeros((0, 0))
+        self._units: UnitRows | None = None
         self._unit_of: builtins.list[builtins.list[float]] = []
         # the content hash of each row this plan wrote
         self._hashes: dict[str, str] = {}
@@ -248,9 +249,7 @@ class Plan:
         own = [(p, p.vector) for p in self._put.values() if isinstance(p.vector, list)]
         if not own or k <= 0:
             return []
-        scale = float(np.linalg.norm(query))
-        approx = (self._unit_rows(own) @ (query / scale) if scale
-                  else np.zeros(len(own)))
+        approx = self._own_units(own).similarities(query)
         picked: Sequence[int] = range(len(own))
         if len(own) > k:  # the k best and anything within rounding of the k-th
             picked = np.flatnonzero(approx >= np.partition(approx, -k)[-k] - 1e-9).tolist()
@@ -259,29 +258,20 @@ class Plan:
         best = sorted(exact, key=lambda e: (-e[0], e[1]))[:k]
         return [(sim, own[i][0]) for sim, i in sorted(best, key=lambda e: e[1])]
 
-    def _unit_rows(self, own: Sequence[tuple[Put, builtins.list[float]]]) -> np.ndarray:
-        """The unit vectors of ``own`` (a zero row for a zero vector), a row each. The
-        rows of an earlier call are kept while its vectors stand first, in order (a
-        batch of new memories only adds rows); a put dropped or written again with
-        another vector makes them again."""
+    def _own_units(self, own: Sequence[tuple[Put, builtins.list[float]]]) -> UnitRows:
+        """The vectors of ``own`` as unit rows: those of an earlier call kept while its
+        vectors stand first, in order (a batch of new memories only adds rows); a put
+        dropped, or written again with another vector, makes them again."""
         vecs = [v for _, v in own]
-        kept = len(self._unit_of)
-        dim = len(vecs[0])
-        if kept > len(vecs) or self._units.shape[1] != dim or any(
-                a is not b for a, b in zip(self._unit_of, vecs, strict=False)):
-            kept = 0
-        if kept < len(vecs):
-            if self._units.shape[1] != dim or self._units.shape[0] < len(vecs):
-                grown = np.zeros((max(len(vecs), 2 * self._units.shape[0], 16), dim))
-                if kept:
-                    grown[:kept] = self._units[:kept]
-                self._units = grown
-            for i in range(kept, len(vecs)):
-                row = self._array(own[i][0].memory.id, vecs[i])
-                size = float(np.linalg.norm(row))
-                self._units[i] = row / size if size else 0.0
-            self._unit_of = vecs
-        return self._units[:len(vecs)]
+        units = self._units
+        if (units is None or units.dim != len(vecs[0]) or len(self._unit_of) > len(vecs)
+                or any(a is not b for a, b in zip(self._unit_of, vecs, strict=False))):
+            units = self._units = UnitRows(len(vecs[0]))
+            self._unit_of = []
+        for p, v in own[len(self._unit_of):]:
+            units.add(p.memory.id, v)
+        self._unit_of = vecs
+        return units
 
     async def _same_text(self, content: str) -> VectorMemory | None:
         h = content_hash(content)

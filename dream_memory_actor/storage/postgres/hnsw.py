@@ -60,16 +60,20 @@ class HnswIndex:
 
     async def check(self, conn: Any) -> bool:
         """Read whether the index is there and valid (``ready``)."""
+        self.ready = bool(await self._validity(conn))
+        return self.ready
+
+    async def _validity(self, conn: Any) -> bool | None:
+        """Whether the index is valid; ``None`` when there is none."""
         if self.dim is None:
-            return False
+            return None
         valid = await conn.fetchval(
             """SELECT i.indisvalid FROM pg_index i
                  JOIN pg_class c ON c.oid = i.indexrelid
                  JOIN pg_namespace n ON n.oid = c.relnamespace
                 WHERE n.nspname = $1 AND c.relname = $2""",
             self.schema, hnsw_index_name(self.dim))
-        self.ready = bool(valid)
-        return self.ready
+        return None if valid is None else bool(valid)
 
     def wanted(self) -> bool:
         """A read's plan prefers the index: whether it may take it. ``True`` once it is
@@ -121,8 +125,7 @@ class HnswIndex:
             if not await conn.fetchval("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
                                        f"dream_memory:hnsw:{name}"):
                 return await self.check(conn)
-            if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name) and (
-                    not await self.check(conn)):
+            if await self._validity(conn) is False:  # left by an interrupted build
                 await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
             await conn.execute(index_sql(self.schema, self.dim))
             return await self.check(conn)

@@ -21,6 +21,7 @@ import numpy as np
 from ...models import VectorMemory
 from ...text import content_hash, fold, terms, with_context
 from ..terms import TermCounts
+from ..unit_rows import UnitRows
 from .common import text
 
 #: The fields of a memory hash that rows are built from, in this order.
@@ -88,8 +89,7 @@ class OwnerRows:
     def __init__(self, token: str, rows: Iterable[Row]) -> None:
         self.token = token
         self.rows: dict[str, Row] = {r.memory.id: r for r in rows}
-        self._ids: list[str] = []
-        self._unit: np.ndarray | None = None  # unit vectors, capacity >= len(_ids)
+        self._units: UnitRows | None = None  # the rows' vectors, made on the first scan
         self._df: TermCounts | None = None
 
     @classmethod
@@ -108,22 +108,16 @@ class OwnerRows:
         is_new = mid not in self.rows
         self.rows[mid] = row
         self._df = None
-        if not is_new or row.vec is None or self._unit is None:
+        if not is_new or row.vec is None or self._units is None:
             return
-        if self._unit.shape[1] != row.vec.shape[0]:
-            self._unit = None  # rebuilt by the next scan
+        if self._units.dim != row.vec.shape[0]:
+            self._units = None  # made again by the next scan
         else:
-            n = len(self._ids)
-            if n == self._unit.shape[0]:
-                grown = np.empty((max(16, 2 * n), self._unit.shape[1]))
-                grown[:n] = self._unit[:n]
-                self._unit = grown
-            self._unit[n] = row.vec / np.linalg.norm(row.vec)
-            self._ids.append(mid)
+            self._units.add(mid, row.vec)
 
     def remove(self, memory_id: str) -> None:
         if self.rows.pop(memory_id, None) is not None:
-            self._unit = None
+            self._units = None
             self._df = None
 
     def document_frequencies(self) -> TermCounts:
@@ -134,24 +128,21 @@ class OwnerRows:
                 for t in terms(with_context(r.memory.content, r.memory.context))))
         return self._df
 
-    def _matrix(self) -> tuple[list[str], np.ndarray]:
-        if self._unit is None:
+    def _vectors(self) -> UnitRows:
+        if self._units is None:
             with_vec = [(mid, r.vec) for mid, r in self.rows.items() if r.vec is not None]
-            self._ids = [mid for mid, _ in with_vec]
-            if with_vec:
-                m = np.vstack([v for _, v in with_vec])
-                self._unit = m / np.linalg.norm(m, axis=1, keepdims=True)
-            else:
-                self._unit = np.empty((0, 0))
-        return self._ids, self._unit[: len(self._ids)]
+            self._units = UnitRows(with_vec[0][1].shape[0] if with_vec else 0)
+            for mid, vec in with_vec:
+                self._units.add(mid, vec)
+        return self._units
 
     def similarities(self, query: np.ndarray) -> tuple[list[str], np.ndarray]:
         """Ids of the rows with a vector and their cosine to ``query`` (approximately:
         the order is right; report :func:`scoring.cosine` of the chosen ones)."""
-        ids, unit = self._matrix()
-        if not ids or unit.shape[1] != query.shape[0]:
+        units = self._vectors()
+        if not units.keys or units.dim != query.shape[0]:
             return [], np.empty(0)
-        return ids, unit @ (query / np.linalg.norm(query))
+        return units.keys, units.similarities(query)
 
     def nearest(self, query: np.ndarray) -> str | None:
         """The id of the row most similar to ``query`` (the oldest among equals)."""
