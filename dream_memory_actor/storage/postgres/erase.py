@@ -35,7 +35,8 @@ SELECT child.relname AS child, parent.relname AS parent FROM pg_constraint k
 """
 
 #: The L2 tables, erased by the vector store's ``forget``.
-L2_TABLES = ("memory_versions", "memory_text", "memories", "term_df", "owner_memory_counts")
+L2_TABLES = ("memory_versions", "memory_text", "memory_reads", "memories", "term_df",
+             "owner_memory_counts")
 
 
 def deletion_order(tables: Iterable[str], references: Iterable[tuple[str, str]]

@@ -294,6 +294,21 @@ CREATE UNIQUE INDEX audit_owner_pending_key ON {s}.audit
 -- written before keep their place until rewritten (an update, a re-embed).
 ALTER TABLE {s}.memories ALTER COLUMN embedding SET STORAGE MAIN;
 """),
+    (18, "reads kept apart from the memories", """
+-- A batch of reads updated every memory a search had found: a new version of each
+-- wide row (its vector in it), so a read-heavy owner's rows took several times their
+-- pages until a vacuum, and every scan of them read those pages. Reads now go to a
+-- narrow table of their own, which no search reads.
+CREATE TABLE {s}.memory_reads (
+    id       uuid PRIMARY KEY REFERENCES {s}.memories (id) ON DELETE CASCADE,
+    owner_id text NOT NULL,
+    read_at  timestamptz NOT NULL
+);
+CREATE INDEX memory_reads_owner ON {s}.memory_reads (owner_id);
+INSERT INTO {s}.memory_reads (id, owner_id, read_at)
+    SELECT id, owner_id, last_read_at FROM {s}.memories WHERE last_read_at IS NOT NULL;
+ALTER TABLE {s}.memories DROP COLUMN last_read_at;
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

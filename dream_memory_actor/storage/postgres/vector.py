@@ -159,19 +159,23 @@ class PostgresVectorStore(PostgresStore, VectorStore):
 
     async def _note_reads(self, owner: str, reads: Mapping[str, datetime]) -> None:
         async with self.backend.connection() as conn:
+            # Only the owner's live memories, locked against a delete until the insert
+            # commits (a memory deleted meanwhile is skipped, never a foreign key error).
             await conn.execute(
-                f"""UPDATE {self._s}.memories AS m
-                       SET last_read_at = greatest(m.last_read_at, r.at)
+                f"""INSERT INTO {self._s}.memory_reads AS x (id, owner_id, read_at)
+                    SELECT m.id, m.owner_id, r.at
                       FROM unnest($2::uuid[], $3::timestamptz[]) AS r(id, at)
-                     WHERE m.owner_id = $1 AND m.id = r.id""",
+                      JOIN {self._s}.memories m ON m.id = r.id AND m.owner_id = $1
+                       FOR KEY SHARE OF m
+                    ON CONFLICT (id)
+                    DO UPDATE SET read_at = greatest(x.read_at, excluded.read_at)""",
                 owner, [uuid.UUID(i) for i in reads], list(reads.values()))
 
     async def _last_reads(self, owner: str) -> dict[str, datetime]:
         async with self.backend.connection() as conn:
             rows = await conn.fetch(
-                f"""SELECT id, last_read_at FROM {self._s}.memories
-                     WHERE owner_id = $1 AND last_read_at IS NOT NULL""", owner)
-        return {str(r["id"]): r["last_read_at"] for r in rows}
+                f"SELECT id, read_at FROM {self._s}.memory_reads WHERE owner_id = $1", owner)
+        return {str(r["id"]): r["read_at"] for r in rows}
 
     async def _owners(self) -> list[str]:
         async with self.backend.connection() as conn:
