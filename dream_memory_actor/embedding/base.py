@@ -33,6 +33,7 @@ from .. import validation as check
 from ..errors import ConfigurationError, EmbeddingError, InvalidContent, InvalidEmbedding
 from ..text import MemoryText, context_lines
 from .calibration import IDENTITY, Calibration
+from .turns import ModelTurns
 
 Role = Literal["memory", "query"]
 
@@ -117,11 +118,13 @@ def calibration_of(embedder: object) -> Calibration:
 
 class InProcessEmbedder(abc.ABC):
     """An embedder whose model runs in this process (the numpy and sentence-transformers
-    ones): loaded on first use, every call in a worker thread, every failure of loading
-    or encoding an ``EmbeddingError``."""
+    ones): loaded on first use, every call in a worker thread, one at a time with a
+    search's query first (:class:`~.turns.ModelTurns`), every failure of loading or
+    encoding an ``EmbeddingError``."""
 
     model: str
     dim: int
+    _turns: ModelTurns | None = None
 
     @abc.abstractmethod
     def _loaded(self) -> tuple[Any, threading.Lock]:
@@ -146,8 +149,10 @@ class InProcessEmbedder(abc.ABC):
         if not batch:
             return []
         check_embeddable(batch)
+        self._turns = turns = ModelTurns.for_loop(self._turns)
         try:
-            return await asyncio.to_thread(self._encode, batch, query)
+            async with turns.turn(query):
+                return await asyncio.to_thread(self._encode, batch, query)
         except EmbeddingError:
             raise
         except ConfigurationError as exc:  # the model could not be loaded

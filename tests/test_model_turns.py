@@ -1,0 +1,93 @@
+"""An in-process model embeds one call at a time, a waiting search query before waiting
+memory texts (``embedding.turns.ModelTurns``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from dream_memory_actor.embedding.base import InProcessEmbedder
+from dream_memory_actor.embedding.turns import ModelTurns
+
+
+class _Gated(InProcessEmbedder):
+    """A model whose first call blocks until ``release`` is set; records the calls' order."""
+
+    model = "gated"
+    dim = 2
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.order: list[str] = []
+        self._lock = threading.Lock()
+
+    def _loaded(self) -> tuple[Any, threading.Lock]:
+        return None, self._lock
+
+    def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
+        with self._lock:
+            self.started.set()
+            self.release.wait(5)
+            self.order.append(texts[0])
+        return [[1.0, 0.0] for _ in texts]
+
+
+async def _started(model: _Gated) -> None:
+    while not model.started.is_set():
+        await asyncio.sleep(0.001)
+
+
+async def test_a_waiting_query_goes_before_waiting_memory_texts() -> None:
+    model = _Gated()
+    first = asyncio.create_task(model.embed(["store 0"]))
+    await _started(model)
+    later = []
+    for i in range(1, 5):
+        later.append(asyncio.create_task(model.embed([f"store {i}"])))
+        await asyncio.sleep(0.005)
+    query = asyncio.create_task(model._embed(["search"], True))
+    await asyncio.sleep(0.005)
+    model.release.set()
+    await asyncio.gather(first, query, *later)
+    assert model.order == ["store 0", "search", "store 1", "store 2", "store 3", "store 4"]
+
+
+async def test_a_caller_that_leaves_its_place_passes_the_turn_on() -> None:
+    turns = ModelTurns()
+    ran: list[str] = []
+
+    async def call(name: str, query: bool, hold: float = 0.0) -> None:
+        async with turns.turn(query):
+            ran.append(name)
+            await asyncio.sleep(hold)
+
+    holder = asyncio.create_task(call("holder", False, 0.02))
+    await asyncio.sleep(0.001)
+    gone = asyncio.create_task(call("gone", True))
+    kept = asyncio.create_task(call("kept", False))
+    await asyncio.sleep(0.001)
+    gone.cancel()  # waiting: it leaves the queue
+    await asyncio.gather(holder, kept)
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert ran == ["holder", "kept"]
+
+
+
+async def test_a_turn_granted_to_a_caller_as_it_leaves_goes_on() -> None:
+    turns = ModelTurns()
+    await turns._acquire(False)  # held
+    granted = asyncio.create_task(turns._acquire(True))
+    after = asyncio.create_task(turns._acquire(False))
+    await asyncio.sleep(0)  # both wait, the query first
+    turns._release()  # the holder is done: the turn goes to the query ...
+    granted.cancel()  # ... whose caller is cancelled before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await granted
+    await asyncio.wait_for(after, 1)  # it passed the turn on
+    turns._release()
+    assert not turns._busy
