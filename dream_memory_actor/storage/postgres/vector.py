@@ -37,7 +37,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-import numpy as np
+from pgvector import Vector
 
 from ...errors import SchemaError
 from ...models import EmbeddingModel, MemoryVersion, VectorMemory
@@ -328,10 +328,10 @@ class PostgresVectorStore(PostgresStore, VectorStore):
     async def _nearest_many(self, owner: str, vectors: Sequence[list[float]], k: int
                             ) -> list[list[Row]]:
         """Each vector's ``k`` nearest rows of ``owner`` in one statement, as ``_rows``
-        reads them one by one (the same path, order and similarity). The vectors go
-        end to end in one ``real[]`` (the binary array codec: the same single-precision
-        values as the vector codec sends, and a third of the time of sending each as
-        text), cut back into vectors by the statement."""
+        reads them one by one (the same path, order and similarity). The vectors go as
+        one ``vector[]``, each element through the vector type's binary codec. (As one
+        ``real[]`` of every float end to end, the array codec tested each float for
+        being a nested sequence: 3.4 ms to send 25 vectors, against 0.5 ms.)"""
         if len(vectors) < 2:
             return await super()._nearest_many(owner, vectors, k)
         d = int(self.dim or 0)
@@ -340,11 +340,10 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                                         await self._exact_near(conn, owner), "$3")
             rows = await conn.fetch(
                 f"""WITH v AS MATERIALIZED (  -- each vector read once, not once a row
-                        SELECT n, ($2::real[])[(n - 1) * {d} + 1 : n * {d}]::vector({d}) AS q
-                          FROM generate_series(1, $4::int) AS n)
+                        SELECT n::int, q::vector({d}) AS q
+                          FROM unnest($2::vector[]) WITH ORDINALITY AS u(q, n))
                     SELECT v.n, x.* FROM v CROSS JOIN LATERAL ({nearest}) AS x""",
-                owner, np.asarray(vectors, dtype=np.float32).ravel().tolist(), k,
-                len(vectors))
+                owner, [Vector(v) for v in vectors], k)
         found: list[list[Row]] = [[] for _ in vectors]
         for r in rows:
             found[r["n"] - 1].append(Row(_memory(r), None, float(r["sim"])))
