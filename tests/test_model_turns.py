@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
+from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.embedding import open_embedder
 from dream_memory_actor.embedding.base import InProcessEmbedder
 from dream_memory_actor.embedding.turns import ModelTurns
+from dream_memory_actor.errors import EmbeddingError
 
 
 class _Gated(InProcessEmbedder):
@@ -91,3 +94,27 @@ async def test_a_turn_granted_to_a_caller_as_it_leaves_goes_on() -> None:
     await asyncio.wait_for(after, 1)  # it passed the turn on
     turns._release()
     assert not turns._busy
+
+
+async def test_a_call_waiting_past_its_timeout_is_an_embedding_error() -> None:
+    model = _Gated()
+    first = asyncio.create_task(model.embed(["store 0"]))
+    await _started(model)
+    model.timeout_s = 0.05  # for the calls from now on
+    t0 = asyncio.get_running_loop().time()
+    with pytest.raises(EmbeddingError, match="within 0.05 s"):
+        await model._embed(["search"], True)  # waits behind the blocked call
+    assert asyncio.get_running_loop().time() - t0 < 1
+    model.timeout_s = None
+    later = asyncio.create_task(model.embed(["store 1"]))
+    await asyncio.sleep(0.01)
+    model.release.set()
+    await asyncio.gather(first, later)
+    assert model.order == ["store 0", "store 1"]  # the timed-out query left the queue
+
+
+async def test_open_embedder_gives_a_local_model_the_settings_timeout() -> None:
+    settings = MemorySettings(embedding_model="local:multilingual-e5-small",
+                              embedding_timeout_s=7.5)
+    embedder = await open_embedder(settings)
+    assert embedder is not None and getattr(embedder.inner, "timeout_s", None) == 7.5

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import CachedEmbedder, Embedder, UnembeddableText, calibration_of, check_embeddable
+from .base import (
+    CachedEmbedder,
+    Embedder,
+    InProcessEmbedder,
+    UnembeddableText,
+    calibration_of,
+    check_embeddable,
+)
 from .calibration import IDENTITY, Calibration, load_calibration, shipped_calibration
 
 if TYPE_CHECKING:
@@ -84,6 +91,8 @@ async def open_inner_embedder(settings: MemorySettings) -> Embedder | None:
                      if settings.embedding_api_key else None),
             timeout_s=settings.embedding_timeout_s,
         )
+    if isinstance(inner, InProcessEmbedder):
+        inner.timeout_s = settings.embedding_timeout_s
     if settings.embedding_dim is not None and settings.embedding_dim != inner.dim:
         from ..errors import ConfigurationError
 

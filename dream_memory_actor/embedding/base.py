@@ -120,11 +120,15 @@ class InProcessEmbedder(abc.ABC):
     """An embedder whose model runs in this process (the numpy and sentence-transformers
     ones): loaded on first use, every call in a worker thread, one at a time with a
     search's query first (:class:`~.turns.ModelTurns`), every failure of loading or
-    encoding an ``EmbeddingError``."""
+    encoding an ``EmbeddingError``. A call that waits for the model and runs it longer
+    than ``timeout_s`` (``embedding_timeout_s``; loading the model not counted) is an
+    ``EmbeddingError`` too, and leaves its place in the queue."""
 
     model: str
     dim: int
+    timeout_s: float | None = None
     _turns: ModelTurns | None = None
+    _ready = False
 
     @abc.abstractmethod
     def _loaded(self) -> tuple[Any, threading.Lock]:
@@ -150,9 +154,20 @@ class InProcessEmbedder(abc.ABC):
             return []
         check_embeddable(batch)
         self._turns = turns = ModelTurns.for_loop(self._turns)
-        try:
+
+        async def encoded() -> list[list[float]]:
             async with turns.turn(query):
                 return await asyncio.to_thread(self._encode, batch, query)
+
+        try:
+            if not self._ready:  # loading is not the call's time (torch imports in seconds)
+                await asyncio.to_thread(self._loaded)
+                self._ready = True
+            return await asyncio.wait_for(encoded(), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise EmbeddingError(
+                f"local model {self.model!r} gave no vectors within {self.timeout_s} s "
+                f"(waiting for its other calls included)") from None
         except EmbeddingError:
             raise
         except ConfigurationError as exc:  # the model could not be loaded
