@@ -102,7 +102,7 @@ async def test_a_call_waiting_past_its_timeout_is_an_embedding_error() -> None:
     await _started(model)
     model.timeout_s = 0.05  # for the calls from now on
     t0 = asyncio.get_running_loop().time()
-    with pytest.raises(EmbeddingError, match="within 0.05 s"):
+    with pytest.raises(EmbeddingError, match=r"within 0\.05 s"):
         await model._embed(["search"], True)  # waits behind the blocked call
     assert asyncio.get_running_loop().time() - t0 < 1
     model.timeout_s = None
@@ -118,3 +118,16 @@ async def test_open_embedder_gives_a_local_model_the_settings_timeout() -> None:
                               embedding_timeout_s=7.5)
     embedder = await open_embedder(settings)
     assert embedder is not None and getattr(embedder.inner, "timeout_s", None) == 7.5
+
+
+async def test_a_long_call_lets_a_waiting_query_in_between_its_turns() -> None:
+    model = _Gated()
+    model.chunk = 4
+    bulk = asyncio.create_task(model.embed([f"import {i}" for i in range(10)]))
+    await _started(model)  # its first turn runs
+    query = asyncio.create_task(model._embed(["search"], True))
+    await asyncio.sleep(0.01)
+    model.release.set()
+    vectors, _ = await asyncio.gather(bulk, query)
+    assert len(vectors) == 10
+    assert model.order == ["import 0", "search", "import 4", "import 8"]

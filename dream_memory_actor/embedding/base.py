@@ -120,13 +120,17 @@ class InProcessEmbedder(abc.ABC):
     """An embedder whose model runs in this process (the numpy and sentence-transformers
     ones): loaded on first use, every call in a worker thread, one at a time with a
     search's query first (:class:`~.turns.ModelTurns`), every failure of loading or
-    encoding an ``EmbeddingError``. A call that waits for the model and runs it longer
+    encoding an ``EmbeddingError``. A turn that waits for the model and runs it longer
     than ``timeout_s`` (``embedding_timeout_s``; loading the model not counted) is an
     ``EmbeddingError`` too, and leaves its place in the queue."""
 
     model: str
     dim: int
     timeout_s: float | None = None
+    #: The most texts one turn of the model embeds: a call of more takes several turns,
+    #: and a search's query waiting meanwhile goes between two (an import of thousands
+    #: of texts does not hold the model for minutes), each turn within ``timeout_s``.
+    chunk = 32
     _turns: ModelTurns | None = None
     _ready = False
 
@@ -155,15 +159,19 @@ class InProcessEmbedder(abc.ABC):
         check_embeddable(batch)
         self._turns = turns = ModelTurns.for_loop(self._turns)
 
-        async def encoded() -> list[list[float]]:
+        async def encoded(part: list[str]) -> list[list[float]]:
             async with turns.turn(query):
-                return await asyncio.to_thread(self._encode, batch, query)
+                return await asyncio.to_thread(self._encode, part, query)
 
+        out: list[list[float]] = []
         try:
             if not self._ready:  # loading is not the call's time (torch imports in seconds)
                 await asyncio.to_thread(self._loaded)
                 self._ready = True
-            return await asyncio.wait_for(encoded(), self.timeout_s)
+            for start in range(0, len(batch), self.chunk):
+                out += await asyncio.wait_for(encoded(batch[start:start + self.chunk]),
+                                              self.timeout_s)
+            return out
         except asyncio.TimeoutError:
             raise EmbeddingError(
                 f"local model {self.model!r} gave no vectors within {self.timeout_s} s "
