@@ -12,7 +12,7 @@ import pytest
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.embedding import open_embedder
 from dream_memory_actor.embedding.base import InProcessEmbedder
-from dream_memory_actor.embedding.turns import ModelTurns
+from dream_memory_actor.embedding.turns import QUERY_STREAK, ModelTurns
 from dream_memory_actor.errors import EmbeddingError
 
 
@@ -131,3 +131,23 @@ async def test_a_long_call_lets_a_waiting_query_in_between_its_turns() -> None:
     vectors, _ = await asyncio.gather(bulk, query)
     assert len(vectors) == 10
     assert model.order == ["import 0", "search", "import 4", "import 8"]
+
+
+async def test_memory_texts_get_the_model_after_a_few_query_turns() -> None:
+    turns = ModelTurns()
+    await turns._acquire(False)  # held
+    order: list[str] = []
+
+    async def wait(name: str, query: bool) -> None:
+        await turns._acquire(query)
+        order.append(name)
+        turns._release()
+
+    store = asyncio.create_task(wait("store", False))
+    await asyncio.sleep(0)
+    searches = [asyncio.create_task(wait(f"search {i}", True)) for i in range(QUERY_STREAK + 2)]
+    await asyncio.sleep(0)
+    turns._release()
+    await asyncio.gather(store, *searches)
+    assert order == [*(f"search {i}" for i in range(QUERY_STREAK)), "store",
+                     f"search {QUERY_STREAK}", f"search {QUERY_STREAK + 1}"]
