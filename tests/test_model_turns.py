@@ -40,8 +40,11 @@ class _Gated(InProcessEmbedder):
 
 
 async def _started(model: _Gated) -> None:
-    while not model.started.is_set():
+    for _ in range(5000):  # 5 s at most
+        if model.started.is_set():
+            return
         await asyncio.sleep(0.001)
+    raise AssertionError("the model was never called")
 
 
 async def test_a_waiting_query_goes_before_waiting_memory_texts() -> None:

@@ -76,4 +76,3 @@ class ModelTurns:
             memories.popleft().set_result(None)
         else:
             self._busy = False
-
