@@ -546,3 +546,12 @@ async def test_an_hnsw_build_that_cannot_reach_the_server_fails_typed_and_waits_
     assert first.result() is False and not index.ready
     assert not index.wanted() and index._task is first  # not again before RETRY_S
     await index.close()
+
+
+async def test_pooled_connections_plan_statements_once(
+        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
+    """A search statement is prepared once per connection and runs on its generic plan
+    from then on, not planned again at every execution (``pool._server_settings``)."""
+    _, vector = pg
+    async with vector.backend.connection() as conn:
+        assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
