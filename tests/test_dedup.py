@@ -292,3 +292,23 @@ def test_free_of_says_without() -> None:
 ])
 def test_two_forms_of_one_word_are_no_change(a: str, b: str, want: str) -> None:
     assert judge_pair(a, b, 0.95, BAND).outcome == want
+
+
+def test_the_readings_kept_are_bounded_by_characters_not_by_texts() -> None:
+    """A batch compares a stored text again each time it comes back as a neighbour: the
+    readings of the texts read last are kept, as many as fit ``_KEPT_CHARS`` characters
+    (thousands of conversation turns); a text longer than ``_KEPT_LENGTH`` is not kept."""
+    from dream_memory_actor.storage import pairs
+
+    texts = [f"Turn {i}: Caroline went to the support group on day {i} and felt at home."
+             for i in range(5000)]
+    for t in texts:
+        pairs.tokens(t)
+    assert pairs._readings_chars <= pairs._KEPT_CHARS
+    assert pairs._readings_chars == sum(len(t) for t in pairs._readings)
+    assert len(pairs._readings) >= 2000  # a whole conversation's turns, and more
+    assert texts[-1] in pairs._readings and texts[0] not in pairs._readings
+    assert pairs.tokens(texts[-1]) is pairs._readings[texts[-1]].tokens
+    long = "word " * 300
+    pairs.tokens(long)
+    assert long not in pairs._readings

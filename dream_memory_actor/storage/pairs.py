@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import difflib
 import re
+import threading
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from ..text import CJK_RUN, is_cjk
@@ -227,11 +228,18 @@ def _cjk_number(run: str) -> str:
     return str(total + section)
 
 
-#: Texts up to this many characters keep their reading (:func:`_read`), the last
-#: ``_KEPT_TEXTS`` of them: about 17 MB when every one is that long (1,000 characters
-#: of English words), a few MB for conversation turns.
+#: Texts up to this many characters keep their reading (:func:`_read`) ...
 _KEPT_LENGTH = 1000
-_KEPT_TEXTS = 512
+#: ... those read last, up to this many characters of text in all: a reading takes
+#: about 70 bytes a character (LoCoMo turns, and texts of 1,000 characters), so about
+#: 18 MB at most, whatever the texts' lengths. A count of texts bounded memory only
+#: for the longest texts and held 512 turns, fewer than one conversation's: a batch
+#: store read a stored turn again each time it came back as a neighbour
+#: (``python -m benchmarks locomo-ingest``: 5,773 readings a round against 3,328).
+_KEPT_CHARS = 256_000
+_readings: OrderedDict[str, _Reading] = OrderedDict()
+_readings_chars = 0
+_readings_lock = threading.Lock()  # stores judge in several threads of one process
 
 
 def tokens(text: str) -> tuple[Token, ...]:
@@ -258,7 +266,24 @@ class _Reading(NamedTuple):
 
 
 def _read(text: str) -> _Reading:
-    return _kept_reading(text) if len(text) <= _KEPT_LENGTH else _reading(text)
+    """The reading of ``text``, kept for the short texts read last (``_KEPT_CHARS``)."""
+    global _readings_chars
+    if len(text) > _KEPT_LENGTH:
+        return _reading(text)
+    with _readings_lock:
+        found = _readings.get(text)
+        if found is not None:
+            _readings.move_to_end(text)
+            return found
+    reading = _reading(text)
+    with _readings_lock:
+        if text not in _readings:
+            _readings[text] = reading
+            _readings_chars += len(text)
+            while _readings_chars > _KEPT_CHARS:
+                gone, _ = _readings.popitem(last=False)
+                _readings_chars -= len(gone)
+    return reading
 
 
 def _reading(text: str) -> _Reading:
@@ -295,8 +320,6 @@ SENTENCE_ENDS = frozenset(".!?。")
 #: The most words a speaker's label has ("Dr Ana Lima:").
 LABEL_WORDS = 3
 
-
-_kept_reading = lru_cache(maxsize=_KEPT_TEXTS)(_reading)
 
 
 def _placed(ts: list[Token]) -> tuple[Token, ...]:
