@@ -17,11 +17,12 @@ until the whole batch is decided.
 from __future__ import annotations
 
 import builtins
+import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 import numpy as np
 
@@ -145,10 +146,10 @@ class Plan:
         # each new vector of this plan as an array, made once: a batch compares every item
         # with every earlier one (the same cosine, without converting the lists each time)
         self._arrays: dict[str, tuple[builtins.list[float], np.ndarray]] = {}
-        # ... and as a unit row of one matrix (:meth:`_own_nearest`), for the vectors
-        # ``_unit_of`` lists, in the order of ``_put``
+        # ... and as a unit row of one matrix (:meth:`_own_units`), for the first
+        # ``_units_from`` entries of ``_put``
         self._units: UnitRows | None = None
-        self._unit_of: builtins.list[builtins.list[float]] = []
+        self._units_from = 0
         # the content hash of each row this plan wrote
         self._hashes: dict[str, str] = {}
 
@@ -246,32 +247,34 @@ class Plan:
         with every cosine computed alone, ``python -m benchmarks locomo-ingest --batch
         conversation`` (a conversation's hundreds of turns a batch) stored 282-286
         turns/s, and 842-853 with this, in two alternating pairs."""
-        own = [(p, p.vector) for p in self._put.values() if isinstance(p.vector, list)]
-        if not own or k <= 0:
+        units = self._own_units()
+        if units is None or k <= 0:
             return []
-        approx = self._own_units(own).similarities(query)
-        picked: Sequence[int] = range(len(own))
-        if len(own) > k:  # the k best and anything within rounding of the k-th
+        keys = units.keys
+        approx = units.similarities(query)
+        picked: Sequence[int] = range(len(keys))
+        if len(keys) > k:  # the k best and anything within rounding of the k-th
             picked = np.flatnonzero(approx >= np.partition(approx, -k)[-k] - 1e-9).tolist()
-        exact = [(cosine(query, self._array(own[i][0].memory.id, own[i][1])), i)
-                 for i in picked]
+        vectors = [cast(builtins.list[float], self._put[keys[i]].vector) for i in picked]
+        exact = [(cosine(query, self._array(keys[i], v)), i)
+                 for i, v in zip(picked, vectors, strict=True)]
         best = sorted(exact, key=lambda e: (-e[0], e[1]))[:k]
-        return [(sim, own[i][0]) for sim, i in sorted(best, key=lambda e: e[1])]
+        return [(sim, self._put[keys[i]]) for sim, i in sorted(best, key=lambda e: e[1])]
 
-    def _own_units(self, own: Sequence[tuple[Put, builtins.list[float]]]) -> UnitRows:
-        """The vectors of ``own`` as unit rows: those of an earlier call kept while its
-        vectors stand first, in order (a batch of new memories only adds rows); a put
-        dropped, or written again with another vector, makes them again."""
-        vecs = [v for _, v in own]
-        units = self._units
-        if (units is None or units.dim != len(vecs[0]) or len(self._unit_of) > len(vecs)
-                or any(a is not b for a, b in zip(self._unit_of, vecs, strict=False))):
-            units = self._units = UnitRows(len(vecs[0]))
-            self._unit_of = []
-        for p, v in own[len(self._unit_of):]:
-            units.add(p.memory.id, v)
-        self._unit_of = vecs
-        return units
+    def _own_units(self) -> UnitRows | None:
+        """The plan's new vectors (its puts with a vector of their own, in the order of
+        ``_put``) as unit rows; ``None`` without any. A batch of new memories only adds
+        puts, so only the rows of the puts since the last call are added; :meth:`put`
+        and :meth:`drop` let the rows go when a put is dropped or its vector replaced."""
+        if self._units is None:
+            self._units_from = 0
+        for p in itertools.islice(self._put.values(), self._units_from, None):
+            if isinstance(p.vector, list):
+                if self._units is None:
+                    self._units = UnitRows(len(p.vector))
+                self._units.add(p.memory.id, p.vector)
+        self._units_from = len(self._put)
+        return self._units
 
     async def _same_text(self, content: str) -> VectorMemory | None:
         h = content_hash(content)
@@ -302,6 +305,8 @@ class Plan:
                 vector = earlier.vector
             self.writes.puts.remove(earlier)
         p = Put(memory, vector, before)
+        if earlier is not None and vector is not earlier.vector:
+            self._units = None  # a row's vector changed: :meth:`_own_units` makes them again
         self._put[memory.id] = p
         self._hashes[memory.id] = content_hash(memory.content)
         self.writes.puts.append(p)
@@ -310,6 +315,7 @@ class Plan:
         earlier = self._put.pop(memory.id, None)
         self._hashes.pop(memory.id, None)
         if earlier is not None:
+            self._units = None  # the puts after it moved up: made again when next read
             self.writes.puts.remove(earlier)
             if earlier.before is None:
                 return  # written and dropped by this plan: the store never sees it
