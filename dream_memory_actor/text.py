@@ -14,9 +14,8 @@ Where a term is found (``occurs``): a CJK term anywhere in the text (its bigrams
 word boundaries to respect), any other term only where a word starts, so "deploy"
 finds "deployment" and "ate" does not find "create". A word starts at the beginning of
 the text or after a character of :data:`BREAK_RANGES` (white space, punctuation,
-symbols, CJK); letters and digits of every script continue a word. The rule is this
-one list of ranges, so PostgreSQL's regular expression (``word_start_pattern``) and
-Python's test agree character for character.
+symbols, CJK); letters and digits of every script continue a word. A database
+searches the text's ``word_starts`` in its stead, where that rule is one substring test.
 """
 
 from __future__ import annotations
@@ -66,6 +65,9 @@ CJK_FUNCTION_CHARS = frozenset(
 #: A query contributes at most this many distinct terms (the first ones); the rest of
 #: a very long query is not scanned. Bounds the work of a search whatever its length.
 MAX_QUERY_TERMS_SCANNED = 256
+#: A query's term counts its first this many characters (``word_starts`` keeps as many
+#: of each word's).
+MAX_TERM_CHARS = 64
 
 # Underscores stay inside words: "snake_case" is one term, as identifiers are.
 _WORD = re.compile(r"\w+(?:['’]\w+)*", re.UNICODE)
@@ -136,23 +138,63 @@ def word_start_at(term: str, folded: str, pos: int, end: int = -1) -> int:
     return -1
 
 
-def _class_range(lo: int, hi: int) -> str:
-    def esc(cp: int) -> str:
-        return f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
-
-    return esc(lo) if lo == hi else f"{esc(lo)}-{esc(hi)}"
-
-
-#: ``(^|[...])``: the start of a text or a break character, as a PostgreSQL regular
-#: expression (advanced syntax; ``\\u``/``\\U`` escapes inside the bracket).
-WORD_START_SQL = "(^|[" + "".join(_class_range(max(lo, 1), hi)  # a text holds no NUL
-                                  for lo, hi in BREAK_RANGES) + "])"
+#: A run of the characters a term is made of (``_WORD``'s, apostrophes included).
+_TERM_RUN = re.compile(r"[\w'’]+")
+#: ASCII characters that end such a run: blanked, a folded ASCII text splits into runs.
+_ASCII_BLANK = str.maketrans({chr(c): " " for c in range(128)
+                              if not (chr(c).isalnum() or chr(c) in "_'")})
 
 
-def word_start_pattern(term: str) -> str:
-    """A PostgreSQL regular expression true where ``term`` starts a word (``occurs``
-    for a non-CJK term). Every character of the term is escaped."""
-    return WORD_START_SQL + "".join(ch if ch.isalnum() else "\\" + ch for ch in term)
+def _inner_breaks() -> re.Pattern[str]:
+    """Characters of a term after which a word starts: the apostrophes and the few word
+    characters among :data:`BREAK_RANGES` (ª, ², ①...); CJK apart."""
+    cjk = set(_CJK_RANGES)
+    chars = [chr(c) for lo, hi in BREAK_RANGES if (lo, hi) not in cjk
+             for c in range(max(lo, 1), hi + 1) if chr(c).isalnum() or chr(c) in "'’"]
+    return re.compile("[" + "".join(map(re.escape, chars)) + "]")
+
+
+_INNER_BREAK = _inner_breaks()
+
+
+def word_starts(folded: str) -> str:
+    """``folded`` as a list of the places a term can be found in it: a space, then, once
+    each and separated by spaces, the run of term characters from every place a word
+    starts (its first :data:`MAX_TERM_CHARS`; a CJK character ends it) and every CJK
+    run whole. A query term (``query_terms``) ``occurs`` in ``folded`` exactly when
+    ``" " + term`` (a CJK term: the term) is in this text; and ``occurs`` gives the
+    same answers on it as on ``folded``. So a database finds a term where a word starts
+    with one substring test a row.
+
+    >>> word_starts("we don't deploy, we ship 部署v2")
+    " we don't t deploy ship 部署 v2"
+    """
+    if folded.isascii():  # most texts: every run starts a word, apostrophes aside
+        runs = folded.translate(_ASCII_BLANK).split()
+        if "'" in folded:
+            runs += [r[m.end():] for r in runs if "'" in r
+                     for m in _INNER_BREAK.finditer(r) if m.end() < len(r)]
+        if len(folded) > MAX_TERM_CHARS:
+            runs = [r[:MAX_TERM_CHARS] for r in runs]
+        return " " + " ".join(dict.fromkeys(runs))
+    out: dict[str, None] = {}
+    for m in _TERM_RUN.finditer(folded):
+        at = m.start()
+        starts = at == 0 or is_break(folded[at - 1])
+        # with a capturing group, split alternates non-CJK (even) and CJK (odd) parts
+        for i, part in enumerate(CJK_RUN.split(m.group()) if not m.group().isascii()
+                                 else (m.group(),)):
+            if not part:
+                continue
+            if i % 2:
+                out[part] = None
+                continue
+            if i > 0 or starts:  # after a CJK character, or where the run starts a word
+                out[part[:MAX_TERM_CHARS]] = None
+            for b in _INNER_BREAK.finditer(part):
+                if b.end() < len(part):
+                    out[part[b.end():b.end() + MAX_TERM_CHARS]] = None
+    return " " + " ".join(out)
 
 
 def is_cjk(ch: str) -> bool:
@@ -213,14 +255,16 @@ def is_function_term(term: str) -> bool:
 
 
 def query_terms(text: str, *, limit: int = MAX_QUERY_TERMS_SCANNED) -> list[str]:
-    """The terms a search looks for: ``terms`` without all-function CJK terms, the first
-    ``limit`` distinct ones (the rest of the text is not read).
+    """The terms a search looks for: ``terms`` without all-function CJK terms, each cut
+    to :data:`MAX_TERM_CHARS`, the first ``limit`` distinct ones (the rest of the text
+    is not read).
 
     >>> query_terms("我们今天的部署")
     ['的部', '部署']
     """
     seen: dict[str, None] = {}
     for t in _iter_terms(text, STOPWORDS):
+        t = t[:MAX_TERM_CHARS]
         if t not in seen and not is_function_term(t):
             seen[t] = None
             if len(seen) >= limit:

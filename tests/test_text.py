@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from dream_memory_actor.text import (
     CJK_FUNCTION_CHARS,
     MAX_QUERY_TERMS_SCANNED,
+    MAX_TERM_CHARS,
     content_hash,
     escape_like,
     fold,
+    is_cjk_term,
     normalize_content,
+    occurs,
     query_terms,
     terms,
     with_context,
+    word_starts,
 )
 
 
@@ -92,8 +98,46 @@ def test_query_terms_are_bounded_and_the_first_ones() -> None:
 
 def test_the_keyword_text_of_a_memory_is_its_content_and_its_context_s_lines_on_one_line(
         ) -> None:
-    """A word that starts a context line follows a space, as PostgreSQL's quick test of
-    where a word starts looks for (``statements.starts_word``)."""
     assert with_context("Bob: which breed?", "8 May 2023\nAnn: I adopted a dog.") == (
         "Bob: which breed? 8 May 2023 Ann: I adopted a dog.")
     assert with_context("Bob: which breed?", None) == "Bob: which breed?"
+
+
+def _found(term: str, starts: str) -> bool:
+    """The test a database runs on ``word_starts``: one substring test."""
+    return (term if is_cjk_term(term) else " " + term) in starts
+
+
+def test_word_starts_finds_a_term_exactly_where_occurs_does() -> None:
+    """Random texts over an alphabet of the cases that matter: spaces, punctuation,
+    apostrophes (a word starts after one, inside a term), word characters that are
+    breaks (², ①), a combining mark (continues a word without being part of a term), CJK
+    next to Latin, full-width and ligature forms that folding changes."""
+    alphabet = [*"abc '’.-_x2²ªé部署 \n\t(\"", "ー", "ア", "가", "µ", "‿", "\u0301", "①",
+                "Ⓐ", "Ｋ", "ﬁ"]
+    rng = random.Random(7)
+    for n in range(4000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        if n % 3 == 0:
+            text = "".join(c for c in text if c.isascii())
+        folded = fold(text)
+        starts = word_starts(folded)
+        every = terms(text, stopwords=frozenset())
+        wanted = {*query_terms(text), *(t[:MAX_TERM_CHARS] for t in every),
+                  "a", "ab", "b'c", "'", "x2", "部", "部署", "c①"}
+        for term in wanted:
+            assert _found(term, starts) == occurs(term, folded), (text, term, starts)
+            assert occurs(term, starts) == occurs(term, folded), (text, term, starts)
+
+
+def test_word_starts_lists_each_run_once_and_keeps_its_first_characters() -> None:
+    assert word_starts(fold("We don't deploy, we ship: deploy!")) == " we don't deploy ship t"
+    long = "x" * 100
+    starts = word_starts(fold(f"see {long} and {long}y"))
+    assert starts == f" see {'x' * MAX_TERM_CHARS} and"
+    term = query_terms(long)[0]
+    assert term == "x" * MAX_TERM_CHARS
+    assert _found(term, starts) and occurs(term, fold(long))
+    # a text of many apostrophes lists a bounded run from each
+    tricky = "'".join(f"w{i}" for i in range(2000))
+    assert len(word_starts(tricky)) <= (MAX_TERM_CHARS + 1) * 2001 + 1

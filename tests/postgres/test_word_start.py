@@ -1,33 +1,75 @@
-"""The word-start test of keyword candidates in SQL agrees with ``text.occurs``: its
-two substring shortcuts (start of the text, after a space) and its regular expression
-for every other place, and so does the one-reading form of the owners' rows."""
+"""The search text PostgreSQL keeps for a memory (``text.word_starts``) finds a term
+where ``text.occurs`` finds it, in the one substring test of an owner's rows and in the
+``LIKE`` the trigram index serves; and migration 19 rewrites the rows written before."""
 
 from __future__ import annotations
 
+import asyncpg
+import pytest
+
 from dream_memory_actor.config import MemorySettings
-from dream_memory_actor.storage.postgres import PostgresVectorStore
-from dream_memory_actor.storage.postgres.statements import Params, occurs_in_row, starts_word
-from dream_memory_actor.text import fold, occurs
+from dream_memory_actor.storage.postgres import PostgresVectorStore, migrations
+from dream_memory_actor.storage.postgres.search_text import search_text
+from dream_memory_actor.storage.postgres.statements import Params, found_in_row, needle
+from dream_memory_actor.text import escape_like, fold, occurs
+from tests.conftest import fresh_schema
 
 TEXTS = ["ate at the harbour", "we ate", "create", "create, then ate", "x-ate", "(ate)",
          "line\nate", "\"ate\"", "ateliers", "crate ate", "caté ate", "écrate", "用ate",
-         "ate", "", "a t e", "tab\tate", "dots...ate", "créate"]
+         "ate", "a t e", "tab\tate", "dots...ate", "créate", "don't", "l'ate", "x²ate",
+         "①ate", "系统部署ate", "it’s ate", "ate_x", "100%ate", "a\u0301te"]
+TERMS = ["ate", "at", "caté", "t", "s", "don't", "部署", "统", "x", "te"]
 
 
-async def test_starts_word_matches_occurs_on_every_text(
+async def test_the_search_text_finds_a_term_where_occurs_does(
         pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
-    _, vector = pg
+    settings, vector = pg
+    s = settings.postgres_schema
+    ids = {}
+    for i, text in enumerate(TEXTS):  # an owner each: no text is judged another's duplicate
+        r = await vector.store(f"o{i}", "memory", embedding=None, context=text)
+        ids[r.memory.id] = fold(f"memory {text}")
     async with vector.backend.connection() as conn:
-        for term in ["ate", "at", "a.b", "caté"]:
-            for text in TEXTS:
-                folded = fold(text)
-                p = Params()
-                ref = p(folded)
-                sql = (f"SELECT strpos(search_text, {p(term)}) > 0 AND {starts_word(p, term)}"
-                       f" FROM (SELECT {ref}::text AS search_text) t")
-                assert await conn.fetchval(sql, *p.values) == occurs(term, folded), (term, text)
-                p = Params()
-                ref = p(folded)
-                sql = (f"SELECT {occurs_in_row(p, term)}"
-                       f" FROM (SELECT {ref}::text AS search_text) t")
-                assert await conn.fetchval(sql, *p.values) == occurs(term, folded), (term, text)
+        for term in TERMS:
+            p = Params()
+            sql = f"""SELECT id::text, {found_in_row(p, term)} AS scan,
+                             search_text LIKE {p('%' + escape_like(needle(term)) + '%')}
+                             ESCAPE '\\' AS indexed
+                      FROM {s}.memory_text"""
+            rows = await conn.fetch(sql, *p.values)
+            assert len(rows) == len(TEXTS)
+            for r in rows:
+                want = occurs(term, ids[r["id"]])
+                assert (r["scan"], r["indexed"]) == (want, want), (term, ids[r["id"]])
+
+
+async def test_the_migration_rewrites_the_search_text_of_earlier_rows(
+        pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = fresh_schema()
+    conn = await asyncpg.connect(pg_dsn)
+    written = [("11111111-1111-1111-1111-111111111111", "We don't deploy on Fridays", None),
+               ("22222222-2222-2222-2222-222222222222", "Caroline: congrats!",
+                "8 May 2023\nMelanie: I got the job")]
+    try:
+        with monkeypatch.context() as mp:  # the schema as migration 18 left it
+            mp.setattr(migrations, "MIGRATIONS", [m for m in migrations.MIGRATIONS if m[0] < 19])
+            await migrations.migrate(conn, schema)
+        for mid, content, context in written:  # the folded text, as it was kept then
+            await conn.execute(
+                f"""INSERT INTO {schema}.memories (id, owner_id, content, content_hash,
+                        metadata, created_at, updated_at, context)
+                    VALUES ($1, 'alice', $2, 'h', '{{}}'::jsonb, now(), now(), $3)""",
+                mid, content, context)
+            await conn.execute(
+                f"""INSERT INTO {schema}.memory_text (id, owner_id, search_text, updated_at)
+                    VALUES ($1, 'alice', $2, now())""",
+                mid, fold(content if context is None else content + " " + context))
+        monkeypatch.setattr("dream_memory_actor.storage.postgres.search_text.BACKFILL_BATCH", 1)
+        assert await migrations.migrate(conn, schema) == [
+            v for v, _, _ in migrations.MIGRATIONS if v >= 19]
+        got = dict(await conn.fetch(f"SELECT id::text, search_text FROM {schema}.memory_text"))
+        assert got == {mid: search_text(content, context) for mid, content, context in written}
+        assert got["11111111-1111-1111-1111-111111111111"] == " we don't deploy on fridays t"
+    finally:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await conn.close()

@@ -12,9 +12,12 @@ wants it (``hnsw``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...errors import SchemaError
+from .counts import backfill_term_df
+from .search_text import backfill_search_text
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "initial", """
@@ -309,11 +312,21 @@ INSERT INTO {s}.memory_reads (id, owner_id, read_at)
     SELECT id, owner_id, last_read_at FROM {s}.memories WHERE last_read_at IS NOT NULL;
 ALTER TABLE {s}.memories DROP COLUMN last_read_at;
 """),
+    (19, "search text as the places words start", """
+-- A keyword test read the folded text: a second substring test where a term was found
+-- inside a word, and a regular expression where no space came before it. The search text
+-- now lists the runs from every place a word starts (search_text.py): one substring
+-- test a row. The rows already written are rewritten in Python after this step.
+COMMENT ON COLUMN {s}.memory_text.search_text IS
+    'the runs of term characters from every place a word starts, each once (text.word_starts)';
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL
-#: cannot compute (the terms of a text are ``text.terms``).
-BACKFILLS: dict[int, str] = {4: "backfill_term_df"}
+#: cannot compute (the terms of a text are ``text.terms``, its search text
+#: ``text.word_starts``).
+BACKFILLS: dict[int, Callable[[Any, str], Awaitable[None]]] = {
+    4: backfill_term_df, 19: backfill_search_text}
 
 _BOOTSTRAP = """
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -360,9 +373,7 @@ async def migrate(conn: Any, schema: str) -> list[int]:
                 continue
             await conn.execute(sql.format(s=schema))
             if version in BACKFILLS:
-                from . import counts
-
-                await getattr(counts, BACKFILLS[version])(conn, schema)
+                await BACKFILLS[version](conn, schema)
             await conn.execute(
                 f"INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)",
                 version, name)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...text import escape_like, is_cjk_term, word_start_pattern
+from ...text import escape_like, is_cjk_term
 from .counts import idf_sql, stats_sql
 from .migrations import dim_sql
 from .plan import RECENT_WINDOW, SearchPlan
@@ -21,9 +21,6 @@ from .plan import RECENT_WINDOW, SearchPlan
 #: A term's weight in a statement: a float (bound as a parameter) or an SQL
 #: expression of the statement's own counts (:func:`counted_statement`).
 Weight = float | str
-
-#: ``search_text`` as the word-start test reads it: an expression no index covers.
-WORD_START_TEXT = "(search_text || '')"
 
 COLUMNS = ("id", "owner_id", "content", "metadata", "context", "created_at", "updated_at")
 #: The columns of a memory row, as ``_memory`` reads them.
@@ -70,30 +67,22 @@ def text_metadata_condition(p: Params, s: str, where: Mapping[str, Any] | None) 
     return f" AND EXISTS (SELECT 1 FROM {s}.memories f WHERE f.id = memory_text.id{cond})"
 
 
-def starts_word(p: Params, term: str) -> str:
-    """True where ``term`` (not CJK), found in ``search_text``, starts a word there
-    (``text.occurs``). Most such places are the start of the text or follow a space:
-    two substring tests find those, and only rows where neither does run the regular
-    expression, which costs about 1.5 us a row (``python -m benchmarks search-latency
-    --owners 1 --per-owner 10000``: p50 about 0.8 ms shorter). The same truth value,
-    since both tests find places the expression matches. A ``CASE`` evaluates its
-    tests in order and stops at the first that holds."""
-    return (f"CASE WHEN strpos(search_text, {p(term)}) = 1 THEN true"
-            f" WHEN strpos(search_text, {p(' ' + term)}) > 0 THEN true"
-            f" ELSE {WORD_START_TEXT} ~ {p(word_start_pattern(term))} END")
+def needle(term: str) -> str:
+    """What ``search_text`` (``text.word_starts``) holds where ``term`` is found: the term
+    after a space, since the text lists the runs from every place a word starts; a CJK
+    term alone, found anywhere."""
+    return term if is_cjk_term(term) else " " + term
 
 
-def occurs_in_row(p: Params, term: str) -> str:
-    """True where ``term`` is found in ``search_text`` (``text.occurs``), reading its
-    first place once: none, the start of the text, else :func:`starts_word`'s later
-    tests. The truth value of ``strpos(...) > 0 AND starts_word(...)``, for reading the
-    owner's rows, where no index needs the substring test on its own."""
-    first = f"strpos(search_text, {p(term)})"
-    if is_cjk_term(term):
-        return f"{first} > 0"
-    return (f"CASE {first} WHEN 0 THEN false WHEN 1 THEN true"
-            f" ELSE CASE WHEN strpos(search_text, {p(' ' + term)}) > 0 THEN true"
-            f" ELSE {WORD_START_TEXT} ~ {p(word_start_pattern(term))} END END")
+def found_in_row(p: Params, term: str) -> str:
+    """True where ``term`` is found in ``search_text`` (``text.occurs``): one substring
+    test. Against the folded text itself, a term found inside a word took a second test,
+    and a regular expression where no space came before it. LoCoMo's seven
+    conversations, searched with their vectors given through the engine, two runs of
+    each version alternating: turns with two earlier turns as their context p50
+    14.4-15.2 -> 12.0-12.8 ms, turns alone 10.3-11.0 -> 9.5-10.2 ms (on a machine
+    slower than this package's other figures)."""
+    return f"strpos(search_text, {p(needle(term))}) > 0"
 
 
 def balanced_sum(parts: Sequence[str]) -> str:
@@ -111,8 +100,8 @@ def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
                         weights: Sequence[Weight], where: Mapping[str, Any] | None = None,
                         params: Params | None = None, matched: Sequence[Any] | None = None
                         ) -> tuple[str, list[Any]]:
-    """The statement and its arguments. Rows: the memory columns, ``search_text``
-    (keyword rows), ``sim`` (cosine, when ``embedding``) and ``src`` (keyword rows:
+    """The statement and its arguments. Rows: the memory columns, ``sim`` (cosine,
+    when ``embedding``) and ``src`` (keyword rows:
     ``recent`` when the recent window answered, else ``index``). A memory found by
     both branches comes twice; ranking keeps it once. ``params``: the parameters of
     a larger statement this one is part of. ``matched``: the rows of
@@ -133,14 +122,13 @@ def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
         vk = p(vector_k)
         if plan.vector == "exact":  # the top ids first, then their rows: the sort is narrow
             parts.append(
-                f"""SELECT {cols}, NULL::text AS search_text, t.sim, NULL::text AS src FROM (
+                f"""SELECT {cols}, t.sim, NULL::text AS src FROM (
                         SELECT m.id, 1 - (m.{dim_sql(d)} <=> {q}) AS sim FROM {s}.memories m
                         WHERE {mine} AND {dim_ok} ORDER BY sim DESC LIMIT {vk}) t
                     JOIN {s}.memories m USING (id)""")
         else:  # ordered by the indexed expression, so the HNSW index serves it
             parts.append(
-                f"""SELECT {cols}, NULL::text AS search_text,
-                        1 - (m.{dim_sql(d)} <=> {q}) AS sim, NULL::text AS src
+                f"""SELECT {cols}, 1 - (m.{dim_sql(d)} <=> {q}) AS sim, NULL::text AS src
                     FROM {s}.memories m WHERE {mine} AND {dim_ok}
                     ORDER BY m.{dim_sql(d)} <=> {q} LIMIT {vk}""")
     if terms and plan.keyword is not None:
@@ -148,9 +136,8 @@ def candidate_statement(schema: str, dim: int | None, owners: Sequence[str],
             f"CASE WHEN {dim_ok} THEN 1 - (m.{dim_sql(d)} <=> {q}) END")
         ids = keyword_ids(p, s, own, terms, weights, plan, keyword_k, where) if matched is None \
             else (f"SELECT * FROM unnest({p([r['id'] for r in matched])}::uuid[], "
-                  f"{p([r['search_text'] for r in matched])}::text[], "
-                  f"{p([r['src'] for r in matched])}::text[]) AS k(id, search_text, src)")
-        parts.append(f"""SELECT {cols}, t.search_text, {sim} AS sim, t.src
+                  f"{p([r['src'] for r in matched])}::text[]) AS k(id, src)")
+        parts.append(f"""SELECT {cols}, {sim} AS sim, t.src
                          FROM ({ids}) t JOIN {s}.memories m USING (id)""")
     if not parts:
         return "SELECT NULL LIMIT 0", []
@@ -172,7 +159,7 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
                 weights: Sequence[Weight], plan: SearchPlan, keyword_k: int,
                 where: Mapping[str, Any] | None = None) -> str:
     """The ``keyword_k`` memories of the owners with the highest sum of the weights of
-    the terms they contain (then newest, then smallest id): ``id, search_text, src``.
+    the terms they contain (then newest, then smallest id): ``id, src``.
 
     Ranking by that sum means reading every memory that contains any term: 7,450 of
     100,000 for two common words. But when at least k memories contain all the terms,
@@ -193,19 +180,17 @@ def keyword_ids(p: Params, s: str, own: str, terms: Sequence[str],
         usual = _indexed_ids(p, s, mine, terms, weights, k)
     if not plan.recent_window or own.endswith("[]"):
         return usual
-    every = " AND ".join(
-        f"strpos(search_text, {p(t)}) > 0"
-        + ("" if is_cjk_term(t) else f" AND {starts_word(p, t)}") for t in terms)
+    every = " AND ".join(found_in_row(p, t) for t in terms)
     # From the timestamp of the WINDOW-th newest row on, its ties included: a prefix of
     # the final order without sorting thousands of tied rows by id.
     return f"""WITH recent AS MATERIALIZED (
-                   SELECT id, search_text FROM {s}.memory_text
+                   SELECT id FROM {s}.memory_text
                    WHERE {mine} AND {every} AND updated_at >= coalesce((
                        SELECT updated_at FROM {s}.memory_text WHERE {mine}
                        ORDER BY updated_at DESC OFFSET {int(RECENT_WINDOW) - 1} LIMIT 1),
                        '-infinity'::timestamptz)
                    ORDER BY updated_at DESC, id LIMIT {k})
-               SELECT id, search_text, 'recent' AS src FROM recent
+               SELECT id, 'recent' AS src FROM recent
                WHERE (SELECT count(*) FROM recent) >= {k}
                UNION ALL
                SELECT * FROM ({usual}) usual WHERE (SELECT count(*) FROM recent) < {k}"""
@@ -215,29 +200,24 @@ def _indexed_ids(p: Params, s: str, mine: str, terms: Sequence[str],
                  weights: Sequence[Weight], k: str) -> str:
     """:func:`keyword_ids` through the trigram index: the newest k rows with every term
     where there are k of them, else the ranking of the rows with any."""
-    # The index can use LIKE. A term found only inside a word is no match (text.occurs):
-    # starts_word checks that it starts a word, on the rows LIKE let through. Its regular
-    # expression reads an expression the trigram index does not cover, so the planner never
-    # turns it into an index condition of its own (python -m benchmarks search-latency
-    # --per-owner 10000: p95 about twice as long when it did).
-    contains = [f"search_text LIKE {p('%' + escape_like(t) + '%')} ESCAPE '\\'" for t in terms]
-    found = [x if is_cjk_term(t) else f"({x} AND {starts_word(p, t)})"
-             for x, t in zip(contains, terms, strict=True)]
+    # The index can use LIKE, and LIKE finds the term after its space as strpos does.
+    found = [f"search_text LIKE {p('%' + escape_like(needle(t)) + '%')} ESCAPE '\\'"
+             for t in terms]
     score = balanced_sum([f"({x})::int * {w if isinstance(w, str) else p(float(w))}::float8"
                           for x, w in zip(found, weights, strict=True)])
 
     def ranked(only: str = "") -> str:
-        return f"""SELECT id, search_text, 'index' AS src FROM {s}.memory_text
+        return f"""SELECT id, 'index' AS src FROM {s}.memory_text
                    WHERE {mine} AND ({' OR '.join(found)}){only}
                    ORDER BY {score} DESC, updated_at DESC, id LIMIT {k}"""
 
     if len(found) == 1:  # containing all terms = containing any
         return ranked()
     return f"""WITH all_terms AS MATERIALIZED (
-                   SELECT id, search_text FROM {s}.memory_text
+                   SELECT id FROM {s}.memory_text
                    WHERE {mine} AND {' AND '.join(found)}
                    ORDER BY updated_at DESC, id LIMIT {k})
-               SELECT id, search_text, 'index' AS src FROM all_terms
+               SELECT id, 'index' AS src FROM all_terms
                WHERE (SELECT count(*) FROM all_terms) >= {k}
                UNION ALL
                ({ranked(f" AND (SELECT count(*) FROM all_terms) < {k}")})"""
@@ -254,12 +234,12 @@ def _scanned_ids(p: Params, s: str, mine: str, terms: Sequence[str],
     about 600 memories, questions of 6 terms at the median), both statements alternating per
     question in one process, 2,066 searches, the same hits and scores: p50 3.74 ->
     3.51 ms, p95 5.87 -> 5.41 ms, three searches in four faster."""
-    found = [f"({occurs_in_row(p, t)}) AS found_{i}" for i, t in enumerate(terms)]
+    found = [f"({found_in_row(p, t)}) AS found_{i}" for i, t in enumerate(terms)]
     score = balanced_sum([f"found_{i}::int * {w if isinstance(w, str) else p(float(w))}::float8"
                           for i, w in enumerate(weights)])
     anyone = " OR ".join(f"found_{i}" for i in range(len(terms)))
-    return f"""SELECT id, search_text, 'index' AS src FROM (
-                   SELECT id, search_text, updated_at, {', '.join(found)}
+    return f"""SELECT id, 'index' AS src FROM (
+                   SELECT id, updated_at, {', '.join(found)}
                    FROM {s}.memory_text WHERE {mine} OFFSET 0) scanned
                WHERE {anyone}
                ORDER BY {score} DESC, updated_at DESC, id LIMIT {k}"""

@@ -44,7 +44,7 @@ from ...models import EmbeddingModel, MemoryVersion, VectorMemory
 from ...scoring import MAX_QUERY_TERMS, Candidate, TermStats, strongest_terms, term_weights
 from ...text import content_hash, fold, query_terms, with_context
 from ..vector import VectorStore
-from ..writes import Planner, Row, Writes, searched
+from ..writes import Planner, Row, Writes
 from .counts import (
     CODEPOINT_ORDER_SQL,
     add_memories,
@@ -56,6 +56,7 @@ from .counts import (
 from .migrations import dim_sql
 from .plan import MAX_STATEMENT_TERMS, SearchPlan, prefer_exact, same_plan_rows, search_plan
 from .pool import PostgresStore
+from .search_text import search_text
 from .statements import (
     MEMORY_COLUMNS,
     Params,
@@ -89,13 +90,13 @@ def _paths(plan: SearchPlan) -> tuple[Any, ...]:
 
 
 def _candidates_of(rows: Iterable[Any]) -> list[Candidate]:
-    """Candidates of the statement's rows. A row of the nearest memories carries no
-    ``search_text``: its text is folded here from the content and context, as it is
-    stored, so the keyword signal reads the context of every candidate alike."""
+    """Candidates of the statement's rows, each with its folded content and context,
+    which the keyword signal reads. The statement does not send ``search_text``: a list
+    of runs is no text to show, and folding the rows here took as long as sending it
+    (alternating runs, LoCoMo's searches with their vectors given)."""
     return [Candidate(str(r["id"]), r["content"], r["updated_at"],
                       None if r["sim"] is None else float(r["sim"]), r,
-                      fold(with_context(r["content"], r["context"]))
-                      if r["search_text"] is None else r["search_text"])
+                      fold(with_context(r["content"], r["context"])))
             for r in rows]
 
 
@@ -233,7 +234,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                  None if p.given is None else self.dim, m.created_at, m.updated_at, m.context)
                 for p in new for m in [p.memory]])
             await _many(conn, _INSERT_TEXT.format(s=s), [
-                (uuid.UUID(p.memory.id), owner, fold(searched(p.memory)), p.memory.updated_at)
+                (uuid.UUID(p.memory.id), owner, search_text(p.memory.content, p.memory.context),
+                 p.memory.updated_at)
                 for p in new])
         for p in w.puts:
             if p.before is None:
@@ -249,8 +251,8 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                 f"""UPDATE {s}.memories SET content = $2, content_hash = $3,
                         metadata = $4::jsonb, updated_at = $5, context = $6{vector}
                     WHERE id = $1""", *args)
-            await conn.execute(_UPDATE_TEXT.format(s=s), uuid.UUID(m.id), fold(searched(m)),
-                               m.updated_at)
+            await conn.execute(_UPDATE_TEXT.format(s=s), uuid.UUID(m.id),
+                               search_text(m.content, m.context), m.updated_at)
         await add_memories(conn, s, owner, w.count_delta())
         await add_terms(conn, s, owner, w.term_delta())
 
@@ -271,7 +273,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             mid = uuid.uuid4()
             mems.append((mid, owner, text, content_hash(text), "{}", vec,
                          None if vec is None else self.dim, at, at))
-            texts.append((mid, owner, fold(text), at))
+            texts.append((mid, owner, search_text(text, None), at))
         async with self.backend.transaction() as conn:
             await self._lock_owner(conn, owner)
             await conn.copy_records_to_table(
