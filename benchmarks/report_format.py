@@ -15,8 +15,10 @@ def machine(d: Mapping[str, Any]) -> str:
     m = d.get("machine") or {}
     threads = (f", the model on {m['omp_num_threads']} thread(s) (OMP_NUM_THREADS)"
                if m.get("omp_num_threads") else "")
+    speed = (f", a reference Python loop in {m['reference_ms']} ms (lower is faster)"
+             if m.get("reference_ms") else "")
     return (f"{m.get('cpus', '?')} CPUs, {m.get('platform', '?')}, Python "
-            f"{m.get('python', '?')}{threads}")
+            f"{m.get('python', '?')}{threads}{speed}")
 
 
 def command(d: Mapping[str, Any]) -> str:

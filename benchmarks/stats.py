@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import platform
 from collections.abc import Sequence
 from typing import Any
@@ -34,11 +35,28 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        "reference_ms": reference_ms(),
     }
     # how many threads an in-process model computes on (a Ray actor sets 1)
     if os.environ.get("OMP_NUM_THREADS"):
         found["omp_num_threads"] = os.environ["OMP_NUM_THREADS"]
     return found
+
+
+def reference_ms() -> float:
+    """How fast this machine runs Python now: the best of five timings of one fixed
+    loop, in milliseconds. Two results whose machines print the same platform may come
+    from hosts of different speeds; this tells them apart (lower is faster)."""
+    import time
+
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(200_000):
+            total += i * i % 7
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000, 2)
 
 
 def command() -> str:

@@ -375,3 +375,15 @@ def test_the_machine_line_names_the_model_s_threads_when_a_run_set_them() -> Non
     assert "thread" not in machine({"machine": MACHINE})
     assert machine({"machine": {**MACHINE, "omp_num_threads": "1"}}).endswith(
         ", the model on 1 thread(s) (OMP_NUM_THREADS)")
+
+
+def test_the_machine_line_gives_the_reference_loop_a_run_timed() -> None:
+    """Two hosts print the same platform at different speeds: the reference loop's time
+    tells a reader which figures came from the slower one."""
+    from benchmarks.report_format import machine
+    from benchmarks.stats import machine as this_machine
+
+    assert "reference" not in machine({"machine": MACHINE})
+    assert machine({"machine": {**MACHINE, "reference_ms": 42.8}}).endswith(
+        ", a reference Python loop in 42.8 ms (lower is faster)")
+    assert this_machine()["reference_ms"] > 0
