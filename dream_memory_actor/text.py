@@ -311,11 +311,9 @@ def context_lines(context: str) -> list[str]:
 def with_context(content: str, context: str | None) -> str:
     """What the keyword signal searches a memory as: its content, then its context's
     lines, on one line. (Its vector is made of the two apart: ``embedding.memory_vector``.)
-    A space, not a line break, between them: PostgreSQL's test of where a word starts
-    finds a word after a space without its regular expression, and a context's lines
-    often start with a word searched for (a speaker's name). With line breaks, LoCoMo's
-    searches of three conversations on PostgreSQL, given their vectors, took 2.4% longer
-    (median of 1,149 pairs, the two kinds of owner alternating per question).
+    A space, not a line break, between them: the keyword test in Python (``scoring.rank``)
+    takes a term after a space as a word start without looking further, and a context's
+    lines often start with a word searched for (a speaker's name).
 
     >>> with_context("Caroline: congrats!", "8 May 2023\\nMelanie: I got the job")
     'Caroline: congrats! 8 May 2023 Melanie: I got the job'

@@ -80,8 +80,10 @@ def found_in_row(p: Params, term: str) -> str:
     and a regular expression where no space came before it. LoCoMo's seven
     conversations, searched with their vectors given through the engine, two runs of
     each version alternating: turns with two earlier turns as their context p50
-    14.4-15.2 -> 12.0-12.8 ms, turns alone 10.3-11.0 -> 9.5-10.2 ms (on a machine
-    slower than this package's other figures)."""
+    14.4-15.2 -> 12.0-12.8 ms, turns alone 10.3-11.0 -> 9.5-10.2 ms; ``python -m
+    benchmarks search-latency --owners 1 --per-owner 10000`` (the trigram index's
+    ``LIKE``), 4 pairs: p50 5.9-6.8 -> 4.8-6.2 ms; ``--per-owner 1000``, 3 pairs: p50
+    5.9-6.8 -> 5.2-6.6 ms (on a machine slower than this package's other figures)."""
     return f"strpos(search_text, {p(needle(term))}) > 0"
 
 
