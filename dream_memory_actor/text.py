@@ -181,15 +181,11 @@ def word_starts(folded: str) -> str:
     for m in _TERM_RUN.finditer(folded):
         at = m.start()
         starts = at == 0 or is_break(folded[at - 1])
-        # with a capturing group, split alternates non-CJK (even) and CJK (odd) parts
-        for i, part in enumerate(CJK_RUN.split(m.group()) if not m.group().isascii()
-                                 else (m.group(),)):
-            if not part:
-                continue
-            if i % 2:
+        for i, (cjk, part) in enumerate(_split_runs(m.group())):
+            if cjk:
                 out[part] = None
                 continue
-            if i > 0 or starts:  # after a CJK character, or where the run starts a word
+            if i > 0 or starts:  # after a CJK part, or where the run starts a word
                 out[part[:MAX_TERM_CHARS]] = None
             for b in _INNER_BREAK.finditer(part):
                 if b.end() < len(part):
