@@ -1,6 +1,8 @@
 """The search text PostgreSQL keeps for a memory (``text.word_starts``) finds a term
-where ``text.occurs`` finds it, in the one substring test of an owner's rows and in the
-``LIKE`` the trigram index serves; and migration 19 rewrites the rows written before."""
+where ``text.occurs`` finds it, in the test of an owner's rows (a prefix query of its
+runs as a tsvector, a CJK term's substring test) and in the ``LIKE`` the trigram index
+serves; migration 19 rewrites the rows written before, and migration 20 gives them
+their runs as a tsvector."""
 
 from __future__ import annotations
 
@@ -17,8 +19,11 @@ from tests.conftest import fresh_schema
 TEXTS = ["ate at the harbour", "we ate", "create", "create, then ate", "x-ate", "(ate)",
          "line\nate", "\"ate\"", "ateliers", "crate ate", "caté ate", "écrate", "用ate",
          "ate", "a t e", "tab\tate", "dots...ate", "créate", "don't", "l'ate", "x²ate",
-         "①ate", "系统部署ate", "it’s ate", "ate_x", "100%ate", "a\u0301te"]
-TERMS = ["ate", "at", "caté", "t", "s", "don't", "部署", "统", "x", "te"]
+         "①ate", "系统部署ate", "it’s ate", "ate_x", "100%ate", "a\u0301te",
+         # a CJK run too long for a lexeme, and a run longer than a term's 64 characters
+         "系统" * 400 + "部署 ate", "x" * 100 + " t" + "e" * 70]
+TERMS = ["ate", "at", "caté", "t", "s", "don't", "部署", "统", "x", "te", "'t", "x" * 64,
+         "t" + "e" * 63]
 
 
 async def test_the_search_text_finds_a_term_where_occurs_does(
@@ -70,6 +75,10 @@ async def test_the_migration_rewrites_the_search_text_of_earlier_rows(
         got = dict(await conn.fetch(f"SELECT id::text, search_text FROM {schema}.memory_text"))
         assert got == {mid: search_text(content, context) for mid, content, context in written}
         assert got["11111111-1111-1111-1111-111111111111"] == " we don't deploy on fridays t"
+        words = dict(await conn.fetch(
+            f"SELECT id::text, search_words::text FROM {schema}.memory_text"))
+        assert words["11111111-1111-1111-1111-111111111111"] == (
+            "'deploy' 'don''t' 'fridays' 'on' 't' 'we'")
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         await conn.close()

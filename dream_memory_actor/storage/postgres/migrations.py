@@ -320,6 +320,19 @@ ALTER TABLE {s}.memories DROP COLUMN last_read_at;
 COMMENT ON COLUMN {s}.memory_text.search_text IS
     'the runs of term characters from every place a word starts, each once (text.word_starts)';
 """),
+    (20, "search words", """
+-- A scan of an owner's rows tested each term with a substring test of the search text,
+-- whose time grows with the text's length (with their context, LoCoMo's turns have 2.5
+-- times the search text of the turns alone). The same runs as the lexemes of a tsvector
+-- answer a prefix query by a binary search (statements.found_in_row). Runs of 200
+-- characters or more, which only CJK runs can be and which no prefix query reads, are
+-- left out: a lexeme holds at most 2046 bytes.
+ALTER TABLE {s}.memory_text ADD COLUMN search_words tsvector NOT NULL
+    GENERATED ALWAYS AS (array_to_tsvector(array_remove(string_to_array(
+        btrim(regexp_replace(search_text, '\\S{{200,}}', '', 'g')), ' '), ''))) STORED;
+COMMENT ON COLUMN {s}.memory_text.search_words IS
+    'the runs of search_text as lexemes, for the word-start test of a term (a prefix query)';
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

@@ -75,16 +75,25 @@ def needle(term: str) -> str:
 
 
 def found_in_row(p: Params, term: str) -> str:
-    """True where ``term`` is found in ``search_text`` (``text.occurs``): one substring
-    test. Against the folded text itself, a term found inside a word took a second test,
-    and a regular expression where no space came before it. LoCoMo's seven
-    conversations, searched with their vectors given through the engine, two runs of
-    each version alternating: turns with two earlier turns as their context p50
-    14.4-15.2 -> 12.0-12.8 ms, turns alone 10.3-11.0 -> 9.5-10.2 ms; ``python -m
-    benchmarks search-latency --owners 1 --per-owner 10000`` (the trigram index's
-    ``LIKE``), 4 pairs: p50 5.9-6.8 -> 4.8-6.2 ms; ``--per-owner 1000``, 3 pairs: p50
-    5.9-6.8 -> 5.2-6.6 ms (on a machine slower than this package's other figures)."""
-    return f"strpos(search_text, {p(needle(term))}) > 0"
+    """True where ``term`` is found in a row (``text.occurs``). A term other than CJK is
+    a prefix query of ``search_words``, the runs of ``search_text`` as a tsvector: where a
+    run starts with the term, which is where ``search_text`` holds the term after a space
+    (:func:`needle`). A binary search of the row's lexemes, where a substring test read
+    the whole text, so a longer text costs little more: ``python -m benchmarks
+    context-latency`` (LoCoMo, searches with their vectors given), two runs of each
+    version alternating: context over plain p50 1.27-1.31 -> 1.16-1.17x, plain p50
+    2.0-2.9 -> 1.6-1.9 ms; ``search-latency --per-owner 1000`` (texts of six words, two
+    terms), the statement both ways alternating: no difference beyond the noise. A CJK
+    term, found anywhere, is a substring test of ``search_text``."""
+    if is_cjk_term(term):
+        return f"strpos(search_text, {p(term)}) > 0"
+    return f"search_words @@ {p(prefix_query(term))}::tsquery"
+
+
+def prefix_query(term: str) -> str:
+    """The tsquery of the lexemes that start with ``term``: the term quoted, taken as it
+    is (no dictionary reads a tsquery's input)."""
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "':*"
 
 
 def balanced_sum(parts: Sequence[str]) -> str:
