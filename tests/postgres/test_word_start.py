@@ -82,3 +82,28 @@ async def test_the_migration_rewrites_the_search_text_of_earlier_rows(
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         await conn.close()
+
+
+async def test_a_search_text_too_long_for_a_tsvector_is_tested_as_text(
+        pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
+    settings, vector = pg
+    s = settings.postgres_schema
+    # a memory as large as the settings may allow: more distinct word starts than a
+    # tsvector holds (1 MiB of lexemes), which would refuse the row
+    text = search_text(" ".join(f"w{i}" for i in range(200_000)), None)
+    assert len(text.encode()) - text.count(" ") >= 1024 * 1024
+    async with vector.backend.connection() as conn:
+        await conn.execute(
+            f"""INSERT INTO {s}.memories (id, owner_id, content, content_hash, metadata,
+                    created_at, updated_at)
+                VALUES ('33333333-3333-3333-3333-333333333333', 'big', 'a large memory', 'h',
+                        '{{}}'::jsonb, now(), now())""")
+        await conn.execute(
+            f"""INSERT INTO {s}.memory_text (id, owner_id, search_text, updated_at)
+                VALUES ('33333333-3333-3333-3333-333333333333', 'big', $1, now())""", text)
+        for term, want in (("w199999", True), ("w7", True), ("w200000", False), ("x", False)):
+            p = Params()
+            got = await conn.fetchrow(
+                f"""SELECT search_words IS NULL AS unlisted, {found_in_row(p, term)} AS found
+                    FROM {s}.memory_text WHERE owner_id = 'big'""", *p.values)
+            assert (got["unlisted"], got["found"]) == (True, want), term

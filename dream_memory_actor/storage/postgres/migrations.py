@@ -326,10 +326,13 @@ COMMENT ON COLUMN {s}.memory_text.search_text IS
 -- times the search text of the turns alone). The same runs as the lexemes of a tsvector
 -- answer a prefix query by a binary search (statements.found_in_row). Runs of 200
 -- characters or more, which only CJK runs can be and which no prefix query reads, are
--- left out: a lexeme holds at most 2046 bytes.
-ALTER TABLE {s}.memory_text ADD COLUMN search_words tsvector NOT NULL
-    GENERATED ALWAYS AS (array_to_tsvector(array_remove(string_to_array(
-        btrim(regexp_replace(search_text, '\\S{{200,}}', '', 'g')), ' '), ''))) STORED;
+-- left out: a lexeme holds at most 2046 bytes. A tsvector holds less than 1 MiB of
+-- lexemes: a longer search text (a memory that large, where the settings allow one) has
+-- none, and its terms are tested in the text itself.
+ALTER TABLE {s}.memory_text ADD COLUMN search_words tsvector
+    GENERATED ALWAYS AS (CASE WHEN octet_length(search_text) < 1048576 THEN
+        array_to_tsvector(array_remove(string_to_array(
+            btrim(regexp_replace(search_text, '\\S{{200,}}', '', 'g')), ' '), '')) END) STORED;
 COMMENT ON COLUMN {s}.memory_text.search_words IS
     'the runs of search_text as lexemes, for the word-start test of a term (a prefix query)';
 """),

@@ -84,10 +84,13 @@ def found_in_row(p: Params, term: str) -> str:
     version alternating: context over plain p50 1.27-1.31 -> 1.16-1.17x, plain p50
     2.0-2.9 -> 1.6-1.9 ms; ``search-latency --per-owner 1000`` (texts of six words, two
     terms), the statement both ways alternating: no difference beyond the noise. A CJK
-    term, found anywhere, is a substring test of ``search_text``."""
+    term, found anywhere, and any term in a row whose search text is too long for a
+    tsvector (``search_words`` NULL, migration 20) are a substring test of
+    ``search_text``."""
     if is_cjk_term(term):
         return f"strpos(search_text, {p(term)}) > 0"
-    return f"search_words @@ {p(prefix_query(term))}::tsquery"
+    return (f"coalesce(search_words @@ {p(prefix_query(term))}::tsquery, "
+            f"strpos(search_text, {p(needle(term))}) > 0)")
 
 
 def prefix_query(term: str) -> str:
