@@ -312,3 +312,21 @@ def test_the_readings_kept_are_bounded_by_characters_not_by_texts() -> None:
     long = "word " * 300
     pairs.tokens(long)
     assert long not in pairs._readings
+
+
+def test_a_word_is_made_a_token_once_and_its_place_never_changes_the_kept_one() -> None:
+    """The Latin tokens are kept (``_latin_tokens``, at most ``_KEPT_TOKENS``) and shared by
+    the texts that have the word; a text where the word is a speaker's label or starts
+    a sentence gets a token of its own, and the kept one stays as it was made."""
+    from dream_memory_actor.storage import pairs
+
+    pairs._latin_tokens.clear()
+    in_label = pairs._reading("Jon: the deploy is done.").tokens[0]
+    named = pairs._reading("Ask Jon about the deploy.").tokens[1]
+    assert (in_label.text, in_label.label) == ("Jon", True)
+    assert (named.text, named.label, named.initial, named.name) == ("Jon", False, False, True)
+    assert named is pairs._latin_tokens["Jon", False]
+    assert pairs._reading("The deploy is done.").tokens[1] is pairs._latin_tokens["deploy", False]
+    for i in range(pairs._KEPT_TOKENS + 10):
+        pairs._latin_token(f"w{i}", False)
+    assert len(pairs._latin_tokens) <= pairs._KEPT_TOKENS
