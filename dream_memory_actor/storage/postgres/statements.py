@@ -87,10 +87,10 @@ def found_in_row(p: Params, term: str) -> str:
     term, found anywhere, and any term in a row whose search text is too long for a
     tsvector (``search_words`` NULL, migration 20) are a substring test of
     ``search_text``."""
+    substring = f"strpos(search_text, {p(needle(term))}) > 0"
     if is_cjk_term(term):
-        return f"strpos(search_text, {p(term)}) > 0"
-    return (f"coalesce(search_words @@ {p(prefix_query(term))}::tsquery, "
-            f"strpos(search_text, {p(needle(term))}) > 0)")
+        return substring
+    return f"coalesce(search_words @@ {p(prefix_query(term))}::tsquery, {substring})"
 
 
 def prefix_query(term: str) -> str:
