@@ -40,6 +40,9 @@ def machine() -> dict[str, Any]:
     # how many threads an in-process model computes on (a Ray actor sets 1)
     if os.environ.get("OMP_NUM_THREADS"):
         found["omp_num_threads"] = os.environ["OMP_NUM_THREADS"]
+    # how many calls a local model runs at once, where the environment sets it
+    if os.environ.get("DREAM_MEMORY_EMBEDDING_ENGINES"):
+        found["embedding_engines"] = os.environ["DREAM_MEMORY_EMBEDDING_ENGINES"]
     return found
 
 

@@ -11,9 +11,12 @@ import pytest
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.embedding import open_embedder
+from dream_memory_actor.embedding import multilingual
 from dream_memory_actor.embedding.base import InProcessEmbedder
+from dream_memory_actor.embedding.calibration import IDENTITY
+from dream_memory_actor.embedding.multilingual import E5Embedder, engines_for
 from dream_memory_actor.embedding.turns import QUERY_STREAK, ModelTurns
-from dream_memory_actor.errors import EmbeddingError
+from dream_memory_actor.errors import ConfigurationError, EmbeddingError
 
 
 class _Gated(InProcessEmbedder):
@@ -96,7 +99,7 @@ async def test_a_turn_granted_to_a_caller_as_it_leaves_goes_on() -> None:
         await granted
     await asyncio.wait_for(after, 1)  # it passed the turn on
     turns._release()
-    assert not turns._busy
+    assert turns._held == 0
 
 
 async def test_a_call_waiting_past_its_timeout_is_an_embedding_error() -> None:
@@ -154,3 +157,86 @@ async def test_memory_texts_get_the_model_after_a_few_query_turns() -> None:
     await asyncio.gather(store, *searches)
     assert order == [*(f"search {i}" for i in range(QUERY_STREAK)), "store",
                      f"search {QUERY_STREAK}", f"search {QUERY_STREAK + 1}"]
+
+
+async def test_a_model_of_two_engines_holds_two_calls_at_once() -> None:
+    turns = ModelTurns(slots=2)
+    order: list[str] = []
+    await turns._acquire(False)
+    await asyncio.wait_for(turns._acquire(False), 1)  # the second engine: no wait
+    assert turns._held == 2
+
+    async def wait(name: str, query: bool) -> None:
+        await turns._acquire(query)
+        order.append(name)
+
+    store = asyncio.create_task(wait("store", False))
+    await asyncio.sleep(0)
+    search = asyncio.create_task(wait("search", True))
+    await asyncio.sleep(0)
+    assert order == []  # both engines busy: both wait
+    turns._release()  # one engine is free: the query takes it
+    await asyncio.wait_for(search, 1)
+    assert order == ["search"] and not store.done()
+    turns._release()
+    await asyncio.wait_for(store, 1)
+    turns._release()
+    turns._release()
+    assert turns._held == 0 and order == ["search", "store"]
+
+
+class _TwoEngines(multilingual._NumpyEmbedder):
+    """A model of two engines whose calls each wait, inside the engine, for the other."""
+
+    model = "two-engines (test)"
+    dim = 2
+    engines = 2
+    calibration = IDENTITY
+
+    def __init__(self) -> None:
+        self.both_inside = threading.Barrier(2, timeout=5)
+        self.engines_used: set[int] = set()
+
+    def _make(self) -> Any:
+        return object()
+
+    def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
+        self.engines_used.add(id(engine))
+        self.both_inside.wait()  # broken (an error) unless the other call runs meanwhile
+        return [[1.0, 0.0] for _ in texts]
+
+
+async def test_a_model_of_two_engines_embeds_two_calls_at_once() -> None:
+    model = _TwoEngines()
+    try:
+        a, b = await asyncio.gather(model.embed(["store"]), model._embed(["search"], True))
+    finally:
+        multilingual._engines.pop(model.model, None)
+    assert a == b == [[1.0, 0.0]]
+    assert len(model.engines_used) == 2
+
+
+def test_e5_runs_as_many_engines_as_half_the_cores_hold_its_calls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert engines_for(None, 8) == 1  # a call takes every core
+    assert engines_for(1, 2) == 1 and engines_for(1, 4) == 2 and engines_for(2, 8) == 2
+    assert engines_for(1, 64) == multilingual.MAX_ENGINES and engines_for(3, 4) == 1
+    monkeypatch.setattr(multilingual, "_cpus", lambda: 4)
+    for value, engines in (("1", 2), ("2", 1), ("1,1", 2), ("", 1), ("0", 1), ("x", 1)):
+        monkeypatch.setenv("OMP_NUM_THREADS", value)  # "1": a Ray actor's
+        assert E5Embedder().engines == engines, value
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert E5Embedder().engines == 1
+
+
+async def test_the_engines_setting_sets_a_local_numpy_model_s_engines() -> None:
+    settings = MemorySettings(embedding_model="local:multilingual-e5-small",
+                              embedding_engines=3)
+    embedder = await open_embedder(settings)
+    assert embedder is not None and getattr(embedder.inner, "engines", None) == 3
+    default = await open_embedder(MemorySettings(embedding_model="local:multilingual-e5-small"))
+    assert default is not None
+    assert getattr(default.inner, "engines", None) == engines_for(
+        multilingual._omp_threads(), multilingual._cpus())
+    with pytest.raises(ConfigurationError, match="embedding_engines"):
+        MemorySettings(embedding_engines=0)

@@ -65,6 +65,7 @@ async def open_inner_embedder(settings: MemorySettings) -> Embedder | None:
     if not model:
         return None
     inner: Embedder
+    kind = None
     if model.startswith(LOCAL_PREFIX):
         name = model.removeprefix(LOCAL_PREFIX)
         kind = LOCAL_MODELS.get(name)
@@ -93,6 +94,8 @@ async def open_inner_embedder(settings: MemorySettings) -> Embedder | None:
         )
     if isinstance(inner, InProcessEmbedder):
         inner.timeout_s = settings.embedding_timeout_s
+        if settings.embedding_engines is not None and kind in ("e5", "use"):
+            inner.engines = settings.embedding_engines
     if settings.embedding_dim is not None and settings.embedding_dim != inner.dim:
         from ..errors import ConfigurationError
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import hashlib
-import threading
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -118,8 +117,8 @@ def calibration_of(embedder: object) -> Calibration:
 
 class InProcessEmbedder(abc.ABC):
     """An embedder whose model runs in this process (the numpy and sentence-transformers
-    ones): loaded on first use, every call in a worker thread, one at a time with a
-    search's query first (:class:`~.turns.ModelTurns`), every failure of loading or
+    ones): loaded on first use, every call in a worker thread, ``engines`` at a time with
+    a search's query first (:class:`~.turns.ModelTurns`), every failure of loading or
     encoding an ``EmbeddingError``. A turn that waits for the model and runs it longer
     than ``timeout_s`` (``embedding_timeout_s``; loading the model not counted) is an
     ``EmbeddingError`` too, and leaves its place in the queue."""
@@ -131,12 +130,14 @@ class InProcessEmbedder(abc.ABC):
     #: and a search's query waiting meanwhile goes between two (an import of thousands
     #: of texts does not hold the model for minutes), each turn within ``timeout_s``.
     chunk = 32
+    #: How many calls the model runs at once (each on an engine of its own).
+    engines = 1
     _turns: ModelTurns | None = None
     _ready = False
 
     @abc.abstractmethod
-    def _loaded(self) -> tuple[Any, threading.Lock]:
-        """The model, loaded the first time (blocking), and the lock its calls take."""
+    def _loaded(self) -> Any:
+        """The model, loaded the first time (blocking), with the lock(s) its calls take."""
 
     @abc.abstractmethod
     def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
@@ -157,7 +158,7 @@ class InProcessEmbedder(abc.ABC):
         if not batch:
             return []
         check_embeddable(batch)
-        self._turns = turns = ModelTurns.for_loop(self._turns)
+        self._turns = turns = ModelTurns.for_loop(self._turns, self.engines)
 
         async def encoded(part: list[str]) -> list[list[float]]:
             async with turns.turn(query):

