@@ -32,6 +32,12 @@ def _team_wait(d: Mapping[str, Any]) -> str:
     return _ms(get(d, "writer_wait", "l1_write_while_storing", "max_ms"))
 
 
+def _model(d: Mapping[str, Any]) -> str:
+    """The run's model, with its engines where the run set them (``embedding_engines``)."""
+    n = get(d, "machine", "embedding_engines")
+    return str(d.get("embedding_model", "-")) + ("" if n is None else f", {n} engines")
+
+
 def agents_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
     """Every ``agents`` run (oldest first); nothing when there is none."""
     if not items:
@@ -52,7 +58,7 @@ def agents_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
                f"{_ms(get(d, 'latency_by_kind', k, 'p95_ms'))}" for k, _ in KINDS]
         load = get(d, "machine", "load_average", "before")
         rows.append([d.get("backend", "-"), d.get("placement", "-"),
-                     d.get("embedding_model", "-"), d.get("agents", "-"),
+                     _model(d), d.get("agents", "-"),
                      f"{d.get('owners', '-')} + team", _mix(d), num(d.get("ops"), ",.0f"),
                      num(d.get("ops_per_s"), ",.0f"), *lat, _team_wait(d), _checks(d),
                      " ".join(str(x) for x in load) if isinstance(load, list) else "-",

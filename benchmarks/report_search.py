@@ -291,6 +291,12 @@ def latency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str | No
     return lines
 
 
+def _engines(d: Mapping[str, Any]) -> str:
+    """How many engines the run's local model had, where the run set it."""
+    n = get(d, "machine", "embedding_engines")
+    return "" if n is None else f" on {n} engines (`embedding_engines`)"
+
+
 def concurrency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str | None
                         ) -> list[str]:
     lines = ["## Write throughput by concurrency", ""]
@@ -305,8 +311,8 @@ def concurrency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str 
             continue
         lines += [f"One owner, {num(d.get('writers'))} writers against one, and against the "
                   f"same writers without their L2 stores, embedding with "
-                  f"`{d.get('embedding_model')}`, on fresh owners in alternating order "
-                  f"(`{path.name}`):", ""]
+                  f"`{d.get('embedding_model')}`{_engines(d)}, on fresh owners in "
+                  f"alternating order (`{path.name}`):", ""]
         lines += table(["round", "one writer ops/s", "writers ops/s", "ratio",
                         "L1 p95 ms", "L1 p95 ms without L2", "ratio", "load"],
                        [[i + 1, num(get(g, "one_writer", "ops_per_s")),

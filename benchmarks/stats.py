@@ -63,8 +63,12 @@ def reference_ms() -> float:
 
 
 def command() -> str:
-    """The command line that ran this benchmark, as it would be typed again."""
+    """The command line that ran this benchmark, as it would be typed again (with the
+    environment that changes what it measures: ``machine`` records the same)."""
+    import os
     import shlex
     import sys
 
-    return shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]])
+    env = [f"{k}={os.environ[k]}" for k in ("DREAM_MEMORY_EMBEDDING_ENGINES", "OMP_NUM_THREADS")
+           if os.environ.get(k)]
+    return shlex.join([*env, "python", "-m", "benchmarks", *sys.argv[1:]])
