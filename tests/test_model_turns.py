@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from dream_memory_actor.config import MemorySettings
-from dream_memory_actor.embedding import open_embedder
-from dream_memory_actor.embedding import multilingual
+from dream_memory_actor.embedding import multilingual, open_embedder
 from dream_memory_actor.embedding.base import InProcessEmbedder
 from dream_memory_actor.embedding.calibration import IDENTITY
 from dream_memory_actor.embedding.multilingual import E5Embedder, engines_for
@@ -93,13 +92,13 @@ async def test_a_turn_granted_to_a_caller_as_it_leaves_goes_on() -> None:
     granted = asyncio.create_task(turns._acquire(True))
     after = asyncio.create_task(turns._acquire(False))
     await asyncio.sleep(0)  # both wait, the query first
-    turns._release()  # the holder is done: the turn goes to the query ...
+    turns._release(False)  # the holder is done: the turn goes to the query ...
     granted.cancel()  # ... whose caller is cancelled before it runs
     with pytest.raises(asyncio.CancelledError):
         await granted
     await asyncio.wait_for(after, 1)  # it passed the turn on
-    turns._release()
-    assert turns._held == 0
+    turns._release(False)
+    assert turns._held == [0, 0]
 
 
 async def test_a_call_waiting_past_its_timeout_is_an_embedding_error() -> None:
@@ -147,13 +146,13 @@ async def test_memory_texts_get_the_model_after_a_few_query_turns() -> None:
     async def wait(name: str, query: bool) -> None:
         await turns._acquire(query)
         order.append(name)
-        turns._release()
+        turns._release(query)
 
     store = asyncio.create_task(wait("store", False))
     await asyncio.sleep(0)
     searches = [asyncio.create_task(wait(f"search {i}", True)) for i in range(QUERY_STREAK + 2)]
     await asyncio.sleep(0)
-    turns._release()
+    turns._release(False)
     await asyncio.gather(store, *searches)
     assert order == [*(f"search {i}" for i in range(QUERY_STREAK)), "store",
                      f"search {QUERY_STREAK}", f"search {QUERY_STREAK + 1}"]
@@ -164,7 +163,7 @@ async def test_a_model_of_two_engines_holds_two_calls_at_once() -> None:
     order: list[str] = []
     await turns._acquire(False)
     await asyncio.wait_for(turns._acquire(False), 1)  # the second engine: no wait
-    assert turns._held == 2
+    assert turns._held == [0, 2]
 
     async def wait(name: str, query: bool) -> None:
         await turns._acquire(query)
@@ -175,14 +174,35 @@ async def test_a_model_of_two_engines_holds_two_calls_at_once() -> None:
     search = asyncio.create_task(wait("search", True))
     await asyncio.sleep(0)
     assert order == []  # both engines busy: both wait
-    turns._release()  # one engine is free: the query takes it
+    turns._release(False)  # one engine is free: the query takes it
     await asyncio.wait_for(search, 1)
     assert order == ["search"] and not store.done()
-    turns._release()
+    turns._release(False)
     await asyncio.wait_for(store, 1)
-    turns._release()
-    turns._release()
-    assert turns._held == 0 and order == ["search", "store"]
+    turns._release(True)
+    turns._release(False)
+    assert turns._held == [0, 0] and order == ["search", "store"]
+
+
+async def test_an_engine_kept_for_queries_never_takes_a_memory_text() -> None:
+    turns = ModelTurns(slots=1, query_slots=1)
+    await turns._acquire(False)  # the shared engine: a store's text
+    store = asyncio.create_task(turns._acquire(False))
+    await asyncio.sleep(0)
+    assert not store.done()  # the other engine is the queries'
+    await asyncio.wait_for(turns._acquire(True), 1)  # a query does not wait
+    assert turns._held == [1, 1]
+    search = asyncio.create_task(turns._acquire(True))
+    await asyncio.sleep(0)
+    assert not search.done()  # both engines busy
+    turns._release(True)  # the queries' engine: to the waiting query, not the store
+    await asyncio.wait_for(search, 1)
+    assert not store.done()
+    turns._release(False)  # the shared engine: to the store
+    await asyncio.wait_for(store, 1)
+    turns._release(True)
+    turns._release(False)
+    assert turns._held == [0, 0]
 
 
 class _TwoEngines(multilingual._NumpyEmbedder):
@@ -227,6 +247,7 @@ def test_e5_runs_as_many_engines_as_half_the_cores_hold_its_calls(
         assert E5Embedder().engines == engines, value
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert E5Embedder().engines == 1
+    assert E5Embedder().query_engines == 1  # and one engine for queries alone
 
 
 async def test_the_engines_setting_sets_a_local_numpy_model_s_engines() -> None:

