@@ -261,3 +261,46 @@ async def test_the_engines_setting_sets_a_local_numpy_model_s_engines() -> None:
         multilingual._omp_threads(), multilingual._cpus())
     with pytest.raises(ConfigurationError, match="embedding_engines"):
         MemorySettings(embedding_engines=0)
+
+
+class _QueryEngine(multilingual._NumpyEmbedder):
+    """One engine for any call and one for queries; a memory text holds its engine until
+    ``release`` is set."""
+
+    model = "one engine and one for queries (test)"
+    dim = 2
+    engines = 1
+    query_engines = 1
+    calibration = IDENTITY
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.inside = threading.Event()
+
+    def _make(self) -> Any:
+        return object()
+
+    def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
+        if not query:
+            self.inside.set()
+            self.release.wait(5)
+        return [[0.0, 1.0] if query else [1.0, 0.0] for _ in texts]
+
+
+async def test_a_search_query_does_not_wait_for_a_store_s_text() -> None:
+    model = _QueryEngine()
+    try:
+        store = asyncio.create_task(model.embed(["store"]))
+        for _ in range(5000):
+            if model.inside.is_set():
+                break
+            await asyncio.sleep(0.001)
+        second = asyncio.create_task(model.embed(["another store"]))
+        query = await asyncio.wait_for(model._embed(["search"], True), 2)
+        assert query == [[0.0, 1.0]]
+        assert not store.done() and not second.done()  # the other store waits its turn
+        model.release.set()
+        assert await store == await second == [[1.0, 0.0]]
+    finally:
+        model.release.set()
+        multilingual._engines.pop(model.model, None)
