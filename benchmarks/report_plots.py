@@ -3,6 +3,7 @@ or ``None`` when matplotlib is missing or there is nothing to plot."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -128,17 +129,40 @@ def latency_by_size(items: Sequence[Mapping[str, Any]], out: Path) -> Path | Non
     return _save(fig, out)
 
 
+def _series(d: Mapping[str, Any]) -> str:
+    """A concurrency run's line: backend and placement, and the model (with its engines
+    where the run set them) when each store was embedded."""
+    label = f"{d.get('backend')}, {d.get('placement')}"
+    model = d.get("embedding_model")
+    if model:
+        engines = (d.get("machine") or {}).get("embedding_engines")
+        label += f", {str(model).removeprefix('local:')}"
+        label += f", {engines} engines" if engines else ""
+    return label
+
+
+def _points(d: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """(writers, ops/s) of a concurrency run: with rounds, the medians of one writer and of
+    the writers; else its one load."""
+    rounds = (d.get("rounds") or {}).get("per_round") or []
+    if rounds:
+        one = statistics.median(g["one_writer"]["ops_per_s"] for g in rounds)
+        many = statistics.median(g["writers"]["ops_per_s"] for g in rounds)
+        return [(1, one), (d["writers"], many)]
+    return [] if d.get("ops_per_s") is None else [(d["writers"], d["ops_per_s"])]
+
+
 def throughput(items: Sequence[Mapping[str, Any]], out: Path) -> Path | None:
     if not available() or not items:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
-    keys = sorted({(str(d.get("backend")), str(d.get("placement"))) for d in items})
-    for backend, placement in keys:
-        pts = sorted((d["writers"], d["ops_per_s"]) for d in items
-                     if (str(d.get("backend")), str(d.get("placement"))) == (backend, placement)
-                     and d.get("ops_per_s") is not None)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{backend}, {placement}")
+    series: dict[str, list[tuple[float, float]]] = {}
+    for d in items:
+        series.setdefault(_series(d), []).extend(_points(d))
+    for label in sorted(series):
+        pts = sorted(series[label])
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
     ax.set_xlabel("concurrent writers")
     ax.set_ylabel("acknowledged writes per second")
     ax.set_title("Write throughput by concurrency (one owner)")

@@ -387,3 +387,37 @@ def test_the_machine_line_gives_the_reference_loop_a_run_timed() -> None:
     assert machine({"machine": {**MACHINE, "reference_ms": 42.8}}).endswith(
         ", a reference Python loop in 42.8 ms (lower is faster)")
     assert this_machine()["reference_ms"] > 0
+
+
+def test_a_run_with_model_engines_is_named_by_them(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    """A run with ``DREAM_MEMORY_EMBEDDING_ENGINES`` set says so in its command and machine,
+    and the report and the plot keep it apart from the run with the default."""
+    from benchmarks.report_agents import agents_section
+    from benchmarks.report_plots import _points, _series
+    from benchmarks.report_search import concurrency_section
+    from benchmarks.stats import command
+    from benchmarks.stats import machine as this_machine
+
+    monkeypatch.setenv("DREAM_MEMORY_EMBEDDING_ENGINES", "2")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("sys.argv", ["benchmarks", "agents", "--json"])
+    assert command() == "DREAM_MEMORY_EMBEDDING_ENGINES=2 python -m benchmarks agents --json"
+    assert this_machine()["embedding_engines"] == "2"
+    one = {"one_writer": {"ops_per_s": 40.0}, "writers": {"ops_per_s": 70.0, "l1": {}},
+           "writers_l1_only": {"l1": {}}}
+    run = {"backend": "postgres", "placement": "sharded", "writers": 32, "ops_per_s": 50.0,
+           "embedding_model": "local:multilingual-e5-small",
+           "machine": {**MACHINE, "embedding_engines": "2"},
+           "rounds": {"per_round": [one, {**one, "writers": {"ops_per_s": 90.0, "l1": {}}},
+                                    one], "targets": {}}}
+    assert _series(run) == "postgres, sharded, multilingual-e5-small, 2 engines"
+    assert _points(run) == [(1, 40.0), (32, 70.0)]  # the rounds' medians
+    plain = {k: v for k, v in run.items() if k not in ("embedding_model", "rounds")}
+    assert _series(plain) == "postgres, sharded" and _points(plain) == [(32, 50.0)]
+    text = "\n".join(concurrency_section([(tmp_path / "c.json", run)], None))
+    assert "`local:multilingual-e5-small` on 2 engines (`embedding_engines`)" in text
+    agents = {"backend": "postgres", "embedding_model": "local:multilingual-e5-small",
+              "machine": {**MACHINE, "embedding_engines": "2", "load_average": {}}}
+    assert "local:multilingual-e5-small, 2 engines" in "\n".join(
+        agents_section([(tmp_path / "a.json", agents)]))
