@@ -304,3 +304,31 @@ async def test_a_search_query_does_not_wait_for_a_store_s_text() -> None:
     finally:
         model.release.set()
         multilingual._engines.pop(model.model, None)
+
+
+async def test_a_store_s_text_never_runs_on_the_query_engine() -> None:
+    """Even where its own engine is still held by a call that timed out, a memory text
+    waits for that engine instead of taking the one kept for queries."""
+    model = _QueryEngine()
+    model.release.set()  # memory texts do not block inside the engine here
+    used: dict[bool, set[int]] = {True: set(), False: set()}
+    run = model._run
+
+    def recording(engine: Any, texts: list[str], query: bool) -> Any:
+        used[query].add(id(engine))
+        return run(engine, texts, query)
+
+    model._run = recording  # type: ignore[method-assign]
+    try:
+        pool = model._loaded()
+        held = pool[0][1]
+        held.acquire()  # the memory engine, still running a call that timed out
+        store = asyncio.create_task(model.embed(["store"]))
+        await asyncio.sleep(0.05)
+        assert not store.done()  # it waits for its engine ...
+        assert await asyncio.wait_for(model._embed(["search"], True), 2) == [[0.0, 1.0]]
+        held.release()  # ... and runs there once it is free
+        assert await asyncio.wait_for(store, 2) == [[1.0, 0.0]]
+        assert used[False] == {id(pool[0][0])} and used[True] == {id(pool[1][0])}
+    finally:
+        multilingual._engines.pop(model.model, None)

@@ -118,7 +118,8 @@ def engines_for(threads: int | None, cpus: int) -> int:
 
 
 def _free(pool: Sequence[tuple[Any, threading.Lock]]) -> tuple[Any, threading.Lock]:
-    """An engine of ``pool`` with its lock taken: a free one, else the first once free."""
+    """An engine of ``pool`` with its lock taken: the first free one, else the first once
+    free (after a call that timed out, whose thread still runs its engine)."""
     for engine, lock in pool:
         if lock.acquire(blocking=False):
             return engine, lock
@@ -147,9 +148,12 @@ class _NumpyEmbedder(InProcessEmbedder):
     def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
         pool = self._loaded()
         out: list[list[float]] = []
+        # A memory text takes only the engines any call may take; a query tries the ones
+        # kept for queries first, leaving those free for memory texts.
+        mine = pool[::-1] if query else pool[:self.engines]
         for start in range(0, len(texts), BATCH_SIZE):
             chunk = texts[start:start + BATCH_SIZE]
-            engine, lock = _free(pool)
+            engine, lock = _free(mine)
             try:
                 array = np.asarray(self._run(engine, chunk, query), dtype=np.float64)
             finally:
