@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .report_format import command, get, num, paragraphs, provenance, table
+from .report_format import command, engines, get, num, paragraphs, provenance, table
 
 KINDS = (("snapshot", "snapshot read"), ("search", "search"), ("store", "store"),
          ("l1_write", "L1 write"))
@@ -34,7 +34,7 @@ def _team_wait(d: Mapping[str, Any]) -> str:
 
 def _model(d: Mapping[str, Any]) -> str:
     """The run's model, with its engines where the run set them (``embedding_engines``)."""
-    n = get(d, "machine", "embedding_engines")
+    n = engines(d)
     return str(d.get("embedding_model", "-")) + ("" if n is None else f", {n} engines")
 
 

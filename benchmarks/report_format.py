@@ -61,6 +61,13 @@ def ci(stat: Mapping[str, Any]) -> str:
     return f"{pct(stat['mean'])} [{pct(stat['ci95_lo'])}, {pct(stat['ci95_hi'])}]"
 
 
+def engines(d: Mapping[str, Any]) -> str | None:
+    """How many engines the run's local model had, where the run set it
+    (``embedding_engines``)."""
+    n = get(d, "machine", "embedding_engines")
+    return None if n is None else str(n)
+
+
 def get(d: Any, *keys: str) -> Any:
     """``d[k1][k2]...``, or ``None`` where a level is missing or not a mapping."""
     for key in keys:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .locomo import CATEGORIES
+from .report_format import engines
 
 LABELS = {"hybrid_default": "hybrid (default weights)", "vector_only": "vector only",
           "keyword_only_weights": "keyword weights", "keyword_mode": "keyword mode",
@@ -135,9 +136,9 @@ def _series(d: Mapping[str, Any]) -> str:
     label = f"{d.get('backend')}, {d.get('placement')}"
     model = d.get("embedding_model")
     if model:
-        engines = (d.get("machine") or {}).get("embedding_engines")
+        n = engines(d)
         label += f", {str(model).removeprefix('local:')}"
-        label += f", {engines} engines" if engines else ""
+        label += "" if n is None else f", {n} engines"
     return label
 
 

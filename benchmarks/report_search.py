@@ -11,6 +11,7 @@ from .locomo import CATEGORIES
 from .report_format import (
     ci,
     command,
+    engines,
     factor,
     get,
     machine,
@@ -291,9 +292,8 @@ def latency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str | No
     return lines
 
 
-def _engines(d: Mapping[str, Any]) -> str:
-    """How many engines the run's local model had, where the run set it."""
-    n = get(d, "machine", "embedding_engines")
+def _on_engines(d: Mapping[str, Any]) -> str:
+    n = engines(d)
     return "" if n is None else f" on {n} engines (`embedding_engines`)"
 
 
@@ -311,7 +311,7 @@ def concurrency_section(items: Sequence[tuple[Path, dict[str, Any]]], plot: str 
             continue
         lines += [f"One owner, {num(d.get('writers'))} writers against one, and against the "
                   f"same writers without their L2 stores, embedding with "
-                  f"`{d.get('embedding_model')}`{_engines(d)}, on fresh owners in "
+                  f"`{d.get('embedding_model')}`{_on_engines(d)}, on fresh owners in "
                   f"alternating order (`{path.name}`):", ""]
         lines += table(["round", "one writer ops/s", "writers ops/s", "ratio",
                         "L1 p95 ms", "L1 p95 ms without L2", "ratio", "load"],

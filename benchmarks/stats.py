@@ -25,6 +25,13 @@ def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
     }
 
 
+#: The environment that changes what a benchmark measures, by the key ``machine`` records
+#: it under: the threads an in-process model computes on (a Ray actor sets 1), and how
+#: many calls a local model runs at once.
+ENVIRONMENT = {"OMP_NUM_THREADS": "omp_num_threads",
+               "DREAM_MEMORY_EMBEDDING_ENGINES": "embedding_engines"}
+
+
 def machine() -> dict[str, Any]:
     """What ran the benchmark, recorded beside every figure (the load average as it was
     when this was called)."""
@@ -37,12 +44,8 @@ def machine() -> dict[str, Any]:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "reference_ms": reference_ms(),
     }
-    # how many threads an in-process model computes on (a Ray actor sets 1)
-    if os.environ.get("OMP_NUM_THREADS"):
-        found["omp_num_threads"] = os.environ["OMP_NUM_THREADS"]
-    # how many calls a local model runs at once, where the environment sets it
-    if os.environ.get("DREAM_MEMORY_EMBEDDING_ENGINES"):
-        found["embedding_engines"] = os.environ["DREAM_MEMORY_EMBEDDING_ENGINES"]
+    found.update({key: os.environ[name] for name, key in ENVIRONMENT.items()
+                  if os.environ.get(name)})
     return found
 
 
@@ -69,6 +72,5 @@ def command() -> str:
     import shlex
     import sys
 
-    env = [f"{k}={os.environ[k]}" for k in ("DREAM_MEMORY_EMBEDDING_ENGINES", "OMP_NUM_THREADS")
-           if os.environ.get(k)]
+    env = [f"{k}={os.environ[k]}" for k in sorted(ENVIRONMENT) if os.environ.get(k)]
     return shlex.join([*env, "python", "-m", "benchmarks", *sys.argv[1:]])

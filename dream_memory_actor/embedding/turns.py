@@ -66,7 +66,7 @@ class ModelTurns:
         finally:
             self._release(query)
 
-    def _free(self, query: bool) -> bool:
+    def _may_start(self, query: bool) -> bool:
         """Whether a turn of this kind may start now."""
         queries, memories = self._held
         if queries + memories >= self.slots + self.query_slots:
@@ -74,7 +74,7 @@ class ModelTurns:
         return query or memories < self.slots
 
     async def _acquire(self, query: bool) -> None:
-        if self._free(query):
+        if self._may_start(query):
             self._held[0 if query else 1] += 1
             return
         queue = self._waiting[0 if query else 1]
@@ -96,8 +96,8 @@ class ModelTurns:
             for q in (queries, memories):  # a caller that left keeps its future, done
                 while q and q[0].done():
                     q.popleft()
-            query_may = bool(queries) and self._free(True)
-            memory_may = bool(memories) and self._free(False)
+            query_may = bool(queries) and self._may_start(True)
+            memory_may = bool(memories) and self._may_start(False)
             if query_may and (not memory_may or self._streak < QUERY_STREAK):
                 self._streak = self._streak + 1 if memory_may else 0
                 self._held[0] += 1
