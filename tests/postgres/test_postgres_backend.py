@@ -45,27 +45,53 @@ async def test_migrations_are_recorded_once(pg: tuple[MemorySettings, PostgresVe
     await vector2.close()
 
 
-async def test_a_memory_s_vector_stays_in_its_row_when_its_texts_are_long(
-        pg_dsn: str) -> None:
-    """A search reads the vector of every memory it scans: a row made long by its content
-    and context moves those texts to the TOAST table, not the vector (migration 17)."""
+async def _toasted(settings: MemorySettings, vector: PostgresVectorStore) -> dict[str, bool]:
+    """Which of the memory's values are kept in the TOAST table."""
+    async with vector.backend.connection() as conn:
+        row = await conn.fetchrow(
+            "SELECT pg_column_toast_chunk_id(embedding) IS NOT NULL AS embedding, "
+            "pg_column_toast_chunk_id(content) IS NOT NULL AS content, "
+            "pg_column_toast_chunk_id(context) IS NOT NULL AS context, "
+            f"pg_column_size(m) AS size FROM {settings.postgres_schema}.memories m")
+    return dict(row)
+
+
+async def _store_with_context(pg_dsn: str, words: int
+                              ) -> tuple[MemorySettings, Any, PostgresVectorStore]:
+    """A fresh schema holding one memory of 20 words whose context has ``words`` words."""
     settings = MemorySettings(backend="postgres", postgres_dsn=pg_dsn,
                               postgres_schema=fresh_schema())
     structured, vector = await open_stores(settings, 384)
     await vector.setup()
     rng = np.random.default_rng(3)
-    words = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 6)) for _ in range(120)]
-    await vector.store("alice", " ".join(words[:20]), embedding=list(rng.standard_normal(384)),
-                       context="8 May 2023\n" + " ".join(words[20:70]) + "\n"
-                       + " ".join(words[70:]))
-    s = settings.postgres_schema
-    async with vector.backend.connection() as conn:
-        toast = await conn.fetchval(
-            f"SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = '{s}.memories'"
-            "::regclass")
-        moved = [r["n"] for r in await conn.fetch(
-            f"SELECT sum(length(chunk_data)) AS n FROM {toast} GROUP BY chunk_id")]
-    assert moved and all(n < 384 * 4 for n in moved)  # texts went out; the vector did not
+    text = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 6))
+            for _ in range(20 + words)]
+    await vector.store("alice", " ".join(text[:20]), embedding=list(rng.standard_normal(384)),
+                       context="8 May 2023\n" + " ".join(text[20:]))
+    return settings, structured, vector
+
+
+async def test_a_memory_s_vector_stays_in_its_row_when_its_texts_are_long(
+        pg_dsn: str) -> None:
+    """A search reads the vector of every memory it scans: a row made longer than half a
+    page by its content and context moves those texts to the TOAST table, not the vector
+    (migrations 17 and 21)."""
+    settings, structured, vector = await _store_with_context(pg_dsn, 700)
+    moved = await _toasted(settings, vector)
+    assert moved == {"embedding": False, "content": False, "context": True,
+                     "size": moved["size"]}  # the context went out; the vector did not
+    await structured.close()
+    await vector.close()
+
+
+async def test_a_turn_with_its_context_keeps_its_texts_in_its_row(pg_dsn: str) -> None:
+    """A search sends the texts of each candidate: a memory with a context of a hundred
+    words, longer than 2 kB with its vector, keeps them in its row (migration 21)."""
+    settings, structured, vector = await _store_with_context(pg_dsn, 100)
+    kept = await _toasted(settings, vector)
+    assert kept["size"] > 2100  # more than the 2 kB past which texts went out before
+    assert kept == {"embedding": False, "content": False, "context": False,
+                    "size": kept["size"]}
     await structured.close()
     await vector.close()
 

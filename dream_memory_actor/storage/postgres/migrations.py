@@ -336,6 +336,18 @@ ALTER TABLE {s}.memory_text ADD COLUMN search_words tsvector
 COMMENT ON COLUMN {s}.memory_text.search_words IS
     'the runs of search_text as lexemes, for the word-start test of a term (a prefix query)';
 """),
+    (21, "memory texts kept in their rows", """
+-- A search sends the content and context of each of its candidates. Past about 2 kB a
+-- row (a turn with its context beside its vector) had its texts moved to the TOAST
+-- table (the vector stays: migration 17), and each candidate's texts were fetched from
+-- there: the contexts of 555 of LoCoMo's 788 turns of two conversations. Rows up to half
+-- a page now keep their texts; longer ones move them out as before. A search of memories
+-- with their context, vectors given, took 1.12-1.16x as long as one of the memories
+-- alone, now 1.06-1.08x (python -m benchmarks context-latency, three and two runs
+-- alternating). Rows written before keep their place until rewritten (an update, or a
+-- VACUUM FULL of the table).
+ALTER TABLE {s}.memories SET (toast_tuple_target = 4080);
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL
