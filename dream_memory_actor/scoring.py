@@ -210,6 +210,25 @@ def cosine(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> 
     return float(np.dot(va, vb) / (na * nb))
 
 
+def length(v: np.ndarray) -> float:
+    """The length of a 1-D float64 vector, the number ``cosine`` divides by (NumPy's
+    ``norm`` is the square root of the vector's dot product with itself)."""
+    return math.sqrt(float(v.dot(v)))
+
+
+def cosine_to(query: Sequence[float] | np.ndarray) -> Callable[[np.ndarray, float], float]:
+    """``cosine(query, v)``, to the last digit, of a float64 vector ``v`` of known
+    ``length``: the query converted and measured once, not once a row. A backend that
+    scans its rows keeps each row's length with it."""
+    q = np.asarray(query, dtype=np.float64)
+    nq = float(np.linalg.norm(q))
+
+    def of(v: np.ndarray, nv: float) -> float:
+        return 0.0 if nq == 0.0 or nv == 0.0 else float(q.dot(v) / (nq * nv))
+
+    return of
+
+
 def vector_score(similarity: float | None,
                  calibration: Callable[[float], float] | None = None) -> float | None:
     """Cosine similarity, calibrated when a calibration is given, clipped to [0, 1];

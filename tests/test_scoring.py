@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
+import numpy as np
 import pytest
 
 from dream_memory_actor.models import VectorMemory
@@ -13,10 +15,12 @@ from dream_memory_actor.scoring import (
     TermStats,
     Weights,
     cosine,
+    cosine_to,
     hybrid_score,
     idf,
     keyword_order,
     keyword_score,
+    length,
     matched_weight,
     rank,
     strongest_terms,
@@ -66,6 +70,23 @@ def test_cosine() -> None:
     assert cosine([1, 0], [1, 0]) == pytest.approx(1.0)
     assert cosine([1, 0], [0, 1]) == pytest.approx(0.0)
     assert cosine([1, 0], [0, 0]) == 0.0
+
+
+def test_cosine_to_a_vector_of_known_length_is_cosine_to_the_last_digit() -> None:
+    """The in-memory backend scores its rows with ``cosine_to`` and each row's kept
+    ``length``: the same numbers as ``cosine``, so every backend ranks alike."""
+    rng = np.random.default_rng(5)
+    for i in range(600):
+        dim = (3, 384, 768)[i % 3]
+        query: Any = rng.standard_normal(dim) * rng.uniform(1e-3, 1e3)
+        if i % 4 == 0:
+            query = query.astype(np.float32)
+        if i % 2:
+            query = [float(x) for x in query]
+        row = np.zeros(dim) if i % 50 == 0 else rng.standard_normal(dim)
+        assert length(row) == float(np.linalg.norm(row))
+        assert cosine_to(query)(row, length(row)) == cosine(query, row)
+    assert cosine_to([0.0, 0.0])(np.array([1.0, 0.0]), 1.0) == 0.0
 
 
 @pytest.mark.parametrize("bad", [{"vector": -1.0}, {"time": float("nan")},

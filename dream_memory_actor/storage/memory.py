@@ -27,7 +27,7 @@ from ..models import (
     VectorMemory,
     utcnow,
 )
-from ..scoring import Candidate, TermStats, cosine, keyword_order
+from ..scoring import Candidate, TermStats, cosine_to, keyword_order, length
 from ..text import content_hash, fold
 from .base import StructuredStore, VectorStore
 from .decisions import replaces
@@ -142,6 +142,8 @@ class _Stored(NamedTuple):
     memory: VectorMemory
     vec: np.ndarray | None
     folded: str
+    #: The vector's length (``scoring.length``), for its cosines to queries.
+    norm: float = 0.0
 
 
 class InMemoryVectorStore(VectorStore):
@@ -192,8 +194,9 @@ class InMemoryVectorStore(VectorStore):
                 del rows[m.id]
             for p in w.puts:
                 vec = (rows[p.memory.id].vec if p.keeps
-                       else None if p.vector is None else np.asarray(p.vector))
-                rows[p.memory.id] = _Stored(p.memory, vec, fold(searched(p.memory)))
+                       else None if p.vector is None else np.asarray(p.vector, dtype=np.float64))
+                rows[p.memory.id] = _Stored(p.memory, vec, fold(searched(p.memory)),
+                                            0.0 if vec is None else length(vec))
             self._df[owner].apply(w.term_delta())
             if op_id is not None:
                 self._ops[(owner, op_id)] = result
@@ -216,7 +219,8 @@ class InMemoryVectorStore(VectorStore):
             return [row(s) for s in stored.values() if content_hash(s.memory.content) == text_hash]
         if near is not None:
             vector, k = near
-            sims = [(cosine(vector, s.vec), s) for s in stored.values() if s.vec is not None]
+            to = cosine_to(vector)
+            sims = [(to(s.vec, s.norm), s) for s in stored.values() if s.vec is not None]
             sims.sort(key=lambda x: -x[0])
             return [row(s, sim) for sim, s in sims[:k]]
         mems = sorted((s for s in stored.values() if matches(s.memory.metadata, where)),
@@ -242,10 +246,11 @@ class InMemoryVectorStore(VectorStore):
         rows = [r for o in owners for r in self._rows_of.get(o, {}).values()
                 if matches(r.memory.metadata, where)]
 
+        to = None if embedding is None else cosine_to(embedding)
+
         def candidate(row: _Stored) -> Candidate:
             m = row.memory
-            sim = (cosine(embedding, row.vec)
-                   if embedding is not None and row.vec is not None else None)
+            sim = None if to is None or row.vec is None else to(row.vec, row.norm)
             return Candidate(m.id, m.content, m.updated_at, sim, m, row.folded)
 
         out: dict[str, Candidate] = {}
