@@ -143,7 +143,7 @@ class _Stored(NamedTuple):
     vec: np.ndarray | None
     folded: str
     #: The vector's length (``scoring.length``), for its cosines to queries.
-    norm: float = 0.0
+    norm: float
 
 
 class InMemoryVectorStore(VectorStore):

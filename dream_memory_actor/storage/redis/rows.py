@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...models import VectorMemory
+from ...scoring import length
 from ...text import content_hash, fold, terms, with_context
 from ..terms import TermCounts
 from ..unit_rows import UnitRows
@@ -53,6 +54,8 @@ class Row:
     vec: np.ndarray | None
     folded: str
     hash: str
+    #: The vector's length (``scoring.length``), for its cosines to queries.
+    norm: float
 
 
 def vec_bytes(embedding: Sequence[float] | np.ndarray) -> bytes:
@@ -80,7 +83,7 @@ def row_from_fields(owner: str, memory_id: str, fields: Sequence[Any]) -> Row | 
 
 def make_row(memory: VectorMemory, vec: np.ndarray | None) -> Row:
     return Row(memory, vec, fold(with_context(memory.content, memory.context)),
-               content_hash(memory.content))
+               content_hash(memory.content), 0.0 if vec is None else length(vec))
 
 
 class OwnerRows:

@@ -45,7 +45,7 @@ import numpy as np
 
 from ...errors import BackendError
 from ...models import EmbeddingModel, MemoryVersion
-from ...scoring import Candidate, TermStats, cosine, keyword_order
+from ...scoring import Candidate, TermStats, cosine_to, keyword_order
 from ...text import fold
 from ..terms import prefix_df, summed
 from ..vector import VectorStore
@@ -86,11 +86,12 @@ def nearest(rows: OwnerRows, query: Sequence[float], k: int) -> list[tuple[str, 
         picked = [int(i) for i in np.flatnonzero(sims >= kth - _TIE)]
     else:
         picked = list(range(len(ids)))
+    to = cosine_to(q)
     exact = []
     for i in picked:
-        vec = rows.rows[ids[i]].vec
-        assert vec is not None
-        exact.append((cosine(q, vec), i))
+        row = rows.rows[ids[i]]
+        assert row.vec is not None
+        exact.append((to(row.vec, row.norm), i))
     exact.sort(key=lambda x: (-x[0], x[1]))
     return [(ids[i], sim) for sim, i in exact[:k]]
 
@@ -359,10 +360,11 @@ class RedisVectorStore(VectorStore):
                                                  if matches(r.memory.metadata, where)])
                         for o, rows in by_owner.items()}
         query = None if embedding is None else np.asarray(embedding, dtype=np.float64)
+        to = None if query is None else cosine_to(query)
 
         def candidate(row: Row) -> Candidate:
             m = row.memory
-            sim = None if query is None or row.vec is None else cosine(query, row.vec)
+            sim = None if to is None or row.vec is None else to(row.vec, row.norm)
             return Candidate(m.id, m.content, m.updated_at, sim, m, row.folded)
 
         out: dict[str, Candidate] = {}
