@@ -159,12 +159,14 @@ _T = TypeVar("_T")
 
 
 def keyword_order(items: Iterable[_T], query_terms: Sequence[str], weights: Sequence[float],
-                  limit: int, *, folded: Callable[[_T], str],
+                  limit: int, *, search_text: Callable[[_T], str],
                   updated_at: Callable[[_T], datetime], ident: Callable[[_T], str]
                   ) -> list[_T]:
     """The keyword candidates every backend proposes: the ``limit`` items in which at
     least one term is found (``text.occurs``), by sum of the weights of the terms found,
-    then newest, then smallest id.
+    then newest, then smallest id. ``search_text`` gives an item's ``text.word_starts``
+    (of its folded text), where a term is found by one substring test: ``" " + term``
+    (a CJK term: the term).
 
     One ordering for all backends, so the same data gives the same candidates
     (PostgreSQL computes it in SQL, in this order).
@@ -175,24 +177,19 @@ def keyword_order(items: Iterable[_T], query_terms: Sequence[str], weights: Sequ
     # Each term is looked up with str.find over one joined text of all rows (the scan
     # runs in C, a row that matches costs one step) rather than by a Python-level test
     # per row and term. Terms are runs of word characters: none spans the separator.
-    texts = [folded(r) for r in rows]
+    texts = [search_text(r) for r in rows]
     starts = [0] * (len(rows) + 1)
     for i, t in enumerate(texts):
         starts[i + 1] = starts[i] + len(t) + 1
     hay = "\x00".join(texts)
     got: dict[int, float] = {}
     for term, w in zip(query_terms, weights, strict=True):
-        anywhere = is_cjk(term[0])  # else only where a word starts (the separator is a
-        pos = hay.find(term)        # break: a row's first word starts after it)
+        needle = term if is_cjk(term[0]) else " " + term
+        pos = hay.find(needle)
         while pos >= 0:
             i = bisect.bisect_right(starts, pos) - 1
-            if not anywhere:
-                pos = word_start_at(term, hay, pos, starts[i + 1])
-                if pos < 0:
-                    pos = hay.find(term, starts[i + 1])
-                    continue
             got[i] = got.get(i, 0.0) + w
-            pos = hay.find(term, starts[i + 1])
+            pos = hay.find(needle, starts[i + 1])
     ranked = heapq.nsmallest(
         limit, ((-g, -updated_at(rows[i]).timestamp(), ident(rows[i]), i)
                 for i, g in got.items() if g > 0.0))
@@ -253,7 +250,9 @@ class Candidate(NamedTuple):
 
     Only what ranking needs is read eagerly; ``payload`` is the backend's row,
     turned into a ``VectorMemory`` only for the hits actually returned.
-    ``folded`` is the case-folded text when the backend already stores it.
+    ``folded`` is the text the keyword signal reads, when the backend has it: the
+    memory's content and context folded (``text.fold``), or their ``text.word_starts``,
+    where ``text.occurs`` gives the same answers.
     """
 
     id: str

@@ -28,7 +28,7 @@ from ..models import (
     utcnow,
 )
 from ..scoring import Candidate, TermStats, cosine_to, keyword_order, length
-from ..text import content_hash, fold
+from ..text import content_hash, fold, word_starts
 from .base import StructuredStore, VectorStore
 from .decisions import replaces
 from .ops import AddAudit, L1Op, apply_ops
@@ -141,7 +141,8 @@ class InMemoryStructuredStore(StructuredStore):
 class _Stored(NamedTuple):
     memory: VectorMemory
     vec: np.ndarray | None
-    folded: str
+    #: Its content and context as the keyword signal reads them (``text.word_starts``).
+    search_text: str
     #: The vector's length (``scoring.length``), for its cosines to queries.
     norm: float
 
@@ -195,7 +196,7 @@ class InMemoryVectorStore(VectorStore):
             for p in w.puts:
                 vec = (rows[p.memory.id].vec if p.keeps
                        else None if p.vector is None else np.asarray(p.vector, dtype=np.float64))
-                rows[p.memory.id] = _Stored(p.memory, vec, fold(searched(p.memory)),
+                rows[p.memory.id] = _Stored(p.memory, vec, word_starts(fold(searched(p.memory))),
                                             0.0 if vec is None else length(vec))
             self._df[owner].apply(w.term_delta())
             if op_id is not None:
@@ -251,7 +252,7 @@ class InMemoryVectorStore(VectorStore):
         def candidate(row: _Stored) -> Candidate:
             m = row.memory
             sim = None if to is None or row.vec is None else to(row.vec, row.norm)
-            return Candidate(m.id, m.content, m.updated_at, sim, m, row.folded)
+            return Candidate(m.id, m.content, m.updated_at, sim, m, row.search_text)
 
         out: dict[str, Candidate] = {}
         if embedding is not None:
@@ -259,7 +260,7 @@ class InMemoryVectorStore(VectorStore):
             with_vec.sort(key=lambda c: -(c.similarity or 0.0))
             for c in with_vec[:vector_k]:
                 out[c.id] = c
-        for r in keyword_order(rows, terms, weights, keyword_k, folded=lambda r: r.folded,
+        for r in keyword_order(rows, terms, weights, keyword_k, search_text=lambda r: r.search_text,
                                updated_at=lambda r: r.memory.updated_at,
                                ident=lambda r: r.memory.id):
             if r.memory.id not in out:

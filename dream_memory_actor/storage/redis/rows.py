@@ -20,7 +20,7 @@ import numpy as np
 
 from ...models import VectorMemory
 from ...scoring import length
-from ...text import content_hash, fold, terms, with_context
+from ...text import content_hash, fold, terms, with_context, word_starts
 from ..terms import TermCounts
 from ..unit_rows import UnitRows
 from .common import text
@@ -52,7 +52,8 @@ NO_TOKEN = "-"
 class Row:
     memory: VectorMemory
     vec: np.ndarray | None
-    folded: str
+    #: Its content and context as the keyword signal reads them (``text.word_starts``).
+    search_text: str
     hash: str
     #: The vector's length (``scoring.length``), for its cosines to queries.
     norm: float
@@ -82,7 +83,7 @@ def row_from_fields(owner: str, memory_id: str, fields: Sequence[Any]) -> Row | 
 
 
 def make_row(memory: VectorMemory, vec: np.ndarray | None) -> Row:
-    return Row(memory, vec, fold(with_context(memory.content, memory.context)),
+    return Row(memory, vec, word_starts(fold(with_context(memory.content, memory.context))),
                content_hash(memory.content), 0.0 if vec is None else length(vec))
 
 

@@ -365,7 +365,7 @@ class RedisVectorStore(VectorStore):
         def candidate(row: Row) -> Candidate:
             m = row.memory
             sim = None if to is None or row.vec is None else to(row.vec, row.norm)
-            return Candidate(m.id, m.content, m.updated_at, sim, m, row.folded)
+            return Candidate(m.id, m.content, m.updated_at, sim, m, row.search_text)
 
         out: dict[str, Candidate] = {}
         if query is not None:
@@ -376,7 +376,8 @@ class RedisVectorStore(VectorStore):
                 if row is not None and row.vec is not None:
                     out.setdefault(mid, candidate(row))
         every = (r for rows in by_owner.values() for r in rows.rows.values())
-        for row in keyword_order(every, terms, weights, keyword_k, folded=lambda r: r.folded,
+        for row in keyword_order(every, terms, weights, keyword_k,
+                                 search_text=lambda r: r.search_text,
                                  updated_at=lambda r: r.memory.updated_at,
                                  ident=lambda r: r.memory.id):
             out.setdefault(row.memory.id, candidate(row))
