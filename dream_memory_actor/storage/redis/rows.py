@@ -1,10 +1,11 @@
 """The memories of one owner as this process last read them, and the scans over them.
 
 Dedup needs the owner's vectors and content hashes; keyword candidates need the
-owner's folded texts (substring matching, which no server-side tokenizer
-reproduces exactly). Both are kept here, per owner, tagged with the owner's
-version token: the token changes on every write from any process, and each
-read checks it in the same round trip that would fetch the rows.
+places words start in the owner's folded texts (``text.word_starts``: a term is found
+by one substring test, which no server-side tokenizer reproduces exactly). Both are
+kept here, per owner, tagged with the owner's version token: the token changes on
+every write from any process, and each read checks it in the same round trip that
+would fetch the rows.
 """
 
 from __future__ import annotations
