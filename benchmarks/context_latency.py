@@ -1,6 +1,6 @@
 """Store and search latency of memories that carry their context, against memories without.
 
-``python -m benchmarks context-latency [--conversations N] [--backend postgres|memory]``:
+``python -m benchmarks context-latency [--conversations N] [--backend postgres|memory|redis]``:
 two ``MemoryEngine``s with the real model (``local:multilingual-e5-small`` by default),
 one per arm, each with its own embedding cache as configured by default, so neither
 arm finds the other's texts there. Each LoCoMo turn is stored twice through
@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import time
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -64,8 +65,10 @@ ARMS = ("plain", "context")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", default=DEFAULT_PATH, help="the LoCoMo JSON file")
     p.add_argument("--conversations", type=int, default=2, help="the first N conversations")
-    p.add_argument("--backend", choices=["postgres", "memory"], default="postgres")
+    p.add_argument("--backend", choices=["postgres", "memory", "redis"], default="postgres")
     p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: the embedded server)")
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0",
+                   help="the Redis server (--backend redis); the run's keys are removed after")
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="local model (a local: name without the prefix)")
     p.add_argument("--context-turns", type=int, default=EXTRACTION_TURNS,
@@ -227,18 +230,35 @@ async def _warm(engine: MemoryEngine, conv: Conversation, turns: int) -> None:
 
 
 async def _drop(engine: MemoryEngine, settings: MemorySettings) -> None:
-    """Drop the benchmark's schema (PostgreSQL)."""
+    """Drop the benchmark's schema (PostgreSQL) or its keys (Redis)."""
     if settings.backend == "postgres":
         backend: Any = getattr(engine.vector, "backend")  # noqa: B009 - postgres only
         async with backend.connection() as conn:
             await conn.execute(f"DROP SCHEMA IF EXISTS {settings.postgres_schema} CASCADE")
+    elif settings.backend == "redis" and settings.redis_url is not None:
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(settings.redis_url.get_secret_value())
+        try:
+            async for key in client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000):
+                await client.delete(key)
+        finally:
+            await client.aclose()
+
+
+def settings_for(args: argparse.Namespace, threshold: float) -> MemorySettings:
+    """The run's settings: a fresh PostgreSQL schema or Redis prefix of the same name."""
+    extra: dict[str, Any] = {}
+    if args.backend == "redis":
+        extra = {"redis_url": args.redis_url, "redis_prefix": f"bench_ctx_{uuid.uuid4().hex[:10]}"}
+    return bench_settings(args.backend, args.dsn, threshold, args.model, **extra)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     data = load_locomo(args.path)
     convs = data.conversations[:args.conversations]
     threshold = MemorySettings.model_fields["dedup_threshold"].default
-    settings = bench_settings(args.backend, args.dsn, threshold, args.model)
+    settings = settings_for(args, threshold)
     load_start = [round(x, 2) for x in os.getloadavg()]
     engines: dict[str, MemoryEngine] = {}
     try:

@@ -114,3 +114,34 @@ async def test_a_store_with_context_sends_the_model_only_what_its_conversation_s
     met = out["targets"]["store_with_context_at_most_1.3x"]["met"]
     assert f"store with context at most 1.3x: {'yes' if met else 'no'}" in "".join(lines)
     assert "No context-latency results" in context_latency_section([])[2]
+
+
+async def test_a_redis_run_has_a_prefix_of_its_own_and_removes_only_its_keys(
+        redis_url: str) -> None:
+    """``--backend redis``: the run writes under a fresh prefix, and its keys go after it;
+    a key of another prefix stays."""
+    import argparse
+
+    from redis.asyncio import Redis
+
+    from benchmarks.context_latency import _drop, add_arguments, settings_for
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--backend", "redis", "--redis-url", redis_url])
+    a, b = settings_for(args, 0.85), settings_for(args, 0.85)
+    assert a.backend == "redis" and a.redis_prefix != b.redis_prefix
+    assert a.redis_url is not None and a.redis_url.get_secret_value() == redis_url
+    engine = await MemoryEngine.open(a.model_copy(update={"embedding_model": None}))
+    client = Redis.from_url(redis_url)
+    try:
+        await engine.store("ann", "I adopted a dog.")
+        await client.set("elsewhere:key", "1")
+        assert [k async for k in client.scan_iter(match=f"{a.redis_prefix}:*")]
+        await _drop(engine, a)
+        assert [k async for k in client.scan_iter(match=f"{a.redis_prefix}:*")] == []
+        assert await client.get("elsewhere:key") == b"1"
+    finally:
+        await client.delete("elsewhere:key")
+        await client.aclose()
+        await engine.close()
