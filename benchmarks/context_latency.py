@@ -247,7 +247,8 @@ async def _drop(engine: MemoryEngine, settings: MemorySettings) -> None:
 
 
 def settings_for(args: argparse.Namespace, threshold: float) -> MemorySettings:
-    """The run's settings: a fresh PostgreSQL schema or Redis prefix of the same name."""
+    """The run's settings: a fresh PostgreSQL schema (``bench_settings``), or with
+    ``--backend redis`` a fresh key prefix on ``--redis-url``."""
     extra: dict[str, Any] = {}
     if args.backend == "redis":
         extra = {"redis_url": args.redis_url, "redis_prefix": f"bench_ctx_{uuid.uuid4().hex[:10]}"}

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.context_latency import compared, measure, order, targets
+from redis.asyncio import Redis
+
+from benchmarks.context_latency import (
+    _drop,
+    add_arguments,
+    compared,
+    measure,
+    order,
+    settings_for,
+    targets,
+)
 from benchmarks.locomo import parse_conversation
 from benchmarks.report_context import context_latency_section
 from dream_memory_actor.config import MemorySettings
@@ -120,12 +131,6 @@ async def test_a_redis_run_has_a_prefix_of_its_own_and_removes_only_its_keys(
         redis_url: str) -> None:
     """``--backend redis``: the run writes under a fresh prefix, and its keys go after it;
     a key of another prefix stays."""
-    import argparse
-
-    from redis.asyncio import Redis
-
-    from benchmarks.context_latency import _drop, add_arguments, settings_for
-
     p = argparse.ArgumentParser()
     add_arguments(p)
     args = p.parse_args(["--backend", "redis", "--redis-url", redis_url])
