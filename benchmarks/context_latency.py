@@ -240,8 +240,10 @@ async def _drop(engine: MemoryEngine, settings: MemorySettings) -> None:
 
         client = Redis.from_url(settings.redis_url.get_secret_value())
         try:
-            async for key in client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000):
-                await client.delete(key)
+            keys = [k async for k in client.scan_iter(match=f"{settings.redis_prefix}:*",
+                                                      count=1000)]
+            for start in range(0, len(keys), 1000):  # a round trip a thousand keys
+                await client.delete(*keys[start:start + 1000])
         finally:
             await client.aclose()
 
