@@ -16,13 +16,12 @@ so a keyword-only score is comparable to the same hit's hybrid score.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -153,47 +152,6 @@ def keyword_score_folded(query_terms: Sequence[str], folded: str,
     if total <= 0.0:
         return 0.0
     return min(1.0, matched_weight(query_terms, weights, folded) / total)
-
-
-_T = TypeVar("_T")
-
-
-def keyword_order(items: Iterable[_T], query_terms: Sequence[str], weights: Sequence[float],
-                  limit: int, *, search_text: Callable[[_T], str],
-                  updated_at: Callable[[_T], datetime], ident: Callable[[_T], str]
-                  ) -> list[_T]:
-    """The keyword candidates every backend proposes: the ``limit`` items in which at
-    least one term is found (``text.occurs``), by sum of the weights of the terms found,
-    then newest, then smallest id. ``search_text`` gives an item's ``text.word_starts``
-    (of its folded text), where a term is found by one substring test: ``" " + term``
-    (a CJK term: the term).
-
-    One ordering for all backends, so the same data gives the same candidates
-    (PostgreSQL computes it in SQL, in this order).
-    """
-    if not query_terms or limit <= 0:
-        return []
-    rows = list(items)
-    # Each term is looked up with str.find over one joined text of all rows (the scan
-    # runs in C, a row that matches costs one step) rather than by a Python-level test
-    # per row and term. Terms are runs of word characters: none spans the separator.
-    texts = [search_text(r) for r in rows]
-    starts = [0] * (len(rows) + 1)
-    for i, t in enumerate(texts):
-        starts[i + 1] = starts[i] + len(t) + 1
-    hay = "\x00".join(texts)
-    got: dict[int, float] = {}
-    for term, w in zip(query_terms, weights, strict=True):
-        needle = term if is_cjk(term[0]) else " " + term
-        pos = hay.find(needle)
-        while pos >= 0:
-            i = bisect.bisect_right(starts, pos) - 1
-            got[i] = got.get(i, 0.0) + w
-            pos = hay.find(needle, starts[i + 1])
-    ranked = heapq.nsmallest(
-        limit, ((-g, -updated_at(rows[i]).timestamp(), ident(rows[i]), i)
-                for i, g in got.items() if g > 0.0))
-    return [rows[r[3]] for r in ranked]
 
 
 def cosine(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:

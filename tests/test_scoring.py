@@ -18,7 +18,6 @@ from dream_memory_actor.scoring import (
     cosine_to,
     hybrid_score,
     idf,
-    keyword_order,
     keyword_score,
     length,
     matched_weight,
@@ -28,7 +27,6 @@ from dream_memory_actor.scoring import (
     time_score,
     vector_score,
 )
-from dream_memory_actor.text import fold, occurs, word_starts
 
 NOW = datetime(2026, 1, 31, tzinfo=timezone.utc)
 
@@ -227,43 +225,3 @@ def test_strongest_terms_keep_the_rarest_present_terms_in_query_order() -> None:
     w = term_weights(terms, stats)
     assert strongest_terms(terms, w, stats, 3) == (["b2", "e5"], [w[1], w[4]])
     assert strongest_terms(terms, w, TermStats(10, {}), 3) == ([], [])
-
-
-def test_keyword_order_finds_a_term_where_occurs_does() -> None:
-    """The rows' ``word_starts`` texts, one substring test a term: the items whose folded
-    texts have the terms where a word starts (a CJK term anywhere), as ``text.occurs``
-    finds them, in the same order."""
-    texts = ["We don't create; deployment first", "the deploy went fine", "ate an apple",
-             "系统部署完成", "re-deploy and Fine-tune", "tea", "x" * 80 + "deployz",
-             "l'état du déploiement", "ok: deploy!deploy"]
-    rows = [(f"m{i}", fold(t), NOW - timedelta(days=i)) for i, t in enumerate(texts)]
-    for query in (["deploy"], ["t", "ate"], ["部署", "fine"], ["tune", "état"],
-                  ["déploiement", "x" * 64], ["deployz", "ok"]):
-        weights = [1.0 + i for i in range(len(query))]
-        got = keyword_order(rows, query, weights, 10, search_text=lambda r: word_starts(r[1]),
-                            updated_at=lambda r: r[2], ident=lambda r: r[0])
-        found = [(sum(w for t, w in zip(query, weights, strict=True) if occurs(t, r[1])), r)
-                 for r in rows]
-        wanted = sorted([f for f in found if f[0] > 0],
-                        key=lambda f: (-f[0], -f[1][2].timestamp(), f[1][0]))
-        assert [r[0] for r in got] == [f[1][0] for f in wanted], query
-
-
-def test_keyword_order_by_matched_weight_then_newest_then_smallest_id() -> None:
-    t0 = NOW - timedelta(days=1)
-    rows = [("m5", "helm", t0), ("m1", "helm argo", t0), ("m3", "argo", NOW),
-            ("m2", "argo", t0), ("m4", "tea", NOW), ("m0", "argo", t0)]
-
-    def order(limit: int, weights: list[float]) -> list[str]:
-        got = keyword_order(rows, ["helm", "argo"], weights, limit,
-                            search_text=lambda r: word_starts(r[1]),
-                            updated_at=lambda r: r[2], ident=lambda r: r[0])
-        return [r[0] for r in got]
-
-    # argo rarer than helm: the argo memories before "helm"; at equal weight newest,
-    # then smallest id; "tea" matches nothing and is never a candidate
-    assert order(10, [1.0, 2.0]) == ["m1", "m3", "m0", "m2", "m5"]
-    assert order(10, [2.0, 1.0]) == ["m1", "m5", "m3", "m0", "m2"]
-    assert order(2, [1.0, 2.0]) == ["m1", "m3"]
-    assert keyword_order(rows, [], [], 10, search_text=lambda r: r[1], updated_at=lambda r: r[2],
-                         ident=lambda r: r[0]) == []

@@ -27,13 +27,14 @@ from ..models import (
     VectorMemory,
     utcnow,
 )
-from ..scoring import Candidate, TermStats, cosine_to, keyword_order, length
+from ..scoring import Candidate, TermStats, cosine_to, length
 from ..text import content_hash, fold, word_starts
 from .base import StructuredStore, VectorStore
 from .decisions import replaces
 from .ops import AddAudit, L1Op, apply_ops
 from .terms import TermCounts, prefix_df, summed
 from .versions import matches
+from .word_index import WordIndex, keyword_order
 from .writes import Planner, Row, searched
 
 
@@ -151,7 +152,8 @@ class InMemoryVectorStore(VectorStore):
     """L2 in a dictionary per owner, with exact (brute-force) cosine search.
 
     Each owner's term counts (memories per term, ``terms.TermCounts``) are kept beside
-    its rows, moved by every write (``writes.Writes.term_delta``).
+    its rows, moved by every write (``writes.Writes.term_delta``); so is its
+    ``word_index.WordIndex``, once a search has made it.
     """
 
     def __init__(self, dim: int | None = None, *, max_content_bytes: int = 32 * 1024) -> None:
@@ -159,6 +161,7 @@ class InMemoryVectorStore(VectorStore):
         self.max_content_bytes = max_content_bytes
         self._rows_of: defaultdict[str, dict[str, _Stored]] = defaultdict(dict)
         self._df: defaultdict[str, TermCounts] = defaultdict(TermCounts)
+        self._words: dict[str, WordIndex[_Stored]] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._ops: dict[tuple[str, str], str] = {}
         self._closed_versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
@@ -191,13 +194,19 @@ class InMemoryVectorStore(VectorStore):
             gone = {v.id for v in w.reopened}
             kept = [v for v in self._closed_versions[owner] if v.id not in gone]
             self._closed_versions[owner] = [*kept, *w.versions]
+            words = self._words.get(owner)
             for m in w.drops:
                 del rows[m.id]
+                if words is not None:
+                    words.remove(m.id)
             for p in w.puts:
                 vec = (rows[p.memory.id].vec if p.keeps
                        else None if p.vector is None else np.asarray(p.vector, dtype=np.float64))
-                rows[p.memory.id] = _Stored(p.memory, vec, word_starts(fold(searched(p.memory))),
-                                            0.0 if vec is None else length(vec))
+                row = rows[p.memory.id] = _Stored(p.memory, vec,
+                                                  word_starts(fold(searched(p.memory))),
+                                                  0.0 if vec is None else length(vec))
+                if words is not None:
+                    words.add(row)
             self._df[owner].apply(w.term_delta())
             if op_id is not None:
                 self._ops[(owner, op_id)] = result
@@ -246,6 +255,8 @@ class InMemoryVectorStore(VectorStore):
                           ) -> list[Candidate]:
         rows = [r for o in owners for r in self._rows_of.get(o, {}).values()
                 if matches(r.memory.metadata, where)]
+        only = {r.memory.id for r in rows} if where else None
+        indexes = [self._index(o) for o in owners if self._rows_of.get(o)]
 
         to = None if embedding is None else cosine_to(embedding)
 
@@ -260,18 +271,25 @@ class InMemoryVectorStore(VectorStore):
             with_vec.sort(key=lambda c: -(c.similarity or 0.0))
             for c in with_vec[:vector_k]:
                 out[c.id] = c
-        for r in keyword_order(rows, terms, weights, keyword_k, search_text=lambda r: r.search_text,
-                               updated_at=lambda r: r.memory.updated_at,
-                               ident=lambda r: r.memory.id):
+        for r in keyword_order(indexes, terms, weights, keyword_k, only):
             if r.memory.id not in out:
                 out[r.memory.id] = candidate(r)
         return list(out.values())
+
+    def _index(self, owner: str) -> WordIndex[_Stored]:
+        words = self._words.get(owner)
+        if words is None:
+            words = self._words[owner] = WordIndex(
+                self._rows_of[owner].values(), search_text=lambda r: r.search_text,
+                updated_at=lambda r: r.memory.updated_at, ident=lambda r: r.memory.id)
+        return words
 
     async def _forget(self, owner: str) -> int:
         async with self._locks[owner]:
             gone = len(self._rows_of.pop(owner, {}))
             self._reads.pop(owner, None)
             self._df.pop(owner, None)
+            self._words.pop(owner, None)
             self._closed_versions.pop(owner, None)
             for key in [k for k in self._ops if k[0] == owner]:
                 del self._ops[key]

@@ -170,7 +170,7 @@ class VectorStore(_Lifecycle, ABC):
         where: Mapping[str, Any] | None = None,
     ) -> list[Candidate]:
         """Up to ``vector_k`` nearest memories by cosine (when ``embedding``) plus up to
-        ``keyword_k`` memories in ``scoring.keyword_order`` (highest sum of the
+        ``keyword_k`` memories in ``word_index.keyword_order`` (highest sum of the
         ``weights`` of the ``terms`` they contain, then newest, then smallest id), each
         once, with its cosine. ``stats`` are those the weights came from. With
         ``where``, only memories whose metadata ``versions.matches`` it, chosen before

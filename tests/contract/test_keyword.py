@@ -169,3 +169,35 @@ async def test_very_long_queries_are_answered(stores: Stores) -> None:
     zh = "部署" + "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(6000))
     hits = await v.search("alice", zh)
     assert hits and hits[0].memory.content == "系统部署完成"
+
+
+async def test_keyword_candidates_follow_the_writes_after_a_search(stores: Stores) -> None:
+    """A search, then every kind of write, each followed by a search: the candidates
+    are those of the owner's memories as they are now (a backend that keeps an index of
+    its rows between searches keeps it in step)."""
+    v = stores.vector
+    now = utcnow()
+    a = (await v.store("alice", "the argo rollout failed", now=now)).memory
+    await v.store("bob", "argo at bob's", now=now)
+
+    async def found(query: str) -> set[str]:
+        return {h.memory.content for h in await v.search("alice", query, now=now)}
+
+    assert await found("argo") == {"the argo rollout failed"}
+    b = (await v.store("alice", "helm chart for argo", now=now)).memory
+    assert await found("argo") == {"the argo rollout failed", "helm chart for argo"}
+    await v.update("alice", a.id, "the flux rollout failed")
+    assert await found("argo") == {"helm chart for argo"}
+    assert await found("flux") == {"the flux rollout failed"}
+    await v.supersede_memory("alice", b.id, "kustomize overlay for flux")
+    assert await found("argo") == set()
+    assert await found("kustomize") == {"kustomize overlay for flux"}
+    await v.store_many("alice", ["argo again", "argonaut notes"], now=now)
+    assert await found("argo") == {"argo again", "argonaut notes"}
+    ids = {h.memory.content: h.memory.id for h in await v.search("alice", "argo", now=now)}
+    assert await v.delete("alice", ids["argo again"])
+    assert await found("argo") == {"argonaut notes"}
+    await v.forget("alice")
+    assert await found("argo") == set()
+    assert {h.memory.content for h in await v.search("bob", "argo", now=now)} == {
+        "argo at bob's"}

@@ -2,10 +2,10 @@
 
 Dedup needs the owner's vectors and content hashes; keyword candidates need the
 places words start in the owner's folded texts (``text.word_starts``: a term is found
-by one substring test, which no server-side tokenizer reproduces exactly). Both are
-kept here, per owner, tagged with the owner's version token: the token changes on
-every write from any process, and each read checks it in the same round trip that
-would fetch the rows.
+where a word starts, which no server-side tokenizer reproduces exactly), and the rows
+by those words (``word_index.WordIndex``). They are kept here, per owner, tagged with
+the owner's version token: the token changes on every write from any process, and
+each read checks it in the same round trip that would fetch the rows.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ...scoring import length
 from ...text import content_hash, fold, terms, with_context, word_starts
 from ..terms import TermCounts
 from ..unit_rows import UnitRows
+from ..word_index import WordIndex
 from .common import text
 
 #: The fields of a memory hash that rows are built from, in this order.
@@ -96,6 +97,7 @@ class OwnerRows:
         self.rows: dict[str, Row] = {r.memory.id: r for r in rows}
         self._units: UnitRows | None = None  # the rows' vectors, made on the first scan
         self._df: TermCounts | None = None
+        self._words: WordIndex[Row] | None = None  # made on the first keyword search
 
     @classmethod
     def from_reply(cls, owner: str, reply: Sequence[Any]) -> OwnerRows:
@@ -113,6 +115,8 @@ class OwnerRows:
         is_new = mid not in self.rows
         self.rows[mid] = row
         self._df = None
+        if self._words is not None:
+            self._words.add(row)
         if not is_new or row.vec is None or self._units is None:
             return
         if self._units.dim != row.vec.shape[0]:
@@ -124,6 +128,8 @@ class OwnerRows:
         if self.rows.pop(memory_id, None) is not None:
             self._units = None
             self._df = None
+            if self._words is not None:
+                self._words.remove(memory_id)
 
     def document_frequencies(self) -> TermCounts:
         """How many of these rows have each term (counted once, then kept with the rows)."""
@@ -132,6 +138,14 @@ class OwnerRows:
                 t for r in self.rows.values()
                 for t in terms(with_context(r.memory.content, r.memory.context))))
         return self._df
+
+    def words(self) -> WordIndex[Row]:
+        """The rows by the words of their keyword texts (made once, then kept in step)."""
+        if self._words is None:
+            self._words = WordIndex(self.rows.values(), search_text=lambda r: r.search_text,
+                                    updated_at=lambda r: r.memory.updated_at,
+                                    ident=lambda r: r.memory.id)
+        return self._words
 
     def _vectors(self) -> UnitRows:
         if self._units is None:

@@ -45,11 +45,12 @@ import numpy as np
 
 from ...errors import BackendError
 from ...models import EmbeddingModel, MemoryVersion
-from ...scoring import Candidate, TermStats, cosine_to, keyword_order
+from ...scoring import Candidate, TermStats, cosine_to
 from ...text import fold
 from ..terms import prefix_df, summed
 from ..vector import VectorStore
 from ..versions import matches
+from ..word_index import keyword_order
 from ..writes import PROPOSAL_OP, Planner, Writes, searched
 from ..writes import Row as Found
 from . import df
@@ -355,10 +356,13 @@ class RedisVectorStore(VectorStore):
             # (read for the keyword candidates anyway) by exact cosine.
             knn = module and embedding is not None and self.dim is not None and not where
             by_owner, hits = await self._fetch_for_search(owners, embedding, vector_k, knn)
+        indexes = [rows.words() for rows in by_owner.values() if rows.rows]
+        only = None
         if where:
             by_owner = {o: OwnerRows(rows.token, [r for r in rows.rows.values()
                                                  if matches(r.memory.metadata, where)])
                         for o, rows in by_owner.items()}
+            only = {mid for rows in by_owner.values() for mid in rows.rows}
         query = None if embedding is None else np.asarray(embedding, dtype=np.float64)
         to = None if query is None else cosine_to(query)
 
@@ -375,11 +379,7 @@ class RedisVectorStore(VectorStore):
                 row = by_owner[owner].rows.get(mid)
                 if row is not None and row.vec is not None:
                     out.setdefault(mid, candidate(row))
-        every = (r for rows in by_owner.values() for r in rows.rows.values())
-        for row in keyword_order(every, terms, weights, keyword_k,
-                                 search_text=lambda r: r.search_text,
-                                 updated_at=lambda r: r.memory.updated_at,
-                                 ident=lambda r: r.memory.id):
+        for row in keyword_order(indexes, terms, weights, keyword_k, only):
             out.setdefault(row.memory.id, candidate(row))
         return list(out.values())
 
