@@ -3,6 +3,8 @@ change."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from dream_memory_actor.models import MemoryFact, utcnow
@@ -15,7 +17,7 @@ from dream_memory_actor.storage.dedup import (
     judge_pair,
     updated_item,
 )
-from dream_memory_actor.storage.pairs import compare, tokens
+from dream_memory_actor.storage.pairs import _may_align, _read, compare, tokens
 
 
 def test_df_delta_counts_distinct_terms_of_insert_merge_and_delete() -> None:
@@ -330,3 +332,52 @@ def test_a_word_is_made_a_token_once_and_its_place_never_changes_the_kept_one() 
     for i in range(pairs._KEPT_TOKENS + 10):
         pairs._latin_token(f"w{i}", False)
     assert len(pairs._latin_tokens) <= pairs._KEPT_TOKENS
+
+
+# -- what a comparison tells without aligning the texts ----------------------------------
+
+
+#: Words with the forms ``_equivalent`` lets stand for each other (short forms, forms of
+#: one word, an acronym and its words), numbers, names, Chinese, and a speaker's label.
+WORDS = """
+    the deploy deploys deployment deployments k8s kubernetes ts typescript go golang
+    CI continuous integration staging cluster runs on friday monday 9 10:30 Porto
+    Lisbon user lives in not no longer likes 部署 系统 周五 三点 Jon: Ana: hiking
+    the ridge was worth it
+    """.split()  # noqa: SIM905 - a word list reads better as text
+
+
+def test_may_align_never_says_no_to_texts_that_share_half() -> None:
+    """``_may_align`` is a bound: wherever the alignment shares half of the content,
+    it says so, over texts made of equivalent forms, labels and values; and it tells
+    most unrelated pairs apart without aligning them."""
+    # each needs the form it names to reach half
+    for ta, tb in (("deploys", "deployments"), ("k8s", "kubernetes"), ("TS", "TypeScript"),
+                   ("SRE team", "site reliability engineering team")):
+        assert compare(ta, tb).shared >= 0.5 and compare(tb, ta).shared >= 0.5
+        assert _may_align(_read(ta), _read(tb)) and _may_align(_read(tb), _read(ta))
+    rng = random.Random(11)
+    told_apart = 0
+    for _ in range(3000):
+        a = rng.sample(WORDS, rng.randrange(1, 9))
+        b = [w if rng.random() < 0.6 else rng.choice(WORDS) for w in a]
+        if rng.random() < 0.3:
+            b = rng.sample(WORDS, rng.randrange(1, 9))
+        ta, tb = " ".join(a), " ".join(b)
+        c = compare(ta, tb)
+        if c.shared >= 0.5:
+            assert _may_align(_read(ta), _read(tb)), (ta, tb)
+        if not _may_align(_read(ta), _read(tb)):
+            told_apart += 1
+            assert not compare(ta, tb).aligned
+    assert told_apart > 300
+
+
+def test_a_value_change_is_told_without_aligning_when_a_text_names_no_value() -> None:
+    c = compare("The standup is on Friday.", "The standup is on Monday.")
+    assert c.value_change is not None and c.value_change.kind == "value"
+    assert compare("The standup is on Friday.", "The standup moved.").value_change is None
+    # told apart without an alignment: nothing of it is made
+    c = compare("Jon: The hike was long.", "Ana: Deploys run on Kubernetes.")
+    assert not c.aligned and c.value_change is None and c._alignment is None
+    assert c.shared == 0.0 and c._alignment is not None

@@ -301,9 +301,8 @@ def _conflict(c: Comparison) -> str | None:
     does not ("The Simpsons" -> "Tom and Jerry"; "TS" and "TypeScript" are one name)."""
     if c.numbers_conflict:
         return "their numbers differ"
-    for ch in c.changes:
-        if ch.kind == "value":
-            return f"{ch.describe()}"
+    if (ch := c.value_change) is not None:
+        return ch.describe()
     if c.negation_differs:
         return "only one of them says not"
     if c.names_apart is not None:

@@ -264,6 +264,16 @@ class _Reading(NamedTuple):
     words: frozenset[str]
     initials: str
     labelled: bool
+    #: What :func:`_may_align` reads: the norms of the content tokens, each with its
+    #: ``_bare`` form (``None`` for a word not in ASCII); of the words (no function
+    #: word), their ``_bare`` forms and their norms by first character; whether one is
+    #: in capitals (an acronym, ``_acronym``). And whether the text names a value
+    #: (``Token.value``).
+    content_forms: tuple[tuple[str, str | None], ...]
+    bares: frozenset[str]
+    by_first: dict[str, tuple[str, ...]]
+    capitals: bool
+    values: bool
 
 
 def _read(text: str) -> _Reading:
@@ -292,9 +302,20 @@ def _reading(text: str) -> _Reading:
     before = [0]
     for t in ts:
         before.append(before[-1] + t.content)
+    words = [t for t in ts if not t.function]
+    by_first: dict[str, list[str]] = {}
+    for t in words:
+        by_first.setdefault(t.norm[:1], []).append(t.norm)
     return _Reading(ts, tuple(t.norm for t in ts), tuple(before), _numbers(ts),
                     any(t.negation for t in ts), frozenset(_names(ts)),
-                    frozenset(t.norm for t in ts), _initials(ts), label_length(ts) > 0)
+                    frozenset(t.norm for t in ts), _initials(ts), label_length(ts) > 0,
+                    tuple((t.norm, _bare(t.norm) if t.norm.isascii() else None)
+                          for t in ts if t.content),
+                    frozenset(_bare(t.norm) for t in words if t.norm.isascii()),
+                    {c: tuple(ns) for c, ns in by_first.items()},
+                    any(len(t.text) > 1 and t.text.isalpha() and t.text.isupper()
+                        for t in words),
+                    any(t.value for t in ts))
 
 
 def _tokens(text: str) -> tuple[Token, ...]:
@@ -477,43 +498,85 @@ def _shown(words: Sequence[str], most: int = 60) -> str:
     return text if len(text) <= most else text[:most - 1] + "…"
 
 
-@dataclass(frozen=True)
 class Comparison:
-    """What :func:`compare` found."""
+    """What :func:`compare` found. What the two texts' readings tell is set at once; the
+    alignment (:attr:`shared`, :attr:`changes`) is made when first asked for. Whether the
+    texts are :attr:`aligned`, or change a value (:attr:`value_change`), is often told
+    without it: most pairs a store judges are turns or facts with little in common, and
+    aligning them was most of a judgement. ``python -m benchmarks locomo-ingest`` aligns
+    8% of its 7,162 comparisons so, and went from 1,118-1,163 to 1,289-1,344 turns/s in
+    three alternating pairs of runs, every judgement of its pairs and of the dedup pairs
+    unchanged."""
 
-    #: The content tokens of both texts that the alignment matched, over the content
-    #: tokens of the longer text (a speaker's label is no content).
-    shared: float
-    #: The places where content differs, in text order.
-    changes: tuple[Change, ...]
-    #: Both texts name numbers (values, times, dates) and neither text's are among the
-    #: other's.
-    numbers_conflict: bool
-    #: The texts are equal once normalized.
-    same: bool
-    #: Only one of the texts says "not" (anywhere in it).
-    negation_differs: bool = False
-    #: The names each text has and the other lacks (short forms matched: "TS" is
-    #: "TypeScript"), when both have some: ("the simpsons",) against ("tom", "jerry").
-    names_apart: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-    #: Both texts open with a speaker's label (turns of a conversation).
-    labelled: bool = False
+    __slots__ = ("_a", "_alignment", "_b", "labelled", "negation_differs", "numbers_conflict",
+                 "same")
+
+    def __init__(self, a: _Reading, b: _Reading) -> None:
+        self._a, self._b = a, b
+        self._alignment: tuple[float, tuple[Change, ...]] | None = None
+        #: Both texts name numbers (values, times, dates) and neither text's are among
+        #: the other's.
+        self.numbers_conflict = bool(a.numbers and b.numbers and not (
+            a.numbers <= b.numbers or b.numbers <= a.numbers))
+        #: The texts are equal once normalized.
+        self.same = a.norms == b.norms
+        #: Only one of the texts says "not" (anywhere in it).
+        self.negation_differs = a.negation != b.negation
+        #: Both texts open with a speaker's label (turns of a conversation).
+        self.labelled = a.labelled and b.labelled
+
+    @property
+    def shared(self) -> float:
+        """The content tokens of both texts that the alignment matched, over the content
+        tokens of the longer text (a speaker's label is no content)."""
+        return self._aligned()[0]
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        """The places where content differs, in text order."""
+        return self._aligned()[1]
+
+    @property
+    def names_apart(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """The names each text has and the other lacks (short forms matched: "TS" is
+        "TypeScript"), when both have some: ("the simpsons",) against ("tom", "jerry")."""
+        return _names_apart(self._a, self._b)
 
     @property
     def aligned(self) -> bool:
         """Most content is shared and it differs in at most two places: the changes are
         what the texts disagree on, not a rewording."""
+        if self._alignment is None and not _may_align(self._a, self._b):
+            return False
         return self.shared >= 0.5 and len(self.changes) <= 2
+
+    @property
+    def value_change(self) -> Change | None:
+        """The first change of one value for another (``None`` at once when a text names
+        no value: such a change has values on both sides, ``_kind``)."""
+        if not (self._a.values and self._b.values):
+            return None
+        return next((ch for ch in self.changes if ch.kind == "value"), None)
+
+    def _aligned(self) -> tuple[float, tuple[Change, ...]]:
+        if self._alignment is None:
+            self._alignment = _alignment(self._a, self._b)
+        return self._alignment
 
 
 def compare(a: str, b: str) -> Comparison:
-    """Align ``a`` (the stored memory) with ``b`` (the new one).
+    """Compare ``a`` (the stored memory) with ``b`` (the new one).
 
     >>> c = compare("The user lives in Lisbon.", "The user lives in Porto.")
     >>> c.aligned, c.changes[0].kind, c.changes[0].side
     (True, 'name', 'value')
     """
-    ra, rb = _read(a), _read(b)
+    return Comparison(_read(a), _read(b))
+
+
+def _alignment(ra: _Reading, rb: _Reading) -> tuple[float, tuple[Change, ...]]:
+    """Align the tokens of ``ra`` with those of ``rb``: the share of content matched
+    (:attr:`Comparison.shared`) and the changes."""
     ta, tb = ra.tokens, rb.tokens
     ops = difflib.SequenceMatcher(None, ra.norms, rb.norms, autojunk=False).get_opcodes()
     before = ra.content_before
@@ -534,17 +597,31 @@ def compare(a: str, b: str) -> Comparison:
     changes = tuple(_change(ops, equal, n, xa, xb, n - prev if prev is not None else 0)
                     for (n, xa, xb), prev in zip(regions, [None, *[r[0] for r in regions]],
                                                  strict=False))
-    longest = max(before[-1], rb.content_before[-1], 1)
-    nums_a, nums_b = ra.numbers, rb.numbers
-    return Comparison(
-        shared=matched / longest,
-        changes=changes,
-        numbers_conflict=bool(nums_a and nums_b and not (nums_a <= nums_b or nums_b <= nums_a)),
-        same=ra.norms == rb.norms,
-        negation_differs=ra.negation != rb.negation,
-        names_apart=_names_apart(ra, rb),
-        labelled=ra.labelled and rb.labelled,
-    )
+    return matched / max(before[-1], rb.content_before[-1], 1), changes
+
+
+def _may_align(ra: _Reading, rb: _Reading) -> bool:
+    """False when the alignment cannot share half of the content (:attr:`Comparison.shared`
+    under 0.5), told without aligning: it matches each content token of ``a`` once at
+    most, in a run of equal norms or in an equivalent region (``_equivalent``), so only
+    those that some token of ``b`` could match count (the same norm, a short form,
+    another form of the word; any, where an acronym may stand for words)."""
+    total = ra.content_before[-1]
+    need = 0.5 * max(total, rb.content_before[-1], 1)
+    if ra.capitals or rb.capitals:
+        return total >= need
+    words, bares, by_first = rb.words, rb.bares, rb.by_first
+    found, left = 0, total
+    for x, bare in ra.content_forms:
+        left -= 1
+        if x in words or (bare is not None and bare in bares) or any(
+                _abbreviates(x, y) for y in by_first.get(x[:1], ())):
+            found += 1
+            if found >= need:
+                return True
+        elif found + left < need:
+            return False
+    return found >= need
 
 
 def _names_apart(ra: _Reading, rb: _Reading
