@@ -210,7 +210,9 @@ class Candidate(NamedTuple):
     turned into a ``VectorMemory`` only for the hits actually returned.
     ``folded`` is the text the keyword signal reads, when the backend has it: the
     memory's content and context folded (``text.fold``), or their ``text.word_starts``,
-    where ``text.occurs`` gives the same answers.
+    where ``text.occurs`` gives the same answers. ``matched``, when the backend has
+    counted it (its word index), is the sum of the weights of the query's terms found
+    there, added term by term in the query's order: ``rank`` reads it instead.
     """
 
     id: str
@@ -219,6 +221,7 @@ class Candidate(NamedTuple):
     similarity: float | None
     payload: Any
     folded: str | None = None
+    matched: float | None = None
 
     @classmethod
     def of(cls, memory: VectorMemory, similarity: float | None = None) -> Candidate:
@@ -272,7 +275,9 @@ def rank(
         if cid in seen:
             continue
         seen.add(cid)
-        if n_terms:
+        if n_terms and c.matched is not None:
+            kw = min(1.0, c.matched / total)
+        elif n_terms:
             folded = c.folded if c.folded is not None else fold(c.content)
             # text.occurs, its usual answers inline: the text's start, after a space
             kw = min(1.0, sum([w for t, w, word in pairs if (p := folded.find(t)) >= 0 and (

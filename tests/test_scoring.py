@@ -27,6 +27,7 @@ from dream_memory_actor.scoring import (
     time_score,
     vector_score,
 )
+from dream_memory_actor.text import fold, occurs
 
 NOW = datetime(2026, 1, 31, tzinfo=timezone.utc)
 
@@ -132,6 +133,28 @@ def test_rank_min_score_and_limit() -> None:
     assert len(out) == 3
     assert rank(cands, [], NOW, Weights(), 10, hybrid=True, min_score=0.6) == [
         s for s in rank(cands, [], NOW, Weights(), 10, hybrid=True) if s.score >= 0.6]
+
+
+def test_rank_reads_a_candidates_matched_weight_as_it_would_find_it() -> None:
+    """A backend's count of the weights found (``Candidate.matched``, added term by term
+    in the query's order) gives the very scores that looking for the terms gives."""
+    import random
+
+    rnd = random.Random(5)
+    words = ["tea", "kubernetes", "deploy", "deployment", "paris", "部署", "系统"]
+    terms, tw = ["deploy", "部署", "tea", "paris"], [2.3, 0.7, 1.9, 0.01]
+    found = [_cand(" ".join(rnd.choice(words) for _ in range(3)), rnd.random(),
+                   days=rnd.randint(0, 40), mid=f"m{i:03d}") for i in range(80)]
+    counted = [c._replace(matched=sum([w for t, w in zip(terms, tw, strict=True)
+                                       if occurs(t, fold(c.content))]), content="")
+               for c in found]
+    for hybrid in (True, False):
+        got = rank(counted, terms, NOW, Weights(), 80, hybrid=hybrid, term_weights=tw)
+        want = rank(found, terms, NOW, Weights(), 80, hybrid=hybrid, term_weights=tw)
+        assert [(s.candidate.id, s.score, s.vector, s.keyword, s.time) for s in got] == [
+            (s.candidate.id, s.score, s.vector, s.keyword, s.time) for s in want]
+        assert any(s.keyword > 0 for s in want)
+        assert any(s.keyword == 0 for s in want) == hybrid  # keyword mode drops those
 
 
 @pytest.mark.parametrize("weighted", [False, True])

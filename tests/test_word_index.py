@@ -87,6 +87,10 @@ def test_rows_added_replaced_and_removed_are_found_as_a_new_index_finds_them() -
             assert len(ix) == len(live)
             assert [r[0] for r in ix.order(terms, weights, limit)] == \
                 wanted(list(live.values()), terms, weights, limit), step
+            sums = ix.sums(terms, weights)
+            for mid, row in live.items():  # each row's sum, as rank would add it
+                assert ix.found(sums, mid) == sum(
+                    [w for t, w in zip(terms, weights, strict=True) if occurs(t, row[1])]), mid
 
 
 def test_only_and_several_owners_give_the_order_of_those_rows_together() -> None:
@@ -100,9 +104,11 @@ def test_only_and_several_owners_give_the_order_of_those_rows_together() -> None
     a, b = rows("a"), rows("b")
     terms, weights = ["deploy", "部署", "argo"], [1.0, 2.0, 0.5]
     for limit in (1, 7, 100):
-        got = keyword_order([index(a), index(b)], terms, weights, limit)
+        ixs = [index(a), index(b)]
+        sums = [ix.sums(terms, weights) for ix in ixs]
+        got = keyword_order(ixs, sums, limit)
         assert [r[0] for r in got] == wanted(a + b, terms, weights, limit)
         only = {r[0] for r in a + b if rng.random() < 0.5}
-        got = keyword_order([index(a), index(b)], terms, weights, limit, only)
+        got = keyword_order(ixs, sums, limit, only)
         assert [r[0] for r in got] == wanted([r for r in a + b if r[0] in only], terms,
                                              weights, limit)

@@ -264,23 +264,23 @@ class InMemoryVectorStore(VectorStore):
                           ) -> list[Candidate]:
         only = {r.memory.id for o in owners for r in self._rows_of.get(o, {}).values()
                 if matches(r.memory.metadata, where)} if where else None
-        indexes = [self._index(o) for o in owners if self._rows_of.get(o)]
+        indexes = {o: self._index(o) for o in owners if self._rows_of.get(o)}
+        sums = {o: ix.sums(terms, weights) for o, ix in indexes.items()}
 
-        to = None if embedding is None else cosine_to(embedding)
-
-        def candidate(row: _Stored) -> Candidate:
+        def candidate(row: _Stored, sim: float | None) -> Candidate:
             m = row.memory
-            sim = None if to is None or row.vec is None else to(row.vec, row.norm)
-            return Candidate(m.id, m.content, m.updated_at, sim, m, row.search_text)
+            return Candidate(m.id, m.content, m.updated_at, sim, m, row.search_text,
+                             indexes[m.owner].found(sums[m.owner], m.id))
 
         out: dict[str, Candidate] = {}
         if embedding is not None:
-            for sim, r in self._nearest(owners, embedding, vector_k, only):
-                m = r.memory
-                out[m.id] = Candidate(m.id, m.content, m.updated_at, sim, m, r.search_text)
-        for r in keyword_order(indexes, terms, weights, keyword_k, only):
+            for cosine, r in self._nearest(owners, embedding, vector_k, only):
+                out[r.memory.id] = candidate(r, cosine)
+        to = None if embedding is None else cosine_to(embedding)
+        for r in keyword_order(list(indexes.values()), list(sums.values()), keyword_k, only):
             if r.memory.id not in out:
-                out[r.memory.id] = candidate(r)
+                sim = None if to is None or r.vec is None else to(r.vec, r.norm)
+                out[r.memory.id] = candidate(r, sim)
         return list(out.values())
 
     def _nearest(self, owners: Sequence[str], vector: Sequence[float], k: int,

@@ -107,52 +107,63 @@ class WordIndex(Generic[_T]):
             words = self._words[lo:bisect.bisect_left(self._words, term + PREFIX_END, lo)]
         return [p for w in words for p in self._positions[w]]
 
-    def scored(self, terms: Sequence[str], weights: Sequence[float], limit: int,
-               only: Collection[str] | None = None) -> list[tuple[float, _T]]:
-        """The best ``limit`` rows (of those whose ids are in ``only``, if given) in
-        keyword order, each with its sum of the weights of the terms found in it."""
+    def sums(self, terms: Sequence[str], weights: Sequence[float]) -> np.ndarray:
+        """Each row's sum of the weights of ``terms`` found in it, by position: what
+        :meth:`best` orders, and the keyword share ``scoring.rank`` gives a row
+        (:meth:`found`) without looking for the terms in its text again."""
         n = len(self._rows)
-        if not terms or limit <= 0 or not n:
-            return []
         score = np.zeros(n)
         for term, w in zip(terms, weights, strict=True):
             found = np.zeros(n, dtype=bool)
             found[self._matching(term)] = True
             score[found] += w  # term by term, as a sum over the terms found is made
+        return score
+
+    def found(self, sums: np.ndarray, ident: str) -> float:
+        """The sum of ``sums`` (of :meth:`sums`) for the live row ``ident``."""
+        return float(sums[self._at[ident]])
+
+    def best(self, sums: np.ndarray, limit: int, only: Collection[str] | None = None
+             ) -> list[tuple[float, _T]]:
+        """The best ``limit`` rows (of those whose ids are in ``only``, if given) in
+        keyword order, each with its sum of ``sums`` (of :meth:`sums`)."""
+        n = len(self._rows)
+        if limit <= 0 or not n:
+            return []
         keep = self._live[:n]
         if only is not None:
             keep = np.zeros(n, dtype=bool)
             keep[[self._at[i] for i in only if i in self._at]] = True
-        hit = np.flatnonzero((score > 0.0) & keep)
+        hit = np.flatnonzero((sums > 0.0) & keep)
         # Best weight, then newest; rows equal in both are put in id order below.
-        by = np.lexsort((self._newest_first[hit], -score[hit]))
+        by = np.lexsort((self._newest_first[hit], -sums[hit]))
         if len(by) > limit:
             last = hit[by[limit - 1]]
             end = limit
-            while end < len(by) and score[hit[by[end]]] == score[last] \
+            while end < len(by) and sums[hit[by[end]]] == sums[last] \
                     and self._newest_first[hit[by[end]]] == self._newest_first[last]:
                 end += 1
             by = by[:end]
-        chosen = sorted((-float(score[p]), float(self._newest_first[p]), self._ids[p], p)
+        chosen = sorted((-float(sums[p]), float(self._newest_first[p]), self._ids[p], p)
                         for p in hit[by].tolist())
         return [(-s, self._rows[p]) for s, _, _, p in chosen[:limit]]
 
     def order(self, terms: Sequence[str], weights: Sequence[float], limit: int,
               only: Collection[str] | None = None) -> list[_T]:
         """The best ``limit`` rows in keyword order."""
-        return [r for _, r in self.scored(terms, weights, limit, only)]
+        return [r for _, r in self.best(self.sums(terms, weights), limit, only)]
 
     def tie(self, row: _T) -> tuple[float, str]:
         """``row``'s place among rows of equal weight: newest first, then smallest id."""
         return -self._updated_at(row).timestamp(), self._ident(row)
 
 
-def keyword_order(indexes: Sequence[WordIndex[_T]], terms: Sequence[str],
-                  weights: Sequence[float], limit: int,
+def keyword_order(indexes: Sequence[WordIndex[_T]], sums: Sequence[np.ndarray], limit: int,
                   only: Collection[str] | None = None) -> list[_T]:
-    """The best ``limit`` rows of several owners' indexes in keyword order."""
+    """The best ``limit`` rows of several owners' indexes in keyword order, by each
+    index's :meth:`~WordIndex.sums`."""
     if len(indexes) == 1:
-        return indexes[0].order(terms, weights, limit, only)
+        return [r for _, r in indexes[0].best(sums[0], limit, only)]
     every = [((-g, *ix.tie(r)), n, r) for n, (ix, (g, r)) in enumerate(
-        (ix, hit) for ix in indexes for hit in ix.scored(terms, weights, limit, only))]
+        (ix, hit) for ix, s in zip(indexes, sums, strict=True) for hit in ix.best(s, limit, only))]
     return [r for _, _, r in heapq.nsmallest(limit, every)]

@@ -356,7 +356,8 @@ class RedisVectorStore(VectorStore):
             # (read for the keyword candidates anyway) by exact cosine.
             knn = module and embedding is not None and self.dim is not None and not where
             by_owner, hits = await self._fetch_for_search(owners, embedding, vector_k, knn)
-        indexes = [rows.words() for rows in by_owner.values() if rows.rows]
+        words = {o: rows.words() for o, rows in by_owner.items() if rows.rows}
+        sums = {o: ix.sums(terms, weights) for o, ix in words.items()}
         only = None
         if where:
             by_owner = {o: OwnerRows(rows.token, [r for r in rows.rows.values()
@@ -369,7 +370,8 @@ class RedisVectorStore(VectorStore):
         def candidate(row: Row) -> Candidate:
             m = row.memory
             sim = None if to is None or row.vec is None else to(row.vec, row.norm)
-            return Candidate(m.id, m.content, m.updated_at, sim, m, row.search_text)
+            return Candidate(m.id, m.content, m.updated_at, sim, m, row.search_text,
+                             words[m.owner].found(sums[m.owner], m.id))
 
         out: dict[str, Candidate] = {}
         if query is not None:
@@ -379,7 +381,7 @@ class RedisVectorStore(VectorStore):
                 row = by_owner[owner].rows.get(mid)
                 if row is not None and row.vec is not None:
                     out.setdefault(mid, candidate(row))
-        for row in keyword_order(indexes, terms, weights, keyword_k, only):
+        for row in keyword_order(list(words.values()), list(sums.values()), keyword_k, only):
             out.setdefault(row.memory.id, candidate(row))
         return list(out.values())
 
