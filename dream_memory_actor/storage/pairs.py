@@ -503,10 +503,10 @@ class Comparison:
     alignment (:attr:`shared`, :attr:`changes`) is made when first asked for. Whether the
     texts are :attr:`aligned`, or change a value (:attr:`value_change`), is often told
     without it: most pairs a store judges are turns or facts with little in common, and
-    aligning them was most of a judgement. ``python -m benchmarks locomo-ingest`` aligns
-    8% of its 7,162 comparisons so, and went from 1,118-1,163 to 1,289-1,344 turns/s in
-    three alternating pairs of runs, every judgement of its pairs and of the dedup pairs
-    unchanged."""
+    aligning them was most of a judgement. ``python -m benchmarks locomo-ingest`` now
+    aligns 8% of the 7,162 pairs it compares, and went from 1,118-1,163 to 1,289-1,344
+    turns/s in three alternating pairs of runs, every judgement of its pairs and of the
+    dedup pairs unchanged."""
 
     __slots__ = ("_a", "_alignment", "_b", "labelled", "negation_differs", "numbers_conflict",
                  "same")
