@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 import numpy as np
+
+_K = TypeVar("_K")
+
+#: Rows whose approximate cosine is this close to the k-th best are measured exactly.
+TIE = 1e-9
 
 
 class UnitRows:
@@ -20,6 +26,15 @@ class UnitRows:
         #: What each row stands for, in the order added.
         self.keys: list[str] = []
         self._matrix = np.empty((0, dim))
+
+    @classmethod
+    def of(cls, vectors: Iterable[tuple[str, np.ndarray]], dim: int = 0) -> UnitRows:
+        """The rows of ``(key, vector)`` pairs in their order (of ``dim`` when none)."""
+        pairs = list(vectors)
+        units = cls(pairs[0][1].shape[0] if pairs else dim)
+        for key, vec in pairs:
+            units.add(key, vec)
+        return units
 
     def add(self, key: str, vector: Sequence[float] | np.ndarray) -> None:
         n = len(self.keys)
@@ -38,3 +53,28 @@ class UnitRows:
         size = float(np.linalg.norm(query))
         rows = self._matrix[:len(self.keys)]
         return rows @ (query / size) if size else np.zeros(len(self.keys))
+
+
+def best_exactly(parts: Sequence[tuple[Sequence[_K], np.ndarray]], k: int,
+                 exact: Callable[[int, _K], float]) -> list[tuple[float, int, _K]]:
+    """The ``k`` best rows of ``parts`` (each: keys and their approximate cosines, from
+    :meth:`UnitRows.similarities`, ``-inf`` for a row left out) by exact cosine: every row
+    within :data:`TIE` of the k-th best is measured with ``exact(part, key)`` (its
+    ``scoring.cosine``), then the k best by that, best first, the earlier row (parts in
+    order) among equals. Triples ``(cosine, part, key)``."""
+    if k <= 0 or not parts:
+        return []
+    sims = np.concatenate([s for _, s in parts])
+    n = len(sims)
+    kept = sims > -np.inf
+    if n > k:
+        kept &= sims >= np.partition(sims, n - k)[n - k] - TIE
+    picked = np.flatnonzero(kept)
+    starts = np.cumsum([0, *(len(keys) for keys, _ in parts)])
+    at = np.searchsorted(starts, picked, side="right") - 1
+    measured = []
+    for i, j in zip(picked.tolist(), at.tolist(), strict=True):
+        key = parts[j][0][i - int(starts[j])]
+        measured.append((exact(j, key), i, j, key))
+    measured.sort(key=lambda m: (-m[0], m[1]))
+    return [(cosine, j, key) for cosine, _, j, key in measured[:k]]

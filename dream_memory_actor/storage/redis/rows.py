@@ -149,10 +149,8 @@ class OwnerRows:
 
     def _vectors(self) -> UnitRows:
         if self._units is None:
-            with_vec = [(mid, r.vec) for mid, r in self.rows.items() if r.vec is not None]
-            self._units = UnitRows(with_vec[0][1].shape[0] if with_vec else 0)
-            for mid, vec in with_vec:
-                self._units.add(mid, vec)
+            self._units = UnitRows.of((mid, r.vec) for mid, r in self.rows.items()
+                                      if r.vec is not None)
         return self._units
 
     def similarities(self, query: np.ndarray) -> tuple[list[str], np.ndarray]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Any
@@ -48,6 +48,7 @@ from ...models import EmbeddingModel, MemoryVersion
 from ...scoring import Candidate, TermStats, cosine_to
 from ...text import fold
 from ..terms import prefix_df, summed
+from ..unit_rows import best_exactly
 from ..vector import VectorStore
 from ..versions import matches
 from ..word_index import keyword_order
@@ -67,9 +68,6 @@ from .common import (
 )
 from .rows import FETCH_ROWS, NO_TOKEN, OwnerRows, Row, RowCache, make_row, vec_bytes
 
-#: Rows whose approximate cosine is this close to the k-th best are re-ranked exactly.
-_TIE = 1e-9
-
 
 def _vector(values: Sequence[float] | None) -> np.ndarray | None:
     return None if values is None else np.asarray(values, dtype=np.float64)
@@ -80,21 +78,22 @@ def nearest(rows: OwnerRows, query: Sequence[float], k: int) -> list[tuple[str, 
     among equals, by :func:`scoring.cosine`, as the in-memory backend ranks them)."""
     q = np.asarray(query, dtype=np.float64)
     ids, sims = rows.similarities(q)
-    if not ids or k <= 0:
+    if not ids:
         return []
-    if len(ids) > k:  # one matrix product, then only the best few exactly
-        kth = np.partition(sims, len(ids) - k)[len(ids) - k]
-        picked = [int(i) for i in np.flatnonzero(sims >= kth - _TIE)]
-    else:
-        picked = list(range(len(ids)))
-    to = cosine_to(q)
-    exact = []
-    for i in picked:
-        row = rows.rows[ids[i]]
-        assert row.vec is not None
-        exact.append((to(row.vec, row.norm), i))
-    exact.sort(key=lambda x: (-x[0], x[1]))
-    return [(ids[i], sim) for sim, i in exact[:k]]
+    return [(mid, cosine) for cosine, _, mid in best_exactly([(ids, sims)], k, exact_in([rows], q))]
+
+
+def exact_in(parts: Sequence[OwnerRows], query: np.ndarray) -> Callable[[int, str], float]:
+    """``scoring.cosine`` of ``query`` and the row ``mid`` (with a vector) of ``parts[j]``,
+    as ``unit_rows.best_exactly`` measures a row."""
+    to = cosine_to(query)
+
+    def exact(j: int, mid: str) -> float:
+        row = parts[j].rows[mid]
+        assert row.vec is not None  # a row of the matrix has a vector
+        return to(row.vec, row.norm)
+
+    return exact
 
 
 # KEYS[1]: an owner's reads hash. ARGV: memory id, epoch ms, ...: each field the latest.
@@ -428,27 +427,13 @@ class RedisVectorStore(VectorStore):
     @staticmethod
     def _exact_nearest(by_owner: dict[str, OwnerRows], query: np.ndarray,
                        k: int) -> list[tuple[str, str]]:
-        # Pairs are made for the k chosen only: a list of one tuple per row, alive
+        # Pairs are made for the rows picked only: a list of one tuple per row, alive
         # through the search, made the garbage collector run full passes over the
         # row cache every few searches (p95 ~110 ms at 10k rows).
-        owners: list[str] = []
-        id_lists: list[list[str]] = []
-        sims: list[np.ndarray] = []
-        for owner, rows in by_owner.items():
-            ids, s = rows.similarities(query)
-            if ids:
-                owners.append(owner)
-                id_lists.append(ids)
-                sims.append(s)
-        if not sims:
-            return []
-        starts = np.cumsum([0, *(len(ids) for ids in id_lists)])
-        order = np.argsort(-np.concatenate(sims), kind="stable")[:k]
-        out = []
-        for i in order:
-            j = int(np.searchsorted(starts, i, side="right")) - 1
-            out.append((owners[j], id_lists[j][int(i - starts[j])]))
-        return out
+        owners = [o for o, rows in by_owner.items() if rows.rows]
+        parts = [by_owner[o].similarities(query) for o in owners]
+        exact = exact_in([by_owner[o] for o in owners], query)
+        return [(owners[j], mid) for _, j, mid in best_exactly(parts, k, exact)]
 
     # -- versions ---------------------------------------------------------------------
 
