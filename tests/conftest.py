@@ -16,6 +16,10 @@ from tests.support.servers import embedded_postgres
 DIM = 8
 
 BACKENDS = ["memory", "postgres", "redis", "redis-stack", "redis-cluster"]
+#: The backends the store contract runs on: every backend, and "primitives", the
+#: in-memory one searching only through the primitives of the storage seam (what a new
+#: backend must write), with the composed ``_term_stats`` and ``_candidates``.
+STORE_BACKENDS = [*BACKENDS, "primitives"]
 
 
 @pytest.fixture(scope="session")
@@ -111,13 +115,18 @@ async def make_stores(backend: str, request: pytest.FixtureRequest, dim: int | N
     """Stores of ``backend`` on fresh storage (a new schema, database or key prefix)."""
     from dream_memory_actor.storage import open_stores
 
-    structured, vector = await open_stores(backend_settings(backend, request), dim)
+    if backend == "primitives":
+        from tests.support.primitives import open_primitives
+
+        structured, vector = await open_primitives(backend_settings("memory", request), dim)
+    else:
+        structured, vector = await open_stores(backend_settings(backend, request), dim)
     await structured.setup()
     await vector.setup()
     return Stores(backend, structured, vector)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=STORE_BACKENDS)
 async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
     s = await make_stores(request.param, request)
     try:
@@ -127,7 +136,7 @@ async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
         await s.vector.close()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=STORE_BACKENDS)
 async def keyword_stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
     """Stores without an embedding dimension: the keyword-only mode (no embedding model)."""
     s = await make_stores(request.param, request, dim=None)

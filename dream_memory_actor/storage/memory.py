@@ -169,7 +169,7 @@ class InMemoryVectorStore(VectorStore):
         self._ops: dict[tuple[str, str], str] = {}
         self._closed_versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
         self._recorded_model: EmbeddingModel | None = None
-        self._reads: defaultdict[str, dict[str, datetime]] = defaultdict(dict)
+        self._read_at: defaultdict[str, dict[str, datetime]] = defaultdict(dict)
 
     async def _model(self, record: EmbeddingModel | None, *, replace: bool = False
                      ) -> EmbeddingModel | None:
@@ -180,13 +180,11 @@ class InMemoryVectorStore(VectorStore):
     async def _owners(self) -> list[str]:
         return [o for o, rows in self._rows_of.items() if rows]
 
-    async def _note_reads(self, owner: str, reads: Mapping[str, datetime]) -> None:
-        seen = self._reads[owner]
-        for mid, at in reads.items():
+    async def _reads(self, owner: str, noted: Mapping[str, datetime]) -> dict[str, datetime]:
+        seen = self._read_at[owner]
+        for mid, at in noted.items():
             seen[mid] = max(at, seen.get(mid, at))
-
-    async def _last_reads(self, owner: str) -> dict[str, datetime]:
-        return dict(self._reads.get(owner, {}))
+        return dict(seen)
 
     async def _write(self, owner: str, what: str, op_id: str | None, plan: Planner) -> str:
         async with self._locks[owner]:
@@ -334,7 +332,7 @@ class InMemoryVectorStore(VectorStore):
     async def _forget(self, owner: str) -> int:
         async with self._locks[owner]:
             gone = len(self._rows_of.pop(owner, {}))
-            self._reads.pop(owner, None)
+            self._read_at.pop(owner, None)
             self._df.pop(owner, None)
             self._words.pop(owner, None)
             self._units.pop(owner, None)

@@ -1,14 +1,16 @@
 """The vector (L2) storage interface: semantic memories, judged on store, hybrid search.
 
-A backend implements six primitives: ``_write`` (a plan's writes, atomic under the
+A backend implements seven primitives: ``_write`` (a plan's writes, atomic under the
 owner's writer and idempotent under an operation id), ``_rows`` and ``_versions``
-(the owner's live memories and their closed versions), ``_term_stats`` and
-``_candidates`` (what a search ranks) and ``_model`` (the embedding model recorded
-with the data). Everything else is composed here, once: validation, the judged
-store and its batches (``writes.Plan``), updates, supersessions, deletes, imports,
-histories, filters and the search flow (query terms, their rarity weights,
+(the owner's live memories and their closed versions), ``_model`` (the embedding
+model recorded with the data), ``_owners``, ``_reads`` (when memories were last
+read) and ``_forget``. Everything else is composed here, once: validation, the
+judged store and its batches (``writes.Plan``), updates, supersessions, deletes,
+imports, histories, filters and the search flow (query terms, their rarity weights,
 candidates, exact ranking), so every backend stores and ranks the same data the
-same way. Public methods validate their arguments before any I/O and raise
+same way. What a search ranks (``_term_stats``, ``_candidates``) is composed from
+``_rows`` by reading every row; each backend overrides those two with its indexes,
+to the same results. Public methods validate their arguments before any I/O and raise
 ``InvalidInput`` subclasses; nothing is written when they do.
 """
 
@@ -52,18 +54,21 @@ from ..scoring import (
     Candidate,
     TermStats,
     Weights,
+    cosine,
     keyword_score_folded,
     rank,
     strongest_terms,
     term_weights,
     to_hit,
 )
-from ..text import MemoryText, fold, query_terms
+from ..text import MemoryText, fold, query_terms, word_starts
 from ..validation import l2 as check_l2
 from . import versions
-from .dedup import Cuts, absorbed
+from .dedup import Cuts, absorbed, df_delta
 from .lifecycle import _Lifecycle
-from .writes import PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector
+from .terms import TermCounts, prefix_df
+from .word_index import WordIndex, keyword_order
+from .writes import PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector, searched
 
 #: Computes the vector of a checked content with its context when the caller gives none
 #: (``MemoryEngine.embed``).
@@ -152,31 +157,6 @@ class VectorStore(_Lifecycle, ABC):
         owner's memories without ``memory_id``."""
 
     @abstractmethod
-    async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
-        """How many memories ``owners`` hold, and how many of them have each of ``terms``
-        among their ``text.terms`` (kept by the backend with every write)."""
-
-    @abstractmethod
-    async def _candidates(
-        self,
-        owners: Sequence[str],
-        terms: Sequence[str],
-        embedding: list[float] | None,
-        *,
-        vector_k: int,
-        keyword_k: int,
-        weights: Sequence[float],
-        stats: TermStats,
-        where: Mapping[str, Any] | None = None,
-    ) -> list[Candidate]:
-        """Up to ``vector_k`` nearest memories by cosine (when ``embedding``) plus up to
-        ``keyword_k`` memories in ``word_index.keyword_order`` (highest sum of the
-        ``weights`` of the ``terms`` they contain, then newest, then smallest id), each
-        once, with its cosine. ``stats`` are those the weights came from. With
-        ``where``, only memories whose metadata ``versions.matches`` it, chosen before
-        the ``k`` cuts."""
-
-    @abstractmethod
     async def _model(self, record: EmbeddingModel | None, *, replace: bool = False
                      ) -> EmbeddingModel | None:
         """The model recorded with this store's data (``None``: none, or a store not set
@@ -189,19 +169,73 @@ class VectorStore(_Lifecycle, ABC):
         """The owners that have memories, in any order."""
 
     @abstractmethod
-    async def _note_reads(self, owner: str, reads: Mapping[str, datetime]) -> None:
-        """Record that the memories ``reads`` names were read at those times (each keeps
-        its latest); ids no longer live may be kept or dropped. Not a write of the
-        memories: no lock, no version, no operation id."""
-
-    @abstractmethod
-    async def _last_reads(self, owner: str) -> dict[str, datetime]:
-        """When each of the owner's memories was last read (those ever read)."""
+    async def _reads(self, owner: str, noted: Mapping[str, datetime]
+                     ) -> dict[str, datetime]:
+        """Record that the memories ``noted`` names were read at those times (each keeps
+        its latest; ids no longer live may be kept or dropped), then return when each of
+        the owner's memories ever read was last read. Not a write of the memories: no
+        lock, no version, no operation id."""
 
     @abstractmethod
     async def _forget(self, owner: str) -> int:
-        """Delete the owner's memories, their embeddings, texts, term counts, versions
-        and operation ids; return how many memories went. Safe to repeat."""
+        """Delete the owner's memories, their embeddings, texts, term counts, versions,
+        reads and operation ids; return how many memories went. Safe to repeat."""
+
+    # -- composed from the primitives; a backend overrides them for speed ----------
+
+    async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
+        """How many memories ``owners`` hold, and how many of them have each of ``terms``
+        among their ``text.terms`` (``terms.prefix_df``). Counted here from every row;
+        a backend keeps the counts with each write (``writes.Writes.term_delta``)."""
+        docs, df = 0, [0] * len(terms)
+        for owner in owners:
+            rows = await self._rows(owner)
+            counts = TermCounts()
+            for r in rows:
+                counts.apply(df_delta(None, searched(r.memory)))
+            docs += len(rows)
+            df = [a + b for a, b in zip(df, prefix_df(counts, len(rows), terms), strict=True)]
+        return TermStats(docs, dict(zip(terms, df, strict=True)))
+
+    async def _candidates(
+        self,
+        owners: Sequence[str],
+        terms: Sequence[str],
+        embedding: builtins.list[float] | None,
+        *,
+        vector_k: int,
+        keyword_k: int,
+        weights: Sequence[float],
+        stats: TermStats,
+        where: Mapping[str, Any] | None = None,
+    ) -> builtins.list[Candidate]:
+        """Up to ``vector_k`` nearest memories by cosine (when ``embedding``) plus up to
+        ``keyword_k`` memories in ``word_index.keyword_order`` (highest sum of the
+        ``weights`` of the ``terms`` they contain, then newest, then smallest id), each
+        once, with its cosine. ``stats`` are those the weights came from. With
+        ``where``, only memories whose metadata ``versions.matches`` it, chosen before
+        the ``k`` cuts. Found here by reading every row that ``where`` keeps and
+        measuring each; a backend indexes its rows and overrides it."""
+        rows = [r for owner in owners
+                for r in await self._rows(owner, where=where, vectors=embedding is not None)]
+        texts = {r.memory.id: word_starts(fold(searched(r.memory))) for r in rows}
+        index = WordIndex(rows, search_text=lambda r: texts[r.memory.id],
+                          updated_at=lambda r: r.memory.updated_at, ident=lambda r: r.memory.id)
+        sums = index.sums(terms, weights)
+
+        def sim(r: Row) -> float | None:
+            if embedding is None or r.vector is None or len(r.vector) != len(embedding):
+                return None
+            return cosine(embedding, r.vector)
+
+        nearest = sorted(((s, r.memory.id, r) for r in rows if (s := sim(r)) is not None),
+                         key=lambda x: (-x[0], x[1]))[:vector_k]
+        chosen = {r.memory.id: r for _, _, r in nearest}
+        for r in keyword_order([index], [sums], keyword_k):
+            chosen.setdefault(r.memory.id, r)
+        return [Candidate(m.id, m.content, m.updated_at, sim(r), m, texts[m.id],
+                          index.found(sums, m.id))
+                for r in chosen.values() for m in (r.memory,)]
 
     # -- the embedding model ------------------------------------------------------
 
@@ -241,11 +275,11 @@ class VectorStore(_Lifecycle, ABC):
         """Record when memories of ``owner`` were read (found by a search), batched by the
         caller (``engine.reads.ReadLog``): what a consolidation pass's expiry looks at."""
         if reads:
-            await self._note_reads(check.owner_id(owner), reads)
+            await self._reads(check.owner_id(owner), reads)
 
     async def last_reads(self, owner: str) -> dict[str, datetime]:
         """When each memory of ``owner`` that was ever read was last read."""
-        return await self._last_reads(check.owner_id(owner))
+        return await self._reads(check.owner_id(owner), {})
 
     async def owners(self) -> builtins.list[str]:
         """The owners that have memories, sorted."""

@@ -443,15 +443,13 @@ class RedisVectorStore(VectorStore):
     def _reads_key(self, owner: str) -> str:
         return self._keys.owner(owner) + "l2:rd"
 
-    async def _note_reads(self, owner: str, reads: Mapping[str, datetime]) -> None:
+    async def _reads(self, owner: str, noted: Mapping[str, datetime]) -> dict[str, datetime]:
         # Each field keeps the latest time (a Lua max, so two processes' batches agree).
-        with translate("note reads"):
-            await self._r.eval(_NOTE_READS, 1, self._reads_key(owner),
-                               *(x for mid, at in reads.items()
-                                 for x in (mid, str(int(at.timestamp() * 1000)))))
-
-    async def _last_reads(self, owner: str) -> dict[str, datetime]:
         with translate("reads"):
+            if noted:
+                await self._r.eval(_NOTE_READS, 1, self._reads_key(owner),
+                                   *(x for mid, at in noted.items()
+                                     for x in (mid, str(int(at.timestamp() * 1000)))))
             found = await self._r.hgetall(self._reads_key(owner))
         return {text(k) or "": datetime.fromtimestamp(int(v) / 1000, timezone.utc)
                 for k, v in found.items()}
