@@ -184,7 +184,7 @@ class InMemoryVectorStore(VectorStore):
         seen = self._read_at[owner]
         for mid, at in noted.items():
             seen[mid] = max(at, seen.get(mid, at))
-        return dict(seen)
+        return {mid: seen[mid] for mid in noted} if noted else dict(seen)
 
     async def _write(self, owner: str, what: str, op_id: str | None, plan: Planner) -> str:
         async with self._locks[owner]:

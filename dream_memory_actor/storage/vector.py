@@ -171,9 +171,10 @@ class VectorStore(_Lifecycle, ABC):
     @abstractmethod
     async def _reads(self, owner: str, noted: Mapping[str, datetime]
                      ) -> dict[str, datetime]:
-        """Record that the memories ``noted`` names were read at those times (each keeps
-        its latest; ids no longer live may be kept or dropped), then return when each of
-        the owner's memories ever read was last read. Not a write of the memories: no
+        """When memories of ``owner`` were last read. With ``noted``: record that the
+        memories it names were read at those times (each keeps its latest; ids no longer
+        live may be kept or dropped) and return the last reads of those recorded;
+        without: every memory of the owner ever read. Not a write of the memories: no
         lock, no version, no operation id."""
 
     @abstractmethod

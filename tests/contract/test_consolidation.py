@@ -234,6 +234,12 @@ async def test_reads_are_recorded_and_a_memory_still_read_does_not_expire(
     earlier = last[read.memory.id] - timedelta(days=1)
     await engine.vector.note_reads(OWNER, {read.memory.id: earlier})  # the latest stays
     assert await engine.vector.last_reads(OWNER) == last
+    # The primitive returns the last reads of what it recorded (all: with nothing noted).
+    later = last[read.memory.id] + timedelta(days=1)
+    assert await engine.vector._reads(OWNER, {read.memory.id: earlier}) == last
+    assert await engine.vector._reads(OWNER, {unread.memory.id: later}) == {
+        unread.memory.id: later}
+    assert await engine.vector._reads(OWNER, {}) == {**last, unread.memory.id: later}
     await engine.forget(OWNER, by="admin")
     assert await engine.vector.last_reads(OWNER) == {}
 

@@ -163,17 +163,20 @@ class PostgresVectorStore(PostgresStore, VectorStore):
             if noted:
                 # Only the owner's live memories, locked against a delete until the insert
                 # commits (a memory deleted meanwhile is skipped, never a foreign key error).
-                await conn.execute(
+                rows = await conn.fetch(
                     f"""INSERT INTO {self._s}.memory_reads AS x (id, owner_id, read_at)
                         SELECT m.id, m.owner_id, r.at
                           FROM unnest($2::uuid[], $3::timestamptz[]) AS r(id, at)
                           JOIN {self._s}.memories m ON m.id = r.id AND m.owner_id = $1
                            FOR KEY SHARE OF m
                         ON CONFLICT (id)
-                        DO UPDATE SET read_at = greatest(x.read_at, excluded.read_at)""",
+                        DO UPDATE SET read_at = greatest(x.read_at, excluded.read_at)
+                        RETURNING id, read_at""",
                     owner, [uuid.UUID(i) for i in noted], list(noted.values()))
-            rows = await conn.fetch(
-                f"SELECT id, read_at FROM {self._s}.memory_reads WHERE owner_id = $1", owner)
+            else:
+                rows = await conn.fetch(
+                    f"SELECT id, read_at FROM {self._s}.memory_reads WHERE owner_id = $1",
+                    owner)
         return {str(r["id"]): r["read_at"] for r in rows}
 
     async def _owners(self) -> list[str]:

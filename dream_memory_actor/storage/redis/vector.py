@@ -97,12 +97,21 @@ def exact_in(parts: Sequence[OwnerRows], query: np.ndarray) -> Callable[[int, st
 
 
 # KEYS[1]: an owner's reads hash. ARGV: memory id, epoch ms, ...: each field the latest.
-_NOTE_READS = """
+#: Each noted field keeps the latest time (a max here, so two processes' batches agree);
+#: returns the noted fields with their times, or the whole hash when none is noted.
+_READS = """
+if #ARGV == 0 then return redis.call('HGETALL', KEYS[1]) end
+local out = {}
 for i = 1, #ARGV, 2 do
   local had = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
-  if tonumber(ARGV[i + 1]) > had then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+  if tonumber(ARGV[i + 1]) > had then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    had = tonumber(ARGV[i + 1])
+  end
+  out[#out + 1] = ARGV[i]
+  out[#out + 1] = string.format('%d', had)
 end
-return 0
+return out
 """
 
 class RedisVectorStore(VectorStore):
@@ -444,15 +453,12 @@ class RedisVectorStore(VectorStore):
         return self._keys.owner(owner) + "l2:rd"
 
     async def _reads(self, owner: str, noted: Mapping[str, datetime]) -> dict[str, datetime]:
-        # Each field keeps the latest time (a Lua max, so two processes' batches agree).
         with translate("reads"):
-            if noted:
-                await self._r.eval(_NOTE_READS, 1, self._reads_key(owner),
-                                   *(x for mid, at in noted.items()
-                                     for x in (mid, str(int(at.timestamp() * 1000)))))
-            found = await self._r.hgetall(self._reads_key(owner))
+            flat = await self._r.eval(_READS, 1, self._reads_key(owner),
+                                      *(x for mid, at in noted.items()
+                                        for x in (mid, str(int(at.timestamp() * 1000)))))
         return {text(k) or "": datetime.fromtimestamp(int(v) / 1000, timezone.utc)
-                for k, v in found.items()}
+                for k, v in zip(flat[::2], flat[1::2], strict=True)}
 
     def _successor_key(self, owner: str, memory_id: str) -> str:
         return self._keys.owner(owner) + "l2:sb:" + memory_id
