@@ -84,8 +84,9 @@ class MemorySettings(BaseSettings):
     embedding_api_key: SecretStr | None = None
     embedding_timeout_s: float = Field(30.0, gt=0)
     # calls a local numpy model (e5, USE) runs at once, each on an engine of its own;
-    # None = e5's default (``multilingual.engines_for``), USE's one. e5 keeps one engine
-    # more for search queries alone, whatever this says
+    # None = e5's default (``multilingual.engines_for``, with the idle engines of
+    # ``multilingual.idle_engines_for``), USE's one; a number leaves no idle engines.
+    # e5 keeps one engine more for search queries alone, whatever this says
     embedding_engines: int | None = Field(None, ge=1, le=64)
     # a calibration file written by `python -m dream_memory_actor.embedding.calibrate`;
     # None = the one shipped for the model, else raw cosines

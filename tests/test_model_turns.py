@@ -11,9 +11,10 @@ import pytest
 
 from dream_memory_actor.config import MemorySettings
 from dream_memory_actor.embedding import multilingual, open_embedder
+from dream_memory_actor.embedding import turns as turns_module
 from dream_memory_actor.embedding.base import InProcessEmbedder
 from dream_memory_actor.embedding.calibration import IDENTITY
-from dream_memory_actor.embedding.multilingual import E5Embedder, engines_for
+from dream_memory_actor.embedding.multilingual import E5Embedder, engines_for, idle_engines_for
 from dream_memory_actor.embedding.turns import QUERY_STREAK, ModelTurns
 from dream_memory_actor.errors import ConfigurationError, EmbeddingError
 
@@ -332,3 +333,86 @@ async def test_a_store_s_text_never_runs_on_the_query_engine() -> None:
         assert used[False] == {id(pool[0][0])} and used[True] == {id(pool[1][0])}
     finally:
         multilingual._engines.pop(model.model, None)
+
+
+async def test_memory_texts_take_the_idle_engines_only_while_no_query_comes() -> None:
+    turns = ModelTurns(slots=1, query_slots=1, idle_slots=1)
+    await asyncio.wait_for(turns._acquire(False), 1)
+    await asyncio.wait_for(turns._acquire(False), 1)  # no query yet: the idle engine too
+    third = asyncio.create_task(turns._acquire(False))
+    await asyncio.sleep(0)
+    assert not third.done()  # every engine memory texts may take is busy
+    await asyncio.wait_for(turns._acquire(True), 1)  # the query's own engine is free
+    assert turns._held == [1, 2]
+    turns._release(False)  # a query came: the idle engine is not given again ...
+    await asyncio.sleep(0)
+    assert not third.done()
+    turns._release(False)  # ... only the engine for any call
+    await asyncio.wait_for(third, 1)
+    turns._release(True)
+    assert turns._held == [0, 1]
+    turns._last_query -= turns_module.QUIET_S  # no query for QUIET_S seconds
+    await asyncio.wait_for(turns._acquire(False), 1)  # the idle engine again
+    assert turns._held == [0, 2]
+    turns._release(False)
+    turns._release(False)
+
+
+class _IdleEngine(multilingual._NumpyEmbedder):
+    """One engine for any call, one for queries and one idle; memory texts wait inside
+    the engine for each other."""
+
+    model = "one engine, one for queries, one idle (test)"
+    dim = 2
+    engines = 1
+    query_engines = 1
+    idle_engines = 1
+    calibration = IDENTITY
+
+    def __init__(self) -> None:
+        self.both_inside = threading.Barrier(2, timeout=5)
+        self.engines_used: dict[int, str] = {}
+
+    def _make(self) -> Any:
+        return object()
+
+    def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
+        self.engines_used[id(engine)] = "query" if query else "memory"
+        if not query:
+            self.both_inside.wait()  # broken (an error) unless the other runs meanwhile
+        return [[1.0, 0.0] for _ in texts]
+
+
+async def test_two_memory_texts_embed_at_once_on_the_engines_a_query_does_not_need() -> None:
+    model = _IdleEngine()
+    try:
+        await asyncio.gather(model.embed(["store a"]), model.embed(["store b"]))
+        pool = multilingual._engines[model.model]
+        await model._embed(["search"], True)
+    finally:
+        multilingual._engines.pop(model.model, None)
+    shared, kept, idle = (id(engine) for engine, _ in pool)
+    assert model.engines_used == {shared: "memory", idle: "memory", kept: "query"}
+
+
+def test_e5_takes_the_cores_its_engines_leave_idle_unless_the_setting_sets_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert idle_engines_for(None, 2, 1) == 0  # a call takes every core
+    assert idle_engines_for(1, 2, 1) == 1 and idle_engines_for(1, 4, 2) == 2
+    assert idle_engines_for(1, 64, 4) == 0 and idle_engines_for(2, 4, 1) == 1
+    monkeypatch.setattr(multilingual, "_cpus", lambda: 2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a Ray actor's
+    assert E5Embedder().idle_engines == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert E5Embedder().idle_engines == 0
+
+
+async def test_the_engines_setting_leaves_no_idle_engines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(multilingual, "_cpus", lambda: 2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    chosen = await open_embedder(MemorySettings(
+        embedding_model="local:multilingual-e5-small", embedding_engines=1))
+    default = await open_embedder(MemorySettings(embedding_model="local:multilingual-e5-small"))
+    assert chosen is not None and getattr(chosen.inner, "idle_engines", None) == 0
+    assert default is not None and getattr(default.inner, "idle_engines", None) == 1

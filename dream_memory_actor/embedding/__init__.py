@@ -96,6 +96,7 @@ async def open_inner_embedder(settings: MemorySettings) -> Embedder | None:
         inner.timeout_s = settings.embedding_timeout_s
         if settings.embedding_engines is not None and kind in ("e5", "use"):
             inner.engines = settings.embedding_engines
+            inner.idle_engines = 0  # the setting says how many calls run at once
     if settings.embedding_dim is not None and settings.embedding_dim != inner.dim:
         from ..errors import ConfigurationError
 

@@ -130,10 +130,12 @@ class InProcessEmbedder(abc.ABC):
     #: and a search's query waiting meanwhile goes between two (an import of thousands
     #: of texts does not hold the model for minutes), each turn within ``timeout_s``.
     chunk = 32
-    #: How many calls the model runs at once (each on an engine of its own), and how many
-    #: more engines only a search's query takes.
+    #: How many calls the model runs at once (each on an engine of its own), how many
+    #: more engines only a search's query takes, and how many more memory texts take
+    #: while no query comes (``turns.ModelTurns``).
     engines = 1
     query_engines = 0
+    idle_engines = 0
     _turns: ModelTurns | None = None
     _ready = False
 
@@ -161,7 +163,7 @@ class InProcessEmbedder(abc.ABC):
             return []
         check_embeddable(batch)
         self._turns = turns = ModelTurns.for_loop(self._turns, self.engines,
-                                                  self.query_engines)
+                                                  self.query_engines, self.idle_engines)
 
         async def encoded(part: list[str]) -> list[list[float]]:
             async with turns.turn(query):

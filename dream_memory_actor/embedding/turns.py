@@ -22,6 +22,12 @@ queries. ``python -m benchmarks agents`` (16 agents, the default mix, two cores)
 and without the kept engine in alternating runs, two pairs: search p95 66-68 -> 51-52
 ms and p99 190-221 -> 136-166 ms, for search p50 6.4-7.3 -> 7.2-8.5 ms (a query's
 embedding now shares the cores with a store's) and 21 MB more.
+
+A model may also have engines that memory texts take only while no query has asked for
+the model for ``QUIET_S`` seconds (``idle_slots``: the cores its other calls leave
+idle, see ``multilingual.idle_engines_for``). Writers storing at once then use every
+core, and once a search comes, memory texts go back to their ``slots`` as their calls
+end: a query shares the cores with those calls at most, never waits for them.
 """
 
 from __future__ import annotations
@@ -33,29 +39,34 @@ from contextlib import asynccontextmanager
 
 #: The most query turns in a row while memory texts wait for the model.
 QUERY_STREAK = 4
+#: Seconds without a query after which memory texts may take the idle slots too.
+QUIET_S = 2.0
 
 
 class ModelTurns:
-    """``slots`` holders at a time (engines for any call) and ``query_slots`` more for
-    queries only, queries first, each kind in arrival order; bound to the event loop it
-    was made in (:meth:`for_loop`)."""
+    """``slots`` holders at a time (engines for any call), ``query_slots`` more for
+    queries only and ``idle_slots`` more for memory texts while no query has come for
+    ``QUIET_S`` seconds; queries first, each kind in arrival order; bound to the event
+    loop it was made in (:meth:`for_loop`)."""
 
-    def __init__(self, slots: int = 1, query_slots: int = 0) -> None:
+    def __init__(self, slots: int = 1, query_slots: int = 0, idle_slots: int = 0) -> None:
         self.loop = asyncio.get_running_loop()
         self.slots = max(1, slots)
         self.query_slots = max(0, query_slots)
+        self.idle_slots = max(0, idle_slots)
+        self._last_query = -QUIET_S  # loop time a query last asked for a turn
         self._held = [0, 0]  # turns held by queries, by memory texts
         self._streak = 0  # query turns given in a row where memory texts could have gone
         self._waiting: tuple[deque[asyncio.Future[None]], deque[asyncio.Future[None]]] = (
             deque(), deque())
 
     @classmethod
-    def for_loop(cls, current: ModelTurns | None, slots: int = 1, query_slots: int = 0
-                 ) -> ModelTurns:
+    def for_loop(cls, current: ModelTurns | None, slots: int = 1, query_slots: int = 0,
+                 idle_slots: int = 0) -> ModelTurns:
         """``current`` when it belongs to the running loop, else a new one for it."""
         if current is not None and current.loop is asyncio.get_running_loop():
             return current
-        return cls(slots, query_slots)
+        return cls(slots, query_slots, idle_slots)
 
     @asynccontextmanager
     async def turn(self, query: bool) -> AsyncIterator[None]:
@@ -67,13 +78,18 @@ class ModelTurns:
             self._release(query)
 
     def _may_start(self, query: bool) -> bool:
-        """Whether a turn of this kind may start now."""
+        """Whether a turn of this kind may start now: a query on an engine kept for
+        queries or one for any call that memory texts leave (they take those first); a
+        memory text on one for any call that queries leave, or an idle one."""
         queries, memories = self._held
-        if queries + memories >= self.slots + self.query_slots:
-            return False
-        return query or memories < self.slots
+        if query:
+            return queries < self.query_slots + self.slots - min(memories, self.slots)
+        idle = self.idle_slots if self.loop.time() - self._last_query >= QUIET_S else 0
+        return memories + max(0, queries - self.query_slots) < self.slots + idle
 
     async def _acquire(self, query: bool) -> None:
+        if query:
+            self._last_query = self.loop.time()
         if self._may_start(query):
             self._held[0 if query else 1] += 1
             return
