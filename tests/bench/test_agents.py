@@ -4,6 +4,7 @@ writer wait on made-up runs; its place in the report."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from benchmarks.agents import (
     add_arguments,
     parse_mix,
     run,
+    summary,
     verify_stores,
     writer_wait,
 )
@@ -148,3 +150,10 @@ def test_the_report_lists_every_run_and_the_readme_the_newest_on_postgres() -> N
     assert figure.startswith("150 ops/s;") and "0 lost, 0 duplicates, 0 double-applied" in figure
     assert cmd == "`python -m benchmarks agents --backend postgres`"
     assert agents_section([]) == [] and agents_rows({}) == []
+
+
+def test_a_kind_of_call_the_mix_leaves_out_is_null_in_the_json() -> None:
+    assert json.loads(json.dumps(summary([]), allow_nan=False)) == {
+        "p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None, "n": 0,
+        "max_ms": None}
+    assert summary([0.002, 0.004])["max_ms"] == 4.0
