@@ -130,9 +130,10 @@ def idle_engines_for(threads: int | None, cpus: int, engines: int) -> int:
     (L1 write p95 under load 0.23-0.57x to 1.14-1.37x its p95 without stores); ``python
     -m benchmarks agents`` (searches a quarter of the calls, so the idle engines stay
     idle) was unchanged (three pairs: search p50 8.5-9.3 against 8.6-8.9 ms, L1 write
-    p95 21-23 against 20-22 ms). The cost is a search among stores after a quiet spell:
-    with ``--mix 0,1,99,0`` (one call in a hundred a search), stores went from 26 to 31
-    calls/s and search p50 from 36-38 to 48-53 ms (two pairs).
+    p95 21-23 against 20-22 ms). The cost falls on calls among stores after a quiet
+    spell: with ``--mix 0,1,99,0`` (one call in a hundred a search), stores went from 26
+    to 31 calls/s and search p50 from 36-38 to 48-53 ms (two pairs); with ``--mix
+    0,1,97,2``, L1 write p95 from 12 to 30 ms.
 
     >>> idle_engines_for(1, 2, 1), idle_engines_for(1, 4, 2), idle_engines_for(None, 8, 1)
     (1, 2, 0)

@@ -157,3 +157,16 @@ def test_a_kind_of_call_the_mix_leaves_out_is_null_in_the_json() -> None:
         "p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None, "n": 0,
         "max_ms": None}
     assert summary([0.002, 0.004])["max_ms"] == 4.0
+
+
+def test_the_readme_shows_the_newest_run_of_the_default_mix_and_engines() -> None:
+    usual = _result("postgres", 150.0)
+    writes = {**_result("postgres", 30.0),
+              "mix": {"snapshot": 0.0, "search": 0.01, "store": 0.97, "l1_write": 0.02}}
+    engines = {**_result("postgres", 180.0),
+               "machine": {**usual["machine"], "embedding_engines": 2}}
+    runs = [(Path("a.json"), usual), (Path("b.json"), writes), (Path("c.json"), engines)]
+    (_, figure, _), = agents_rows({"agents": runs})
+    assert figure.startswith("150 ops/s;")
+    (_, figure, _), = agents_rows({"agents": runs[1:]})  # no run of the defaults: the newest
+    assert figure.startswith("180 ops/s;")
