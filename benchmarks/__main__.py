@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
+from .stats import json_ready
+
 #: Benchmark name -> module of this package.
 BENCHMARKS = {
     "search-latency": "search_latency",
@@ -63,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(result, dict):
         result.setdefault("finished_at", datetime.now(timezone.utc).isoformat(
             timespec="seconds"))
-    json.dump(result, sys.stdout, indent=2, sort_keys=True, default=str)
+    json.dump(json_ready(result), sys.stdout, indent=2, sort_keys=True, default=str,
+              allow_nan=False)
     sys.stdout.write("\n")
     return 0
 

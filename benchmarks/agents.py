@@ -307,12 +307,9 @@ def run_load(agents: Sequence[Agent], tasks: int, work: Workload) -> tuple[list[
 
 
 def summary(seconds: Sequence[float]) -> dict[str, Any]:
-    """``percentiles_ms`` and the maximum; of no durations (a mix without that kind of
-    call), ``None`` for each, which JSON writes as null."""
-    if not seconds:
-        return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None, "n": 0,
-                "max_ms": None}
-    return {**percentiles_ms(seconds), "max_ms": round(max(seconds) * 1000.0, 3)}
+    """``percentiles_ms`` and the maximum."""
+    return {**percentiles_ms(seconds),
+            "max_ms": round(max(seconds) * 1000.0, 3) if seconds else float("nan")}
 
 
 def writer_wait(ops: Sequence[Op], owner: str) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from dream_memory_actor.text import normalize_content, with_context
 from .corpus import bench_settings
 from .locomo import Conversation, load_locomo, turn_context
 from .retrieval import DEFAULT_PATH, EXTRACTION_TURNS
-from .stats import command, machine, percentiles_ms
+from .stats import command, json_ready, machine, percentiles_ms
 
 #: The library's default local model (``local:`` name without the prefix).
 DEFAULT_MODEL = "multilingual-e5-small"
@@ -292,6 +292,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.out:
         result["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n",
-                                  encoding="utf-8")
+        Path(args.out).write_text(
+            json.dumps(json_ready(result), indent=2, sort_keys=True, allow_nan=False) + "\n",
+            encoding="utf-8")
     return result

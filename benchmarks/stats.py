@@ -10,6 +10,19 @@ from typing import Any
 import numpy as np
 
 
+def json_ready(value: Any) -> Any:
+    """``value`` with each float that is not finite (a figure of no samples, such as the
+    p50 of a kind of call a run never made) as ``None``: JSON has no NaN, so a result
+    file holds null there."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
+
+
 def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
     """p50/p95/p99/mean of durations given in seconds, in milliseconds."""
     if not seconds:

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..text import PREFIX_END
+from ..text import terms as terms_of
 
 
 class TermCounts:
@@ -25,6 +26,11 @@ class TermCounts:
     def __init__(self, counts: Mapping[str, int] | None = None) -> None:
         self.counts: Counter[str] = Counter({t: n for t, n in (counts or {}).items() if n > 0})
         self._sorted: list[str] | None = None
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> TermCounts:
+        """How many of ``texts`` have each term (``text.terms``: each counted once a text)."""
+        return cls(Counter(t for text in texts for t in terms_of(text)))
 
     def apply(self, delta: Mapping[str, int]) -> None:
         """Apply a ``dedup.df_delta``; a term no memory has any more is dropped."""

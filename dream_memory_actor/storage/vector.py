@@ -64,9 +64,9 @@ from ..scoring import (
 from ..text import MemoryText, fold, query_terms, word_starts
 from ..validation import l2 as check_l2
 from . import versions
-from .dedup import Cuts, absorbed, df_delta
+from .dedup import Cuts, absorbed
 from .lifecycle import _Lifecycle
-from .terms import TermCounts, prefix_df
+from .terms import TermCounts, prefix_df, summed
 from .word_index import WordIndex, keyword_order
 from .writes import PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector, searched
 
@@ -188,15 +188,13 @@ class VectorStore(_Lifecycle, ABC):
         """How many memories ``owners`` hold, and how many of them have each of ``terms``
         among their ``text.terms`` (``terms.prefix_df``). Counted here from every row;
         a backend keeps the counts with each write (``writes.Writes.term_delta``)."""
-        docs, df = 0, [0] * len(terms)
+        docs, per_owner = 0, []
         for owner in owners:
             rows = await self._rows(owner)
-            counts = TermCounts()
-            for r in rows:
-                counts.apply(df_delta(None, searched(r.memory)))
+            counts = TermCounts.of(searched(r.memory) for r in rows)
             docs += len(rows)
-            df = [a + b for a, b in zip(df, prefix_df(counts, len(rows), terms), strict=True)]
-        return TermStats(docs, dict(zip(terms, df, strict=True)))
+            per_owner.append(prefix_df(counts, len(rows), terms))
+        return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
 
     async def _candidates(
         self,
@@ -224,17 +222,15 @@ class VectorStore(_Lifecycle, ABC):
                           updated_at=lambda r: r.memory.updated_at, ident=lambda r: r.memory.id)
         sums = index.sums(terms, weights)
 
-        def sim(r: Row) -> float | None:
-            if embedding is None or r.vector is None or len(r.vector) != len(embedding):
-                return None
-            return cosine(embedding, r.vector)
-
-        nearest = sorted(((s, r.memory.id, r) for r in rows if (s := sim(r)) is not None),
-                         key=lambda x: (-x[0], x[1]))[:vector_k]
-        chosen = {r.memory.id: r for _, _, r in nearest}
+        sims = {r.memory.id: cosine(embedding, r.vector) for r in rows
+                if embedding is not None and r.vector is not None
+                and len(r.vector) == len(embedding)}
+        chosen = {r.memory.id: r for r in sorted(
+            (r for r in rows if r.memory.id in sims),
+            key=lambda r: (-sims[r.memory.id], r.memory.id))[:vector_k]}
         for r in keyword_order([index], [sums], keyword_k):
             chosen.setdefault(r.memory.id, r)
-        return [Candidate(m.id, m.content, m.updated_at, sim(r), m, texts[m.id],
+        return [Candidate(m.id, m.content, m.updated_at, sims.get(m.id), m, texts[m.id],
                           index.found(sums, m.id))
                 for r in chosen.values() for m in (r.memory,)]
 

@@ -7,8 +7,9 @@ shown to be enough."""
 from __future__ import annotations
 
 from dream_memory_actor.config import MemorySettings
+from dream_memory_actor.storage import open_stores
 from dream_memory_actor.storage.base import StructuredStore, VectorStore
-from dream_memory_actor.storage.memory import InMemoryStructuredStore, InMemoryVectorStore
+from dream_memory_actor.storage.memory import InMemoryVectorStore
 
 
 class PrimitivesVectorStore(InMemoryVectorStore):
@@ -21,9 +22,7 @@ class PrimitivesVectorStore(InMemoryVectorStore):
 async def open_primitives(settings: MemorySettings, dim: int | None
                           ) -> tuple[StructuredStore, VectorStore]:
     """The stores of ``settings`` (an in-memory backend's) made of the primitives."""
-    limit = settings.max_content_bytes
-    stores = (InMemoryStructuredStore(max_content_bytes=limit),
-              PrimitivesVectorStore(dim, max_content_bytes=limit))
-    for store in stores:
-        store.limits = settings.limits
-    return stores
+    structured, vector = await open_stores(settings, dim)
+    primitives = PrimitivesVectorStore(dim, max_content_bytes=vector.max_content_bytes)
+    primitives.limits = vector.limits
+    return structured, primitives

@@ -11,7 +11,7 @@ each read checks it in the same round trip that would fetch the rows.
 from __future__ import annotations
 
 import json
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +21,7 @@ import numpy as np
 
 from ...models import VectorMemory
 from ...scoring import length
-from ...text import content_hash, fold, terms, with_context, word_starts
+from ...text import content_hash, fold, with_context, word_starts
 from ..terms import TermCounts
 from ..unit_rows import UnitRows
 from ..word_index import WordIndex
@@ -134,9 +134,8 @@ class OwnerRows:
     def document_frequencies(self) -> TermCounts:
         """How many of these rows have each term (counted once, then kept with the rows)."""
         if self._df is None:
-            self._df = TermCounts(Counter(
-                t for r in self.rows.values()
-                for t in terms(with_context(r.memory.content, r.memory.context))))
+            self._df = TermCounts.of(with_context(r.memory.content, r.memory.context)
+                                     for r in self.rows.values())
         return self._df
 
     def words(self) -> WordIndex[Row]:

@@ -96,9 +96,9 @@ def exact_in(parts: Sequence[OwnerRows], query: np.ndarray) -> Callable[[int, st
     return exact
 
 
-# KEYS[1]: an owner's reads hash. ARGV: memory id, epoch ms, ...: each field the latest.
-#: Each noted field keeps the latest time (a max here, so two processes' batches agree);
-#: returns the noted fields with their times, or the whole hash when none is noted.
+#: KEYS[1]: an owner's reads hash. ARGV: memory id, epoch ms, ...: each noted field keeps
+#: the latest time (a max here, so two processes' batches agree). Returns the noted
+#: fields with their times, or the whole hash when none is noted.
 _READS = """
 if #ARGV == 0 then return redis.call('HGETALL', KEYS[1]) end
 local out = {}
