@@ -310,6 +310,31 @@ async def test_the_query_is_embedded_while_the_keyword_statistics_are_read(
     assert hits[0].vector_score is not None
 
 
+async def test_the_query_embedding_starts_before_the_query_terms_are_found(
+        stores: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedding, the slow part, is started first: the query's terms are found (and
+    their statistics read) while it runs, not before it starts."""
+    from dream_memory_actor.storage import vector as vector_module
+
+    v = stores.vector
+    await v.store("alice", "deploys happen on Thursday", embedding=vec(1))
+    order: list[str] = []
+    found = vector_module.query_terms
+
+    def terms(text: str) -> list[str]:
+        order.append("terms")
+        return found(text)
+
+    monkeypatch.setattr(vector_module, "query_terms", terms)
+
+    async def embed(text: str) -> list[float]:
+        order.append("embedding")
+        return vec(1)
+
+    await v.search("alice", "when do deploys happen", embed=embed)
+    assert order[:2] == ["embedding", "terms"]
+
+
 async def test_vector_candidates_follow_the_writes_after_a_search(stores: Stores) -> None:
     """A search by vector, then writes that add, replace and remove vectors, each
     followed by a search: the nearest memories are those the owner has now, each with
