@@ -828,8 +828,7 @@ class VectorStore(_Lifecycle, ABC):
             # The query is embedded while the keyword statistics (and, where a backend
             # reads them apart, the keyword candidates) are read: the search waits for
             # the slower of the two, not for both. The embedding is given the loop first,
-            # so it starts before the query's terms are found, not after: 0.14-0.28 ms
-            # less a search on LoCoMo (``python -m benchmarks search-overlap``).
+            # so the model starts before the query's terms are found, not after them.
             embedding_of = asyncio.ensure_future(embed(text))
             await asyncio.sleep(0)
 
