@@ -385,17 +385,24 @@ def overlap_section(items: Sequence[tuple[Path, dict[str, Any]]]) -> list[str]:
                 "search-overlap --json`.", ""]
     lines += ["LoCoMo's questions on PostgreSQL, each three times in alternating order: the "
               "query's embedding alone, a search that reads its keyword candidates while "
-              "the query is embedded, and one that reads them after it.", ""]
+              "the query is embedded, and one that reads them after it. The phases of the "
+              "overlapped search: from its call until the model starts, the model inside "
+              "the search (against the embedding p50 alone), and from the query's vector "
+              "to the hits (- in runs from before the phases were recorded).", ""]
     # the machine records the threads; the first runs recorded them beside it
     rows = [[get(d, "machine", "omp_num_threads") or d.get("omp_num_threads") or "default",
              num(get(d, "latency", "embedding", "p50_ms"), ".2f"),
              num(get(d, "beyond_embedding_p50_ms", "overlapped"), ".2f"),
              num(get(d, "beyond_embedding_p50_ms", "after"), ".2f"),
              num(d.get("paired_ratio_overlapped_over_after_median"), ".3f"),
+             " / ".join(num(get(d, "phases", "overlapped", phase, "p50_ms"), ".2f")
+                        for phase in ("before_model", "model", "after_model")),
              f"{num(d.get('searches_with_other_hits'))} of {num(d.get('searches'))}",
              f"{get(d, 'machine', 'load_average')} / {d.get('load_average_after')}",
              f"`{path.name}`"] for path, d in items]
     return [*lines, *table(["model threads (OMP_NUM_THREADS)", "embedding p50 ms",
                             "overlapped: beyond it, p50 ms", "after: beyond it, p50 ms",
-                            "median pair ratio", "other hits", "load start / end", "file"],
+                            "median pair ratio",
+                            "overlapped: before the model / the model / after it, p50 ms",
+                            "other hits", "load start / end", "file"],
                            rows), ""]

@@ -8,7 +8,9 @@ that alternates per question: the query's embedding alone (the model, never the 
 a search that embeds its query while it reads the keyword candidates (the product's
 path, ``PostgresVectorStore._embedded_candidates``), and one that reads them after the
 embedding (``VectorStore._embedded_candidates``, the plain path). Both searches must
-return the same hits.
+return the same hits. Each search's time is split into :data:`PHASES`: what comes
+before the model starts on the query, the model inside the search, and what comes after
+the query's vector.
 
 The model's threads decide what overlap can win: in a Ray actor it runs on one
 (Ray sets ``OMP_NUM_THREADS=1``), leaving a core to the database; alone in a process
@@ -35,6 +37,10 @@ from .stats import command, machine, percentiles_ms
 
 DEFAULT_MODEL = "multilingual-e5-small"
 ARMS = ("overlapped", "after", "embedding")
+#: Where a search's time goes: from its call until the model starts on the query, the
+#: model inside the search (slower than alone where the search's other work takes a core
+#: from it), and from the query's vector to the hits.
+PHASES = ("before_model", "model", "after_model")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,10 +63,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await embedder.load()
 
+        marks: dict[str, float] = {}
+
         async def embed(text: str) -> list[float]:
-            return (await embedder.embed_raw([text]))[0]
+            marks["start"] = time.perf_counter()
+            found = (await embedder.embed_raw([text]))[0]
+            marks["end"] = time.perf_counter()
+            return found
 
         took: dict[str, list[float]] = {k: [] for k in ARMS}
+        phases: dict[str, dict[str, list[float]]] = {
+            arm: {k: [] for k in PHASES} for arm in ("overlapped", "after")}
         differ = 0
         asked = [(c, q) for c in data.conversations for q in c.questions]
         for i, (conv, q) in enumerate(asked):
@@ -77,6 +90,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         now=conv.now, vector_k=settings.vector_candidates,
                         keyword_k=settings.keyword_candidates)
                     hits[arm] = [(h.memory.id, round(h.score, 9)) for h in found]
+                    t1 = time.perf_counter()
+                    for phase, seconds in zip(PHASES, (marks["start"] - t0,
+                                                       marks["end"] - marks["start"],
+                                                       t1 - marks["end"]), strict=True):
+                        phases[arm][phase].append(seconds)
                 took[arm].append(time.perf_counter() - t0)
             differ += hits["overlapped"] != hits["after"]
     finally:
@@ -87,6 +105,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "searches": len(took["after"]), "searches_with_other_hits": differ, "latency": p,
         "beyond_embedding_p50_ms": {arm: round(p[arm]["p50_ms"] - p["embedding"]["p50_ms"], 3)
                                     for arm in ("overlapped", "after")},
+        "phases": {arm: {phase: percentiles_ms(v) for phase, v in by_phase.items()}
+                   for arm, by_phase in phases.items()},
         "paired_ratio_overlapped_over_after_median": round(statistics.median(
             a / b for a, b in zip(took["overlapped"], took["after"], strict=True)), 4),
         "load_average_after": [round(x, 2) for x in os.getloadavg()]})

@@ -364,7 +364,11 @@ def test_the_overlap_section_shows_each_run_by_the_model_s_threads(tmp_path: Pat
          "paired_ratio_overlapped_over_after_median": 0.965, "searches": 9,
          "searches_with_other_hits": 0, "load_average_after": [1.2]}
     text = "\n".join(overlap_section([(tmp_path / "search-overlap-1.json", d)]))
-    assert "| 1 | 22.30 | 4.11 | 5.52 | 0.965 | 0 of 9 |" in text
+    assert "| 1 | 22.30 | 4.11 | 5.52 | 0.965 | - / - / - | 0 of 9 |" in text
+    d["phases"] = {"overlapped": {"before_model": {"p50_ms": 0.04}, "model": {"p50_ms": 23.1},
+                                  "after_model": {"p50_ms": 2.02}}}
+    text = "\n".join(overlap_section([(tmp_path / "search-overlap-1.json", d)]))
+    assert "| 0.965 | 0.04 / 23.10 / 2.02 | 0 of 9 |" in text
     assert "search-overlap-1.json" in text
     assert "No search-overlap results" in "\n".join(overlap_section([]))
 
