@@ -4,7 +4,8 @@
 embedded at a time (the query role, no cache: every text is new) gives the
 query-embedding p50/p95; memories stored one at a time through
 ``MemoryEngine.store`` on the in-memory backend (embedding, dedup check and
-write) give the ingest rate in memories per second. The texts are the
+write) give the ingest rate in memories per second; the queries again, while one
+writer stores the memories meanwhile, give the query embedding among stores. The texts are the
 library's own labelled pairs (``embedding/data/*.tsv``), English and Chinese
 half and half, so the run needs no data from outside the package: queries are
 the texts of the held-apart pairs, memories those of the others.
@@ -20,6 +21,7 @@ timed apart (``load_s``: the first call, not counted in the figures).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import subprocess
 import time
@@ -84,6 +86,7 @@ class Subject:
         self.engine = engine
         self.load_s = load_s
         self.query_s: list[float] = []
+        self.among_s: list[float] = []
         self.store_s = 0.0
         self.stored = 0
         self.merged = 0
@@ -118,11 +121,34 @@ class Subject:
         self.stored += len(batch)
         self.round_rates.append(round(len(batch) / took, 2))
 
+    async def queries_among_stores(self, batch: Sequence[str], memories: Sequence[str]) -> None:
+        """``batch`` embedded as queries while one writer stores ``memories`` meanwhile,
+        again and again: a search among stores, where a query may wait for the model."""
+        done = asyncio.Event()
+
+        async def writer() -> None:
+            i = 0
+            while not done.is_set():
+                await self.engine.store("bench-among", memories[i % len(memories)])
+                i += 1
+
+        task = asyncio.create_task(writer())
+        try:
+            await asyncio.sleep(0)
+            for text in batch:
+                t0 = time.perf_counter()
+                await self.engine.embed_query(text)
+                self.among_s.append(time.perf_counter() - t0)
+        finally:
+            done.set()
+            await task
+
     def result(self) -> dict[str, Any]:
         return {
             "model": self.model, "dim": self.engine.embedder.dim if self.engine.embedder else None,
             "load_s": round(self.load_s, 3),
             "query_embedding": percentiles_ms(self.query_s),
+            "query_embedding_among_stores": percentiles_ms(self.among_s),
             "ingest": {"memories": self.stored, "seconds": round(self.store_s, 3),
                        "memories_per_s": round(self.stored / self.store_s, 2),
                        "merged": self.merged, "per_round_memories_per_s": self.round_rates},
@@ -142,6 +168,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for s in subjects[r % len(subjects):] + subjects[:r % len(subjects)]:
             await s.queries(q)
             await s.ingest(m)
+            await s.queries_among_stores(q, m)
     elapsed = time.perf_counter() - started
     for s in subjects:
         await s.engine.close()

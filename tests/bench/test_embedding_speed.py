@@ -31,11 +31,13 @@ async def test_a_small_run_gives_every_figure_and_the_report_shows_it(tmp_path: 
     assert d["benchmark"] == "embedding-speed" and d["uptime"]["before"]
     (m,) = d["models"]
     assert m["query_embedding"]["n"] == 6 and m["query_embedding"]["p50_ms"] > 0
+    assert m["query_embedding_among_stores"]["n"] == 6
     assert m["ingest"]["memories"] == 6 and m["ingest"]["memories_per_s"] > 0
     assert len(m["ingest"]["per_round_memories_per_s"]) == 2
     lines = embedding_speed_section([(tmp_path / "embedding-speed.json", d)])
     row = next(x for x in lines if x.startswith("| `local:multilingual-e5-small`"))
     assert f"{m['query_embedding']['p50_ms']:.1f}" in row
+    assert f"| {m['query_embedding_among_stores']['p50_ms']:.1f} |" in row
     assert f"{m['ingest']['memories_per_s']:,.1f}" in row
     assert any(d["uptime"]["before"] in x for x in lines)
     assert "No embedding-speed results" in embedding_speed_section([])[2]
