@@ -86,7 +86,8 @@ class MemorySettings(BaseSettings):
     # calls a local numpy model (e5, USE) runs at once, each on an engine of its own;
     # None = e5's default (``multilingual.engines_for``, with the idle engines of
     # ``multilingual.idle_engines_for``), USE's one; a number leaves no idle engines.
-    # e5 keeps one engine more for search queries alone, whatever this says
+    # e5 keeps one engine more for search queries alone, whatever this says, where
+    # OMP_NUM_THREADS is set (as Ray sets it); without it, one engine takes every core
     embedding_engines: int | None = Field(None, ge=1, le=64)
     # a calibration file written by `python -m dream_memory_actor.embedding.calibrate`;
     # None = the one shipped for the model, else raw cosines

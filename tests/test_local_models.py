@@ -164,7 +164,7 @@ async def test_e5_truncates_a_long_text_to_its_window() -> None:
     emb = await embedder_for("local:multilingual-e5-small")
     inner = emb.inner
     assert isinstance(inner, E5Embedder)
-    (engine, _), *_ = inner._loaded()
+    engine = inner._loaded()[0].model
     text = "deploy the payment service on friday. " * 200
     fitted = E5Embedder.fit_window(engine, text, False)
     assert len(fitted) < len(text)

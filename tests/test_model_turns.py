@@ -246,9 +246,47 @@ def test_e5_runs_as_many_engines_as_half_the_cores_hold_its_calls(
     for value, engines in (("1", 2), ("2", 1), ("1,1", 2), ("", 1), ("0", 1), ("x", 1)):
         monkeypatch.setenv("OMP_NUM_THREADS", value)  # "1": a Ray actor's
         assert E5Embedder().engines == engines, value
-    monkeypatch.delenv("OMP_NUM_THREADS")
-    assert E5Embedder().engines == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert E5Embedder().query_engines == 1  # and one engine for queries alone
+    assert E5Embedder().chunk == InProcessEmbedder.chunk
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    one = E5Embedder()  # a call takes every core: one engine, no other
+    assert (one.engines, one.query_engines, one.idle_engines, one.chunk) == (1, 0, 0, 1)
+
+
+class _Threads(multilingual._NumpyEmbedder):
+    """One engine for any call and one for queries, recording the threads each runs on."""
+
+    model = "threads of engines (test)"
+    dim = 2
+    engines = 1
+    query_engines = 1
+    calibration = IDENTITY
+
+    def __init__(self) -> None:
+        self.threads: dict[int, set[int]] = {}
+
+    def _make(self) -> Any:
+        return object()
+
+    def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
+        self.threads.setdefault(id(engine), set()).add(threading.get_ident())
+        return [[1.0, 0.0] for _ in texts]
+
+
+async def test_each_engine_runs_its_calls_on_one_thread_of_its_own() -> None:
+    """OpenMP gives every thread that calls it a team of its own: an engine called from
+    any worker thread would leave the process more team threads than cores."""
+    model = _Threads()
+    try:
+        for _ in range(3):
+            await asyncio.gather(*(model.embed([f"text {i}"]) for i in range(8)),
+                                 *(model._embed([f"query {i}"], True) for i in range(8)))
+    finally:
+        multilingual._engines.pop(model.model, None)
+    assert len(model.threads) == 2  # both engines ran ...
+    assert all(len(t) == 1 for t in model.threads.values())  # ... each on one thread
+    assert len(set.union(*model.threads.values())) == 2  # of its own
 
 
 async def test_the_engines_setting_sets_a_local_numpy_model_s_engines() -> None:
@@ -322,7 +360,7 @@ async def test_a_store_s_text_never_runs_on_the_query_engine() -> None:
     model._run = recording  # type: ignore[method-assign]
     try:
         pool = model._loaded()
-        held = pool[0][1]
+        held = pool[0].lock
         held.acquire()  # the memory engine, still running a call that timed out
         store = asyncio.create_task(model.embed(["store"]))
         await asyncio.sleep(0.05)
@@ -330,7 +368,7 @@ async def test_a_store_s_text_never_runs_on_the_query_engine() -> None:
         assert await asyncio.wait_for(model._embed(["search"], True), 2) == [[0.0, 1.0]]
         held.release()  # ... and runs there once it is free
         assert await asyncio.wait_for(store, 2) == [[1.0, 0.0]]
-        assert used[False] == {id(pool[0][0])} and used[True] == {id(pool[1][0])}
+        assert used[False] == {id(pool[0].model)} and used[True] == {id(pool[1].model)}
     finally:
         multilingual._engines.pop(model.model, None)
 
@@ -391,7 +429,7 @@ async def test_two_memory_texts_embed_at_once_on_the_engines_a_query_does_not_ne
         await model._embed(["search"], True)
     finally:
         multilingual._engines.pop(model.model, None)
-    shared, kept, idle = (id(engine) for engine, _ in pool)
+    shared, kept, idle = (id(engine.model) for engine in pool)
     assert model.engines_used == {shared: "memory", idle: "memory", kept: "query"}
 
 

