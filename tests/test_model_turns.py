@@ -254,41 +254,6 @@ def test_e5_runs_as_many_engines_as_half_the_cores_hold_its_calls(
     assert (one.engines, one.query_engines, one.idle_engines, one.chunk) == (1, 0, 0, 1)
 
 
-class _Threads(multilingual._NumpyEmbedder):
-    """One engine for any call and one for queries, recording the threads each runs on."""
-
-    model = "threads of engines (test)"
-    dim = 2
-    engines = 1
-    query_engines = 1
-    calibration = IDENTITY
-
-    def __init__(self) -> None:
-        self.threads: dict[int, set[int]] = {}
-
-    def _make(self) -> Any:
-        return object()
-
-    def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
-        self.threads.setdefault(id(engine), set()).add(threading.get_ident())
-        return [[1.0, 0.0] for _ in texts]
-
-
-async def test_each_engine_runs_its_calls_on_one_thread_of_its_own() -> None:
-    """OpenMP gives every thread that calls it a team of its own: an engine called from
-    any worker thread would leave the process more team threads than cores."""
-    model = _Threads()
-    try:
-        for _ in range(3):
-            await asyncio.gather(*(model.embed([f"text {i}"]) for i in range(8)),
-                                 *(model._embed([f"query {i}"], True) for i in range(8)))
-    finally:
-        multilingual._engines.pop(model.model, None)
-    assert len(model.threads) == 2  # both engines ran ...
-    assert all(len(t) == 1 for t in model.threads.values())  # ... each on one thread
-    assert len(set.union(*model.threads.values())) == 2  # of its own
-
-
 async def test_the_engines_setting_sets_a_local_numpy_model_s_engines() -> None:
     settings = MemorySettings(embedding_model="local:multilingual-e5-small",
                               embedding_engines=3)
@@ -343,6 +308,35 @@ async def test_a_search_query_does_not_wait_for_a_store_s_text() -> None:
     finally:
         model.release.set()
         multilingual._engines.pop(model.model, None)
+
+
+class _Threads(_QueryEngine):
+    """One engine for any call and one for queries, recording the threads each runs on."""
+
+    model = "threads of engines (test)"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: dict[int, set[int]] = {}
+
+    def _run(self, engine: Any, texts: list[str], query: bool) -> Any:
+        self.threads.setdefault(id(engine), set()).add(threading.get_ident())
+        return [[1.0, 0.0] for _ in texts]
+
+
+async def test_each_engine_runs_its_calls_on_one_thread_of_its_own() -> None:
+    """OpenMP gives every thread that calls it a team of its own: an engine called from
+    any worker thread would leave the process more team threads than cores."""
+    model = _Threads()
+    try:
+        for _ in range(3):
+            await asyncio.gather(*(model.embed([f"text {i}"]) for i in range(8)),
+                                 *(model._embed([f"query {i}"], True) for i in range(8)))
+    finally:
+        multilingual._engines.pop(model.model, None)
+    assert len(model.threads) == 2  # both engines ran ...
+    assert all(len(t) == 1 for t in model.threads.values())  # ... each on one thread
+    assert len(set.union(*model.threads.values())) == 2  # of its own
 
 
 async def test_a_store_s_text_never_runs_on_the_query_engine() -> None:
