@@ -65,7 +65,6 @@ MAX_DEFAULT_THREADS = 4
 MAX_ENGINES = 4
 
 
-
 @dataclass(frozen=True)
 class Engine:
     """One loaded model, the lock its calls take and the thread they run on.
