@@ -239,8 +239,8 @@ class E5Embedder(_NumpyEmbedder):
             # engine kept for queries, on two cores, alternating runs of ``python -m
             # benchmarks embedding-speed --models local:multilingual-e5-small``: query
             # p50 24.1 -> 11.5-12.0 ms, among stores 28.8-29.2 -> 23.0-23.8 ms (p95 40
-            # -> 27), stores 41 -> 83-85 a second. A query among batches of eight long
-            # texts (LoCoMo's turns) waits longer: p50 21-22 -> 32 ms.
+            # -> 27), stores 41 -> 83-85 a second. The cost: a query that comes while a
+            # long memory text is embedded waits for the rest of that text.
             self.query_engines = 0
             self.chunk = 1
         else:
