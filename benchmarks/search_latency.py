@@ -180,6 +180,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             result["chosen_scans"] = (await vector.search_plan(
                 [owners[0]], terms, embedding=True,
                 keyword_k=settings.keyword_candidates)).describe()
+            # Owners searched in the rows the process keeps ran no candidate statement.
+            result["kept_rows"] = vector.kept()
     finally:
         if args.backend == "postgres" and not args.keep:
             async with vector.backend.connection() as conn:

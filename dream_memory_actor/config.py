@@ -62,6 +62,9 @@ class MemorySettings(BaseSettings):
     postgres_schema: str = "dream_memory"
     postgres_pool_min: int = Field(1, ge=0, le=100)
     postgres_pool_max: int = Field(8, ge=1, le=200)
+    # memories of recently searched owners each process keeps, so that a search of them
+    # runs no statement after its query's vector (storage/owner_rows.py); 0: none
+    postgres_cache_rows: int = Field(10_000, ge=0)
     data_dir: Path = Field(default_factory=default_data_dir)
     redis_url: SecretStr | None = None
     redis_prefix: str = "dm"

@@ -74,12 +74,14 @@ class TermStats(NamedTuple):
     whole terms every write keeps (``storage.terms``: the counts of the terms starting
     with it, at most each owner's memories; absent: 0); ``table_docs``: memories in the
     whole store, when the backend knows it cheaply (only for choosing a query plan,
-    never for scores).
+    never for scores); ``versions``: each owner's version token read with the counts,
+    by a backend that keeps owners' rows in the process (``storage.owner_rows``).
     """
 
     docs: int
     df: Mapping[str, int]
     table_docs: int | None = None
+    versions: Mapping[str, str] | None = None
 
 
 def idf(df: int, docs: int) -> float:

@@ -54,8 +54,9 @@ async def test_the_count_migration_counts_existing_memories(
     conn = await asyncpg.connect(pg_dsn)
     try:
         await conn.execute(f"DROP TABLE {s}.owner_memory_counts, {s}.term_df")
-        await conn.execute(f"DELETE FROM {s}.schema_migrations WHERE version IN (3, 4)")
-        assert await migrate(conn, s) == [3, 4]
+        await conn.execute(f"DROP SEQUENCE {s}.owner_versions")
+        await conn.execute(f"DELETE FROM {s}.schema_migrations WHERE version IN (3, 4, 22)")
+        assert await migrate(conn, s) == [3, 4, 22]
     finally:
         await conn.close()
     assert (await vector.count("a"), await vector.count("b")) == (30, 7)

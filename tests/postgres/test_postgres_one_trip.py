@@ -23,6 +23,12 @@ def _seen(hits: list[SearchHit]) -> list[tuple[str, float, float]]:
     return [(h.memory.id, h.score, h.keyword_score) for h in hits]
 
 
+@pytest.fixture(autouse=True)
+def statements_only(pg: tuple[MemorySettings, PostgresVectorStore]) -> None:
+    """The store keeps no rows: every search here runs its statements."""
+    pg[1].backend.cache_rows = 0
+
+
 @pytest.fixture
 def fetches(pg: tuple[MemorySettings, PostgresVectorStore],
             monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -40,5 +40,6 @@ async def open_postgres(
         dsn, settings.postgres_schema, embedding_dim,
         min_size=settings.postgres_pool_min, max_size=settings.postgres_pool_max,
         ef_search=settings.hnsw_ef_search, max_content_bytes=settings.max_content_bytes,
+        cache_rows=settings.postgres_cache_rows,
     )
     return PostgresStructuredStore(backend), PostgresVectorStore(backend)

@@ -36,17 +36,31 @@ def term_delta(removed: Iterable[str] = (), added: Iterable[str] = ()) -> dict[s
     return {t: n for t, n in delta.items() if n}
 
 
-async def add_memories(conn: Any, s: str, owner: str, n: int) -> None:
-    """Add ``n`` (negative: remove) to the owner's memory count."""
+async def add_memories(conn: Any, s: str, owner: str, n: int
+                       ) -> tuple[str | None, str | None]:
+    """Add ``n`` (negative: remove) to the owner's memory count, and give the owner a
+    new version token (``owner_versions``: a sequence never gives a value twice, even
+    to a write rolled back). Returns the token before and after (``None``: none)."""
+    before = f"(SELECT version FROM {s}.owner_memory_counts WHERE owner_id = $1)"
     if n < 0:  # the owner has a row: its memories were counted when written
-        await conn.execute(f"""UPDATE {s}.owner_memory_counts SET memories = memories + $2
-                               WHERE owner_id = $1""", owner, n)
-    elif n > 0:
-        await conn.execute(
-            f"""INSERT INTO {s}.owner_memory_counts (owner_id, memories) VALUES ($1, $2)
+        row = await conn.fetchrow(
+            f"""UPDATE {s}.owner_memory_counts c
+                SET memories = memories + $2, version = nextval('{s}.owner_versions')
+                FROM {before} b(version) WHERE c.owner_id = $1
+                RETURNING b.version AS before, c.version AS after""", owner, n)
+    else:
+        row = await conn.fetchrow(
+            f"""INSERT INTO {s}.owner_memory_counts AS c (owner_id, memories, version)
+                VALUES ($1, $2, nextval('{s}.owner_versions'))
                 ON CONFLICT (owner_id) DO UPDATE
-                SET memories = {s}.owner_memory_counts.memories + excluded.memories""",
-            owner, n)
+                SET memories = c.memories + excluded.memories, version = excluded.version
+                RETURNING {before} AS before, c.version AS after""", owner, n)
+    return (None, None) if row is None else (token(row["before"]), token(row["after"]))
+
+
+def token(version: int | None) -> str | None:
+    """An owner's version as ``owner_rows`` tags rows with it."""
+    return None if version is None else str(version)
 
 
 async def add_terms(conn: Any, s: str, owner: str, delta: Mapping[str, int]) -> None:
@@ -72,8 +86,9 @@ def stats_sql(s: str, owners: Sequence[str], owners_ref: str = "$1::text[]",
               terms_ref: str = "$2::text[]", *, codepoint_order: bool = True) -> str:
     """One statement for :func:`term_stats`: ``owners_ref`` the owners (``text[]``),
     ``terms_ref`` the terms (``$1`` and ``$2`` unless a larger statement embeds it).
-    Columns: ``docs``, ``table_docs``, ``terms`` (the terms given) and ``df`` (theirs,
-    in the same order; 0 for a term no owner's memory has).
+    Columns: ``docs``, ``table_docs``, ``terms`` (the terms given), ``df`` (theirs,
+    in the same order; 0 for a term no owner's memory has), and ``seen`` and
+    ``versions``: the owners that have a count and their version tokens.
 
     A term's document frequency is the sum of the counts of the terms starting with it,
     at most each owner's memories (``storage.terms``): a range of the primary key,
@@ -99,8 +114,9 @@ def stats_sql(s: str, owners: Sequence[str], owners_ref: str = "$1::text[]",
                                WHERE oid = '{s}.memories'::regclass) AS table_docs,
                       {terms_ref} AS terms,
                       ARRAY(SELECT {n}::bigint FROM unnest({terms_ref}) WITH ORDINALITY AS q(t, i)
-                            ORDER BY q.i) AS df
-               FROM (SELECT coalesce(sum(memories), 0)::bigint AS docs
+                            ORDER BY q.i) AS df, k.seen, k.versions
+               FROM (SELECT coalesce(sum(memories), 0)::bigint AS docs,
+                            array_agg(owner_id) AS seen, array_agg(version) AS versions
                      FROM {s}.owner_memory_counts WHERE {mine}) k"""
 
 
@@ -129,7 +145,16 @@ async def term_stats(conn: Any, s: str, owners: Sequence[str], query: Sequence[s
     ``query`` among the owners' memories: one round trip."""
     row = await conn.fetchrow(stats_sql(s, owners, codepoint_order=codepoint_order),
                               list(owners), list(dict.fromkeys(query)))
-    return TermStats(int(row["docs"]), found_df(row["terms"], row["df"]), int(row["table_docs"]))
+    return TermStats(int(row["docs"]), found_df(row["terms"], row["df"]), int(row["table_docs"]),
+                     found_versions(row["seen"], row["versions"]))
+
+
+def found_versions(seen: Sequence[str] | None, versions: Sequence[int | None] | None
+                   ) -> dict[str, str]:
+    """The ``seen`` and ``versions`` columns of :func:`stats_sql` as each owner's token
+    (an owner whose count was written before tokens were kept has none yet)."""
+    return {o: str(v) for o, v in zip(seen or [], versions or [], strict=True)
+            if v is not None}
 
 
 async def backfill_term_df(conn: Any, s: str) -> None:

@@ -348,6 +348,15 @@ COMMENT ON COLUMN {s}.memory_text.search_words IS
 -- VACUUM FULL of the table).
 ALTER TABLE {s}.memories SET (toast_tuple_target = 4080);
 """),
+    (22, "a version token per owner", """
+-- Every write of an owner's memories gives its count row a new value of a sequence, so
+-- a process that holds the owner's rows (owner_rows.py) knows, from the statistics a
+-- search reads anyway, whether they are still the owner's. A sequence never gives a
+-- value twice, even to a write that is rolled back. NULL: not written since; such an
+-- owner's rows are not kept until its next write.
+CREATE SEQUENCE {s}.owner_versions;
+ALTER TABLE {s}.owner_memory_counts ADD COLUMN version bigint;
+"""),
 ]
 
 #: Steps in Python run right after a migration's SQL, in its transaction: what SQL

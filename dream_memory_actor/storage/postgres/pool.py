@@ -61,8 +61,8 @@ class PostgresBackend:
     """One pool shared by the structured and the vector store of one configuration."""
 
     def __init__(self, dsn: str, schema: str, dim: int | None, *, min_size: int = 1,
-                 max_size: int = 8, ef_search: int = 100, max_content_bytes: int = 32 * 1024
-                 ) -> None:
+                 max_size: int = 8, ef_search: int = 100, max_content_bytes: int = 32 * 1024,
+                 cache_rows: int = 10_000) -> None:
         self.dsn = dsn
         self.schema = schema
         self.dim = dim
@@ -70,6 +70,8 @@ class PostgresBackend:
         self.max_size = max_size
         self.ef_search = ef_search
         self.max_content_bytes = max_content_bytes
+        #: The memories of searched owners the vector store keeps in the process.
+        self.cache_rows = cache_rows
         #: The connection of the :meth:`unit` the current task is in, if any.
         self._unit: ContextVar[Any] = ContextVar(f"dream_memory_unit_{id(self)}", default=None)
         self._pool: Any = None

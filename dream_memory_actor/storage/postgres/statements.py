@@ -269,7 +269,8 @@ def counted_statement(schema: str, dim: int | None, owners: Sequence[str],
     The candidates come only while the owners' memories are within ``owner_rows``
     (first, last) and the table's are ``table_rows``: where the counts choose
     ``plan`` (:func:`~.plan.same_plan_rows`). Rows: the candidate rows, and one row
-    whose ``st_docs``, ``st_table``, ``st_terms``, ``st_df`` (the counts), ``st_w``
+    whose ``st_docs``, ``st_table``, ``st_terms``, ``st_df``, ``st_seen``,
+    ``st_versions`` (the counts and tokens), ``st_w``
     (each term's weight) and ``st_same`` (whether the candidates came) are set and
     every candidate column is NULL.
     """
@@ -291,6 +292,7 @@ def counted_statement(schema: str, dim: int | None, owners: Sequence[str],
                     counts AS MATERIALIZED (
                         SELECT x.*, ARRAY[{w}]::float8[] AS w, {same} AS same FROM x)
                SELECT c.*, k.docs AS st_docs, k.table_docs AS st_table, k.terms AS st_terms,
-                      k.df AS st_df, k.w AS st_w, k.same AS st_same
+                      k.df AS st_df, k.w AS st_w, k.same AS st_same, k.seen AS st_seen,
+                      k.versions AS st_versions
                FROM (SELECT * FROM ({cands}) c WHERE (SELECT same FROM counts)) c
                FULL JOIN counts k ON false""", p.values

@@ -36,22 +36,19 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Any
 
-import numpy as np
-
 from ...errors import BackendError
 from ...models import EmbeddingModel, MemoryVersion
-from ...scoring import Candidate, TermStats, cosine_to
+from ...scoring import Candidate, TermStats
 from ...text import fold
+from ..owner_rows import NO_TOKEN, OwnerRows, RowCache, candidates, nearest
 from ..terms import prefix_df, summed
-from ..unit_rows import best_exactly
 from ..vector import VectorStore
 from ..versions import matches
-from ..word_index import keyword_order
 from ..writes import PROPOSAL_OP, Planner, Writes, searched
 from ..writes import Row as Found
 from . import df
@@ -66,35 +63,7 @@ from .common import (
     text,
     translate,
 )
-from .rows import FETCH_ROWS, NO_TOKEN, OwnerRows, Row, RowCache, make_row, vec_bytes
-
-
-def _vector(values: Sequence[float] | None) -> np.ndarray | None:
-    return None if values is None else np.asarray(values, dtype=np.float64)
-
-
-def nearest(rows: OwnerRows, query: Sequence[float], k: int) -> list[tuple[str, float]]:
-    """The ``k`` rows most similar to ``query`` with their cosine, best first (the oldest
-    among equals, by :func:`scoring.cosine`, as the in-memory backend ranks them)."""
-    q = np.asarray(query, dtype=np.float64)
-    ids, sims = rows.similarities(q)
-    if not ids:
-        return []
-    return [(mid, cosine) for cosine, _, mid in best_exactly([(ids, sims)], k, exact_in([rows], q))]
-
-
-def exact_in(parts: Sequence[OwnerRows], query: np.ndarray) -> Callable[[int, str], float]:
-    """``scoring.cosine`` of ``query`` and the row ``mid`` (with a vector) of ``parts[j]``,
-    as ``unit_rows.best_exactly`` measures a row."""
-    to = cosine_to(query)
-
-    def exact(j: int, mid: str) -> float:
-        row = parts[j].rows[mid]
-        assert row.vec is not None  # a row of the matrix has a vector
-        return to(row.vec, row.norm)
-
-    return exact
-
+from .rows import FETCH_ROWS, resolve, vec_bytes
 
 #: KEYS[1]: an owner's reads hash. ARGV: memory id, epoch ms, ...: each noted field keeps
 #: the latest time (a max here, so two processes' batches agree). Returns the noted
@@ -199,7 +168,7 @@ class RedisVectorStore(VectorStore):
         for _ in range(2):
             keys, args = self._fetch_args(owner, token)
             reply = await self._fetch(keys, args, client=client)
-            rows = self._cache.resolve(owner, reply)
+            rows = resolve(self._cache, owner, reply)
             if rows is not None:
                 return rows
             token = NO_TOKEN
@@ -270,15 +239,7 @@ class RedisVectorStore(VectorStore):
                                 PROPOSAL_OP) else OP_ID_RETENTION_S)  # undone from its record
                         if await committed(pipe) is None:
                             continue  # another writer came first: again
-                    for m in w.drops:
-                        rows.remove(m.id)
-                    for p in w.puts:
-                        old = rows.rows.get(p.memory.id)
-                        if p.keeps:
-                            rows.put(make_row(p.memory, None if old is None else old.vec))
-                            continue
-                        rows.remove(p.memory.id)  # a new vector: the scan matrix is rebuilt
-                        rows.put(make_row(p.memory, _vector(p.given)))
+                    rows.written(w)
                     rows.token = token
                     self._cache.put(owner, rows)
                     return result
@@ -364,34 +325,8 @@ class RedisVectorStore(VectorStore):
             # (read for the keyword candidates anyway) by exact cosine.
             knn = module and embedding is not None and self.dim is not None and not where
             by_owner, hits = await self._fetch_for_search(owners, embedding, vector_k, knn)
-        words = {o: rows.words() for o, rows in by_owner.items() if rows.rows}
-        sums = {o: ix.sums(terms, weights) for o, ix in words.items()}
-        only = None
-        if where:
-            by_owner = {o: OwnerRows(rows.token, [r for r in rows.rows.values()
-                                                 if matches(r.memory.metadata, where)])
-                        for o, rows in by_owner.items()}
-            only = {mid for rows in by_owner.values() for mid in rows.rows}
-        query = None if embedding is None else np.asarray(embedding, dtype=np.float64)
-        to = None if query is None else cosine_to(query)
-
-        def candidate(row: Row) -> Candidate:
-            m = row.memory
-            sim = None if to is None or row.vec is None else to(row.vec, row.norm)
-            return Candidate(m.id, m.content, m.updated_at, sim, m, row.search_text,
-                             words[m.owner].found(sums[m.owner], m.id))
-
-        out: dict[str, Candidate] = {}
-        if query is not None:
-            if not knn:
-                hits = self._exact_nearest(by_owner, query, vector_k)
-            for owner, mid in hits[:vector_k]:
-                row = by_owner[owner].rows.get(mid)
-                if row is not None and row.vec is not None:
-                    out.setdefault(mid, candidate(row))
-        for row in keyword_order(list(words.values()), list(sums.values()), keyword_k, only):
-            out.setdefault(row.memory.id, candidate(row))
-        return list(out.values())
+        return candidates(by_owner, terms, weights, embedding, vector_k=vector_k,
+                          keyword_k=keyword_k, where=where, hits=hits if knn else None)
 
     async def _fetch_for_search(self, owners: Sequence[str], embedding: list[float] | None,
                                 vector_k: int, knn: bool
@@ -423,7 +358,7 @@ class RedisVectorStore(VectorStore):
                     raise
             by_owner: dict[str, OwnerRows] = {}
             for o, reply in zip(owners, replies[:len(owners)], strict=True):
-                rows = self._cache.resolve(o, reply)
+                rows = resolve(self._cache, o, reply)
                 if rows is None:
                     stale.add(o)
                 else:
@@ -432,17 +367,6 @@ class RedisVectorStore(VectorStore):
                 hits = fts.knn_ids(self._keys, owners, replies[-1]) if knn else []
                 return by_owner, hits
         raise BackendError("could not read the owners' memories consistently")
-
-    @staticmethod
-    def _exact_nearest(by_owner: dict[str, OwnerRows], query: np.ndarray,
-                       k: int) -> list[tuple[str, str]]:
-        # Pairs are made for the rows picked only: a list of one tuple per row, alive
-        # through the search, made the garbage collector run full passes over the
-        # row cache every few searches (p95 ~110 ms at 10k rows).
-        owners = [o for o, rows in by_owner.items() if rows.rows]
-        parts = [by_owner[o].similarities(query) for o in owners]
-        exact = exact_in([by_owner[o] for o in owners], query)
-        return [(owners[j], mid) for _, j, mid in best_exactly(parts, k, exact)]
 
     # -- versions ---------------------------------------------------------------------
 
