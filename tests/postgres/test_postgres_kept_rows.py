@@ -211,4 +211,14 @@ async def test_owners_larger_than_the_setting_allows_are_not_kept(
     q = _vec(np.random.default_rng(11))
     for _ in range(3):
         await vector.search("o", "alpha", embedding=q)
-    assert "rows" not in statements
+    assert "rows" not in statements and vector.kept() == {}
+    # kept, then grown past the limit by the process's own writes: no longer kept
+    vector.backend.cache_rows = 13
+    for _ in range(2):
+        await vector.search("o", "alpha", embedding=q)
+    assert vector.kept() == {"o": 12}
+    await vector.store("o", "alpha one more", embedding=q)
+    await vector.store("o", "beta two more", embedding=_vec(np.random.default_rng(12)))
+    assert vector.kept() == {"o": 14}
+    await vector.search("o", "alpha", embedding=q)
+    assert vector.kept() == {}

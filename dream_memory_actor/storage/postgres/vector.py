@@ -502,8 +502,11 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         another process writes between every two searches is not fetched each time."""
         versions = stats.versions
         wanted = list(dict.fromkeys(owners))
-        if (versions is None or stats.docs > min(KEPT_MAX_ROWS, self.backend.cache_rows)
-                or any(o not in versions for o in wanted)):
+        if stats.docs > min(KEPT_MAX_ROWS, self.backend.cache_rows):
+            for o in wanted:  # grown past the limit by writes: its rows are not kept
+                self._cache.drop(o)
+            return None
+        if versions is None or any(o not in versions for o in wanted):
             return None
         stable = all(self._seen.get(o) == versions[o] for o in wanted)
         for o in wanted:
