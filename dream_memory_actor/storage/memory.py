@@ -12,9 +12,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, NamedTuple
-
-import numpy as np
+from typing import Any
 
 from ..history import HistoryLog, ItemVersion, StatusChange, trim_status
 from ..models import (
@@ -24,19 +22,17 @@ from ..models import (
     MemorySnapshot,
     MemoryVersion,
     Tombstone,
-    VectorMemory,
     utcnow,
 )
-from ..scoring import Candidate, TermStats, cosine_to, length
-from ..text import content_hash, fold, word_starts
+from ..scoring import Candidate, TermStats
 from .base import StructuredStore, VectorStore
 from .decisions import replaces
 from .ops import AddAudit, L1Op, apply_ops
+from .owner_rows import OwnerRows, candidates, nearest
+from .owner_rows import Row as OwnedRow
 from .terms import TermCounts, prefix_df, summed
-from .unit_rows import UnitRows, best_exactly
 from .versions import matches
-from .word_index import WordIndex, keyword_order
-from .writes import Planner, Row, searched
+from .writes import Planner, Row
 
 
 class InMemoryStructuredStore(StructuredStore):
@@ -140,31 +136,20 @@ class InMemoryStructuredStore(StructuredStore):
         return sorted(self._erased.values(), key=lambda t: t.at, reverse=True)[:limit]
 
 
-class _Stored(NamedTuple):
-    memory: VectorMemory
-    vec: np.ndarray | None
-    #: Its content and context as the keyword signal reads them (``text.word_starts``).
-    search_text: str
-    #: The vector's length (``scoring.length``), for its cosines to queries.
-    norm: float
-
-
 class InMemoryVectorStore(VectorStore):
-    """L2 in a dictionary per owner, with exact (brute-force) cosine search.
+    """L2 in ``owner_rows.OwnerRows`` per owner, with exact (brute-force) cosine search.
 
     Each owner's term counts (memories per term, ``terms.TermCounts``) are kept beside
-    its rows, moved by every write (``writes.Writes.term_delta``); so are its
-    ``word_index.WordIndex`` and its vectors as the rows of one matrix
-    (``unit_rows.UnitRows``), once a search has made them.
+    its rows, moved by every write (``writes.Writes.term_delta``), as a server keeps
+    them; the rows keep their ``word_index.WordIndex`` and their vectors as the rows of
+    one matrix (``unit_rows.UnitRows``), once a search has made them.
     """
 
     def __init__(self, dim: int | None = None, *, max_content_bytes: int = 32 * 1024) -> None:
         self.dim = dim
         self.max_content_bytes = max_content_bytes
-        self._rows_of: defaultdict[str, dict[str, _Stored]] = defaultdict(dict)
+        self._rows_of: defaultdict[str, OwnerRows] = defaultdict(lambda: OwnerRows("", ()))
         self._df: defaultdict[str, TermCounts] = defaultdict(TermCounts)
-        self._words: dict[str, WordIndex[_Stored]] = {}
-        self._units: dict[str, UnitRows] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._ops: dict[tuple[str, str], str] = {}
         self._closed_versions: defaultdict[str, list[MemoryVersion]] = defaultdict(list)
@@ -178,7 +163,7 @@ class InMemoryVectorStore(VectorStore):
         return self._recorded_model
 
     async def _owners(self) -> list[str]:
-        return [o for o, rows in self._rows_of.items() if rows]
+        return [o for o, rows in self._rows_of.items() if rows.rows]
 
     async def _reads(self, owner: str, noted: Mapping[str, datetime]) -> dict[str, datetime]:
         seen = self._read_at[owner]
@@ -191,32 +176,10 @@ class InMemoryVectorStore(VectorStore):
             if op_id is not None and (owner, op_id) in self._ops:
                 return self._ops[(owner, op_id)]
             result, w = await plan()  # raises before anything is written
-            rows = self._rows_of[owner]
             gone = {v.id for v in w.reopened}
             kept = [v for v in self._closed_versions[owner] if v.id not in gone]
             self._closed_versions[owner] = [*kept, *w.versions]
-            words = self._words.get(owner)
-            units = None if w.drops else self._units.get(owner)  # made again after a drop
-            for m in w.drops:
-                del rows[m.id]
-                if words is not None:
-                    words.remove(m.id)
-            for p in w.puts:
-                vec = (rows[p.memory.id].vec if p.keeps
-                       else None if p.vector is None else np.asarray(p.vector, dtype=np.float64))
-                new = p.memory.id not in rows
-                if units is not None and not p.keeps and not (new and vec is None):
-                    if new and vec is not None and vec.shape[0] == units.dim:
-                        units.add(p.memory.id, vec)
-                    else:  # a vector replaced: the matrix is made again
-                        units = None
-                row = rows[p.memory.id] = _Stored(p.memory, vec,
-                                                  word_starts(fold(searched(p.memory))),
-                                                  0.0 if vec is None else length(vec))
-                if words is not None:
-                    words.add(row)
-            if units is None:
-                self._units.pop(owner, None)
+            self._rows_of[owner].written(w)
             self._df[owner].apply(w.term_delta())
             if op_id is not None:
                 self._ops[(owner, op_id)] = result
@@ -227,19 +190,20 @@ class InMemoryVectorStore(VectorStore):
                     near: tuple[list[float], int] | None = None,
                     where: Mapping[str, Any] | None = None, limit: int | None = None,
                     offset: int = 0, vectors: bool = False) -> list[Row]:
-        stored = self._rows_of.get(owner, {})
+        stored = self._rows_of[owner].rows if owner in self._rows_of else {}
 
-        def row(s: _Stored, sim: float | None = None) -> Row:
+        def row(s: OwnedRow, sim: float | None = None) -> Row:
             vec = None if not vectors or s.vec is None else [float(x) for x in s.vec]
             return Row(s.memory, vec, sim)
 
         if ids is not None:
             return [row(stored[i]) for i in ids if i in stored]
         if text_hash is not None:
-            return [row(s) for s in stored.values() if content_hash(s.memory.content) == text_hash]
+            return [row(s) for s in stored.values() if s.hash == text_hash]
         if near is not None:
-            vector, k = near
-            return [row(s, sim) for sim, s in self._nearest([owner], vector, k)]
+            if not stored:
+                return []
+            return [row(stored[mid], sim) for mid, sim in nearest(self._rows_of[owner], *near)]
         mems = sorted((s for s in stored.values() if matches(s.memory.metadata, where)),
                       key=lambda s: (-s.memory.updated_at.timestamp(), s.memory.id))
         end = None if limit is None else offset + limit
@@ -250,9 +214,10 @@ class InMemoryVectorStore(VectorStore):
                 if memory_id is None or memory_id in (v.memory_id, v.superseded_by)]
 
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
-        docs = sum(len(self._rows_of.get(o, {})) for o in owners)
-        per_owner = [prefix_df(self._df[o], len(self._rows_of.get(o, {})), terms)
-                     for o in owners if o in self._df]
+        counted = [self._rows_of[o] for o in owners if o in self._rows_of]
+        docs = sum(len(rows.rows) for rows in counted)
+        per_owner = [prefix_df(self._df[o], len(self._rows_of[o].rows), terms)
+                     for o in owners if o in self._df and o in self._rows_of]
         return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
@@ -260,82 +225,16 @@ class InMemoryVectorStore(VectorStore):
                           keyword_k: int, weights: Sequence[float],
                           stats: TermStats, where: Mapping[str, Any] | None = None
                           ) -> list[Candidate]:
-        only = {r.memory.id for o in owners for r in self._rows_of.get(o, {}).values()
-                if matches(r.memory.metadata, where)} if where else None
-        indexes = {o: self._index(o) for o in owners if self._rows_of.get(o)}
-        sums = {o: ix.sums(terms, weights) for o, ix in indexes.items()}
-
-        def candidate(row: _Stored, sim: float | None) -> Candidate:
-            m = row.memory
-            return Candidate(m.id, m.content, m.updated_at, sim, m, row.search_text,
-                             indexes[m.owner].found(sums[m.owner], m.id))
-
-        out: dict[str, Candidate] = {}
-        if embedding is not None:
-            for cosine, r in self._nearest(owners, embedding, vector_k, only):
-                out[r.memory.id] = candidate(r, cosine)
-        to = None if embedding is None else cosine_to(embedding)
-        for r in keyword_order(list(indexes.values()), list(sums.values()), keyword_k, only):
-            if r.memory.id not in out:
-                sim = None if to is None or r.vec is None else to(r.vec, r.norm)
-                out[r.memory.id] = candidate(r, sim)
-        return list(out.values())
-
-    def _nearest(self, owners: Sequence[str], vector: Sequence[float], k: int,
-                 only: set[str] | None = None) -> list[tuple[float, _Stored]]:
-        """The ``k`` rows of ``owners`` (those of ids in ``only``, if given) most similar
-        to ``vector``, most similar first, each with its cosine: picked by one product an
-        owner (``UnitRows``), then measured as ``scoring.cosine`` measures them, the
-        earlier memory among equals (``unit_rows.best_exactly``). Against a
-        cosine measured a row, ``python -m benchmarks search-latency --backend memory``
-        took p50 0.61 ms against 1.62 ms at 1,000 memories and 1.98 ms against 17.8 ms at
-        10,000 (runs alternating with the code before)."""
-        query = np.asarray(vector, dtype=np.float64)
-        parts: list[tuple[list[str], np.ndarray]] = []
-        rows: list[dict[str, _Stored]] = []
-        for o in owners:
-            if not self._rows_of.get(o):
-                continue
-            units = self._vectors(o)
-            if not units.keys or units.dim != query.shape[0]:
-                continue
-            sims = units.similarities(query)
-            if only is not None:
-                sims = np.where([key in only for key in units.keys], sims, -np.inf)
-            parts.append((units.keys, sims))
-            rows.append(self._rows_of[o])
-        to = cosine_to(query)
-
-        def exact(part: int, key: str) -> float:
-            row = rows[part][key]
-            assert row.vec is not None  # a row of the matrix has a vector
-            return to(row.vec, row.norm)
-
-        return [(cosine, rows[part][key]) for cosine, part, key in best_exactly(parts, k, exact)]
-
-    def _vectors(self, owner: str) -> UnitRows:
-        units = self._units.get(owner)
-        if units is None:
-            units = self._units[owner] = UnitRows.of(
-                ((mid, s.vec) for mid, s in self._rows_of[owner].items() if s.vec is not None),
-                self.dim or 0)
-        return units
-
-    def _index(self, owner: str) -> WordIndex[_Stored]:
-        words = self._words.get(owner)
-        if words is None:
-            words = self._words[owner] = WordIndex(
-                self._rows_of[owner].values(), search_text=lambda r: r.search_text,
-                updated_at=lambda r: r.memory.updated_at, ident=lambda r: r.memory.id)
-        return words
+        return candidates({o: self._rows_of[o] for o in owners if o in self._rows_of},
+                          terms, weights, embedding, vector_k=vector_k, keyword_k=keyword_k,
+                          where=where)
 
     async def _forget(self, owner: str) -> int:
         async with self._locks[owner]:
-            gone = len(self._rows_of.pop(owner, {}))
+            rows = self._rows_of.pop(owner, None)
+            gone = 0 if rows is None else len(rows.rows)
             self._read_at.pop(owner, None)
             self._df.pop(owner, None)
-            self._words.pop(owner, None)
-            self._units.pop(owner, None)
             self._closed_versions.pop(owner, None)
             for key in [k for k in self._ops if k[0] == owner]:
                 del self._ops[key]

@@ -97,9 +97,10 @@ class OwnerRows:
             if p.keeps:
                 self.put(make_row(p.memory, None if old is None else old.vec))
                 continue
-            self.remove(p.memory.id)  # a new vector: the scan matrix is rebuilt
-            self.put(make_row(p.memory, None if p.given is None
-                              else np.asarray(p.given, dtype=dtype).astype(np.float64)))
+            vec = None if p.given is None else np.asarray(p.given, dtype=dtype).astype(np.float64)
+            if old is not None and (old.vec is not None or vec is not None):
+                self._units = None  # a vector replaced: the matrix is made again
+            self.put(make_row(p.memory, vec))
 
     def document_frequencies(self) -> TermCounts:
         """How many of these rows have each term (counted once, then kept with the rows)."""
@@ -191,17 +192,28 @@ def exact_in(parts: Sequence[OwnerRows], query: np.ndarray) -> Callable[[int, st
 
 def nearest(rows: OwnerRows, query: Sequence[float], k: int) -> list[tuple[str, float]]:
     """The ``k`` rows most similar to ``query`` with their cosine, best first (the oldest
-    among equals, by :func:`scoring.cosine`, as the in-memory backend ranks them)."""
+    among equals, by :func:`scoring.cosine`)."""
     return [(mid, cosine) for cosine, _, mid in _nearest_in([rows], query, k)]
 
 
-def _nearest_in(parts: Sequence[OwnerRows], query: Sequence[float], k: int
-                ) -> list[tuple[float, int, str]]:
+def _nearest_in(parts: Sequence[OwnerRows], query: Sequence[float], k: int,
+                only: Collection[str] | None = None) -> list[tuple[float, int, str]]:
+    """The ``k`` rows of ``parts`` (those of ids in ``only``, if given) most similar to
+    ``query``, ``(cosine, part, id)``: picked by one product a part, then measured as
+    ``scoring.cosine`` measures them (``unit_rows.best_exactly``). Against a cosine
+    measured a row, ``python -m benchmarks search-latency --backend memory`` took p50
+    0.61 ms against 1.62 ms at 1,000 memories and 1.98 ms against 17.8 ms at 10,000."""
     # Pairs are made for the rows picked only: a list of one tuple per row, alive
     # through the search, made the garbage collector run full passes over the
     # row cache every few searches (p95 ~110 ms at 10k rows).
     q = np.asarray(query, dtype=np.float64)
-    return best_exactly([p.similarities(q) for p in parts], k, exact_in(parts, q))
+    found = []
+    for part in parts:
+        ids, sims = part.similarities(q)
+        if only is not None and ids:
+            sims = np.where([i in only for i in ids], sims, -np.inf)
+        found.append((ids, sims))
+    return best_exactly(found, k, exact_in(parts, q))
 
 
 def candidates(by_owner: Mapping[str, OwnerRows], terms: Sequence[str],
@@ -215,29 +227,27 @@ def candidates(by_owner: Mapping[str, OwnerRows], terms: Sequence[str],
     ``where``."""
     words = {o: rows.words() for o, rows in by_owner.items() if rows.rows}
     sums = {o: ix.sums(terms, weights) for o, ix in words.items()}
-    only: Collection[str] | None = None
-    if where:
-        by_owner = {o: OwnerRows(rows.token, [r for r in rows.rows.values()
-                                             if matches(r.memory.metadata, where)])
-                    for o, rows in by_owner.items()}
-        only = {mid for rows in by_owner.values() for mid in rows.rows}
+    only = {mid for rows in by_owner.values() for mid, r in rows.rows.items()
+            if matches(r.memory.metadata, where)} if where else None
     to = None if embedding is None else cosine_to(embedding)
 
-    def candidate(row: Row) -> Candidate:
+    def candidate(row: Row, sim: float | None = None) -> Candidate:
         m = row.memory
-        sim = None if to is None or row.vec is None else to(row.vec, row.norm)
+        if sim is None and to is not None and row.vec is not None:
+            sim = to(row.vec, row.norm)
         return Candidate(m.id, m.content, m.updated_at, sim, m, row.search_text,
                          words[m.owner].found(sums[m.owner], m.id))
 
     out: dict[str, Candidate] = {}
     if embedding is not None:
-        if hits is None:
-            owners = [o for o, rows in by_owner.items() if rows.rows]
-            hits = [(owners[j], mid) for _, j, mid in
-                    _nearest_in([by_owner[o] for o in owners], embedding, vector_k)]
-        for owner, mid in hits[:vector_k]:
+        if hits is None:  # measured already: their cosines come with them
+            owners = list(by_owner)
+            for cosine, j, mid in _nearest_in([by_owner[o] for o in owners], embedding,
+                                              vector_k, only):
+                out[mid] = candidate(by_owner[owners[j]].rows[mid], cosine)
+        for owner, mid in (hits or [])[:vector_k]:
             row = by_owner[owner].rows.get(mid)
-            if row is not None and row.vec is not None:
+            if row is not None and row.vec is not None and (only is None or mid in only):
                 out.setdefault(mid, candidate(row))
     for row in keyword_order(list(words.values()), list(sums.values()), keyword_k, only):
         out.setdefault(row.memory.id, candidate(row))
