@@ -8,7 +8,8 @@ makes anyway: Redis in the fetch of the rows, PostgreSQL with a search's term
 statistics. Where the token is current, a search's candidates come from the rows in
 memory (:func:`candidates`): exact cosine over one matrix and the rows by the words
 of their keyword texts (``word_index.WordIndex``), the same candidates the server's
-statements choose.
+statements choose. The in-memory backend holds its owners' memories as these rows
+too, with no token to check.
 """
 
 from __future__ import annotations

@@ -153,8 +153,8 @@ def found_versions(seen: Sequence[str] | None, versions: Sequence[int | None] | 
                    ) -> dict[str, str]:
     """The ``seen`` and ``versions`` columns of :func:`stats_sql` as each owner's token
     (an owner whose count was written before tokens were kept has none yet)."""
-    return {o: str(v) for o, v in zip(seen or [], versions or [], strict=True)
-            if v is not None}
+    return {o: t for o, v in zip(seen or [], versions or [], strict=True)
+            if (t := token(v)) is not None}
 
 
 async def backfill_term_df(conn: Any, s: str) -> None:

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from ...models import VectorMemory
-from ..owner_rows import NO_TOKEN, OwnerRows, Row, RowCache, make_row
+from ..owner_rows import OwnerRows, Row, RowCache, make_row
 from .common import text
 
-__all__ = ["FETCH_ROWS", "NO_TOKEN", "ROW_FIELDS", "resolve", "row_from_fields", "vec_bytes"]
+__all__ = ["FETCH_ROWS", "ROW_FIELDS", "resolve", "row_from_fields", "rows_from_reply", "vec_bytes"]
 
 #: The fields of a memory hash that rows are built from, in this order.
 ROW_FIELDS = ("content", "meta", "created", "updated", "vec", "ctx")
@@ -41,6 +41,7 @@ for _, id in ipairs(ids) do
 end
 return out
 """
+
 
 def vec_bytes(embedding: Sequence[float] | np.ndarray) -> bytes:
     """How an embedding is stored: little-endian float64 (exact, and RediSearch's FLOAT64)."""

@@ -19,7 +19,7 @@ Keys of owner ``o`` (prefix ``p``)::
 Histories are neither hashes nor under the memory prefix, so neither the search
 module's index nor the owner's row fetch sees them.
 
-The token lets each process cache an owner's rows (``rows.RowCache``): one round
+The token lets each process cache an owner's rows (``owner_rows.RowCache``): one round
 trip checks it and, only when it changed, returns the rows. A write is an
 optimistic transaction: WATCH the token, read the rows, run the plan on them (its
 reads of :meth:`_rows` see these rows), then MULTI/EXEC its writes with the
