@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+import numpy as np
+
 from .. import validation as check
 from ..errors import (
     EmbeddingModelMismatch,
@@ -54,20 +56,19 @@ from ..scoring import (
     Candidate,
     TermStats,
     Weights,
-    cosine,
     keyword_score_folded,
     rank,
     strongest_terms,
     term_weights,
     to_hit,
 )
-from ..text import MemoryText, fold, query_terms, word_starts
+from ..text import MemoryText, fold, query_terms
 from ..validation import l2 as check_l2
 from . import versions
 from .dedup import Cuts, absorbed
 from .lifecycle import _Lifecycle
+from .owner_rows import OwnerRows, candidates, make_row
 from .terms import TermCounts, prefix_df, summed
-from .word_index import WordIndex, keyword_order
 from .writes import PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector, searched
 
 #: Computes the vector of a checked content with its context when the caller gives none
@@ -213,26 +214,19 @@ class VectorStore(_Lifecycle, ABC):
         ``weights`` of the ``terms`` they contain, then newest, then smallest id), each
         once, with its cosine. ``stats`` are those the weights came from. With
         ``where``, only memories whose metadata ``versions.matches`` it, chosen before
-        the ``k`` cuts. Found here by reading every row that ``where`` keeps and
-        measuring each; a backend indexes its rows and overrides it."""
-        rows = [r for owner in owners
-                for r in await self._rows(owner, where=where, vectors=embedding is not None)]
-        texts = {r.memory.id: word_starts(fold(searched(r.memory))) for r in rows}
-        index = WordIndex(rows, search_text=lambda r: texts[r.memory.id],
-                          updated_at=lambda r: r.memory.updated_at, ident=lambda r: r.memory.id)
-        sums = index.sums(terms, weights)
-
-        sims = {r.memory.id: cosine(embedding, r.vector) for r in rows
-                if embedding is not None and r.vector is not None
-                and len(r.vector) == len(embedding)}
-        chosen = {r.memory.id: r for r in sorted(
-            (r for r in rows if r.memory.id in sims),
-            key=lambda r: (-sims[r.memory.id], r.memory.id))[:vector_k]}
-        for r in keyword_order([index], [sums], keyword_k):
-            chosen.setdefault(r.memory.id, r)
-        return [Candidate(m.id, m.content, m.updated_at, sims.get(m.id), m, texts[m.id],
-                          index.found(sums, m.id))
-                for r in chosen.values() for m in (r.memory,)]
+        the ``k`` cuts. Found here among every row of the owners, read for the search
+        (``owner_rows.candidates``); a backend that keeps or indexes its rows overrides
+        it."""
+        dim = None if embedding is None else len(embedding)
+        by_owner = {}
+        for owner in owners:
+            found = await self._rows(owner, vectors=embedding is not None)
+            by_owner[owner] = OwnerRows("", (
+                make_row(r.memory, None if r.vector is None or len(r.vector) != dim
+                         else np.asarray(r.vector, dtype=np.float64))
+                for r in reversed(found)))  # oldest first, as a backend keeps them
+        return candidates(by_owner, terms, weights, embedding, vector_k=vector_k,
+                          keyword_k=keyword_k, where=where)
 
     # -- the embedding model ------------------------------------------------------
 
