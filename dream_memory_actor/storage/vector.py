@@ -10,8 +10,9 @@ imports, histories, filters and the search flow (query terms, their rarity weigh
 candidates, exact ranking), so every backend stores and ranks the same data the
 same way. What a search ranks (``_term_stats``, ``_candidates``) is composed from
 ``_rows`` by reading every row (``owner_rows.candidates`` over them); each backend
-overrides those two with the rows it keeps or its indexes, to the same results. Public methods validate their arguments before any I/O and raise
-``InvalidInput`` subclasses; nothing is written when they do.
+overrides those two with the rows it keeps or its indexes, to the same results.
+Public methods validate their arguments before any I/O and raise ``InvalidInput``
+subclasses; nothing is written when they do.
 """
 
 from __future__ import annotations
