@@ -67,7 +67,8 @@ class OwnerRows:
         self._words: WordIndex[Row] | None = None  # made on the first keyword search
 
     def put(self, row: Row) -> None:
-        """Insert a row, or replace one whose vector is unchanged (a merge)."""
+        """Insert a row, or replace one whose vector is unchanged (a merge; where it
+        changed, :meth:`written` has the matrix made again first)."""
         mid = row.memory.id
         is_new = mid not in self.rows
         self.rows[mid] = row
