@@ -190,7 +190,8 @@ class InMemoryVectorStore(VectorStore):
                     near: tuple[list[float], int] | None = None,
                     where: Mapping[str, Any] | None = None, limit: int | None = None,
                     offset: int = 0, vectors: bool = False) -> list[Row]:
-        stored = self._rows_of[owner].rows if owner in self._rows_of else {}
+        held = self._held([owner]).get(owner)
+        stored = {} if held is None else held.rows
 
         def row(s: OwnedRow, sim: float | None = None) -> Row:
             vec = None if not vectors or s.vec is None else [float(x) for x in s.vec]
@@ -201,9 +202,8 @@ class InMemoryVectorStore(VectorStore):
         if text_hash is not None:
             return [row(s) for s in stored.values() if s.hash == text_hash]
         if near is not None:
-            if not stored:
-                return []
-            return [row(stored[mid], sim) for mid, sim in nearest(self._rows_of[owner], *near)]
+            return [] if held is None else [row(stored[mid], sim)
+                                            for mid, sim in nearest(held, *near)]
         mems = sorted((s for s in stored.values() if matches(s.memory.metadata, where)),
                       key=lambda s: (-s.memory.updated_at.timestamp(), s.memory.id))
         end = None if limit is None else offset + limit
@@ -214,10 +214,10 @@ class InMemoryVectorStore(VectorStore):
                 if memory_id is None or memory_id in (v.memory_id, v.superseded_by)]
 
     async def _term_stats(self, owners: Sequence[str], terms: Sequence[str]) -> TermStats:
-        counted = [self._rows_of[o] for o in owners if o in self._rows_of]
-        docs = sum(len(rows.rows) for rows in counted)
-        per_owner = [prefix_df(self._df[o], len(self._rows_of[o].rows), terms)
-                     for o in owners if o in self._df and o in self._rows_of]
+        held = self._held(owners)
+        docs = sum(len(rows.rows) for rows in held.values())
+        per_owner = [prefix_df(self._df[o], len(rows.rows), terms)
+                     for o, rows in held.items() if o in self._df]
         return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
@@ -225,9 +225,12 @@ class InMemoryVectorStore(VectorStore):
                           keyword_k: int, weights: Sequence[float],
                           stats: TermStats, where: Mapping[str, Any] | None = None
                           ) -> list[Candidate]:
-        return candidates({o: self._rows_of[o] for o in owners if o in self._rows_of},
-                          terms, weights, embedding, vector_k=vector_k, keyword_k=keyword_k,
-                          where=where)
+        return candidates(self._held(owners), terms, weights, embedding, vector_k=vector_k,
+                          keyword_k=keyword_k, where=where)
+
+    def _held(self, owners: Sequence[str]) -> dict[str, OwnerRows]:
+        """The rows of those of ``owners`` that have any (reading makes no entry)."""
+        return {o: self._rows_of[o] for o in owners if o in self._rows_of}
 
     async def _forget(self, owner: str) -> int:
         async with self._locks[owner]:
