@@ -28,10 +28,8 @@ from ..scoring import Candidate, TermStats
 from .base import StructuredStore, VectorStore
 from .decisions import replaces
 from .ops import AddAudit, L1Op, apply_ops
-from .owner_rows import OwnerRows, candidates, nearest
-from .owner_rows import Row as OwnedRow
+from .owner_rows import OwnerRows, candidates
 from .terms import TermCounts, prefix_df, summed
-from .versions import matches
 from .writes import Planner, Row
 
 
@@ -191,23 +189,9 @@ class InMemoryVectorStore(VectorStore):
                     where: Mapping[str, Any] | None = None, limit: int | None = None,
                     offset: int = 0, vectors: bool = False) -> list[Row]:
         held = self._held([owner]).get(owner)
-        stored = {} if held is None else held.rows
-
-        def row(s: OwnedRow, sim: float | None = None) -> Row:
-            vec = None if not vectors or s.vec is None else [float(x) for x in s.vec]
-            return Row(s.memory, vec, sim)
-
-        if ids is not None:
-            return [row(stored[i]) for i in ids if i in stored]
-        if text_hash is not None:
-            return [row(s) for s in stored.values() if s.hash == text_hash]
-        if near is not None:
-            return [] if held is None else [row(stored[mid], sim)
-                                            for mid, sim in nearest(held, *near)]
-        mems = sorted((s for s in stored.values() if matches(s.memory.metadata, where)),
-                      key=lambda s: (-s.memory.updated_at.timestamp(), s.memory.id))
-        end = None if limit is None else offset + limit
-        return [row(s) for s in mems[offset:end]]
+        return [] if held is None else held.read(ids=ids, text_hash=text_hash, near=near,
+                                                 where=where, limit=limit, offset=offset,
+                                                 vectors=vectors)
 
     async def _versions(self, owner: str, memory_id: str | None = None) -> list[MemoryVersion]:
         return [v for v in self._closed_versions.get(owner, [])

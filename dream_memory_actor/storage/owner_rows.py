@@ -28,6 +28,7 @@ from .terms import TermCounts
 from .unit_rows import UnitRows, best_exactly
 from .versions import matches
 from .word_index import WordIndex, keyword_order
+from .writes import Row as Found
 from .writes import Writes
 
 #: A token no owner has: what a process that never read the owner passes.
@@ -118,6 +119,30 @@ class OwnerRows:
                                     updated_at=lambda r: r.memory.updated_at,
                                     ident=lambda r: r.memory.id)
         return self._words
+
+    def read(self, *, ids: Sequence[str] | None = None, text_hash: str | None = None,
+             near: tuple[list[float], int] | None = None,
+             where: Mapping[str, Any] | None = None, limit: int | None = None,
+             offset: int = 0, vectors: bool = False) -> list[Found]:
+        """What ``VectorStore._rows`` reads, taken from these rows: those of ``ids``; or
+        those whose content has ``text_hash``; or the ``k`` of ``near = (vector, k)``
+        nearest, best first, with their cosine; or every one whose metadata ``matches``
+        ``where``, newest first, ``offset`` and ``limit`` applied."""
+
+        def found(r: Row, sim: float | None = None) -> Found:
+            vec = None if not vectors or r.vec is None else [float(x) for x in r.vec]
+            return Found(r.memory, vec, sim)
+
+        if ids is not None:
+            return [found(self.rows[i]) for i in ids if i in self.rows]
+        if text_hash is not None:
+            return [found(r) for r in self.rows.values() if r.hash == text_hash]
+        if near is not None:
+            return [found(self.rows[mid], sim) for mid, sim in nearest(self, *near)]
+        kept = sorted((r for r in self.rows.values() if matches(r.memory.metadata, where)),
+                      key=lambda r: (-r.memory.updated_at.timestamp(), r.memory.id))
+        end = None if limit is None else offset + limit
+        return [found(r) for r in kept[offset:end]]
 
     def _vectors(self) -> UnitRows:
         if self._units is None:

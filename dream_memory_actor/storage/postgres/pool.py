@@ -24,6 +24,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised via the extras message
     raise _missing("asyncpg", "postgres") from exc
 
+#: What a statement raises that :func:`translate` turns into the project's errors.
+DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError)
+
 
 def translate(exc: BaseException) -> BaseException:
     """The project's error for a driver error (returned, to be raised ``from exc``)."""
@@ -33,13 +36,14 @@ def translate(exc: BaseException) -> BaseException:
         return BackendUnavailable(f"PostgreSQL did not answer in time: {exc!r}")
     if isinstance(exc, (asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError,
                         asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError,
-                        asyncpg.PostgresConnectionError, OSError, asyncio.TimeoutError)):
+                        asyncpg.PostgresConnectionError, OSError)):
         return BackendUnavailable(f"PostgreSQL is not reachable: {exc}")
     return BackendError(f"PostgreSQL error: {exc}")
 
 
 class PostgresStore:
-    """What both PostgreSQL stores share: one backend (pool), set up once, closed once."""
+    """What both PostgreSQL stores share: one backend (pool), set up once, closed once,
+    and the advisory locks their writes take."""
 
     def __init__(self, backend: PostgresBackend) -> None:
         self.backend = backend
@@ -55,6 +59,13 @@ class PostgresStore:
         if not self._closed:
             self._closed = True
             await self.backend.release_user()
+
+    async def _lock(self, conn: Any, layer: str, owner: str) -> None:
+        """Hold the advisory lock of ``layer`` and ``owner`` (an owner, or an owner's
+        conversation) until the transaction ends: the writes that take it take turns
+        (an owner's L2 writes: judgement, counts), and nothing else is held."""
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                           f"{self._s}:{layer}:{owner}")
 
 
 class PostgresBackend:
@@ -133,19 +144,13 @@ class PostgresBackend:
         """A pooled connection; driver errors leave as the project's errors. Inside a
         :meth:`unit` of this task, the unit's connection."""
         held = self._unit.get()
-        if held is not None:
-            try:
-                yield held
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
-                    asyncio.TimeoutError) as exc:
-                raise translate(exc) from exc
-            return
-        pool = await self.pool()
         try:
-            async with pool.acquire() as conn:
-                yield conn
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
-                asyncio.TimeoutError) as exc:
+            if held is not None:
+                yield held
+            else:
+                async with (await self.pool()).acquire() as conn:
+                    yield conn
+        except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
 
     @asynccontextmanager
@@ -182,8 +187,7 @@ class PostgresBackend:
             raise translate(exc) from exc
         try:
             yield conn
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
-                asyncio.TimeoutError) as exc:
+        except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
         finally:
             await conn.close()

@@ -35,6 +35,7 @@ from ...text import content_hash
 from ..base import StructuredStore, VectorStore
 from ..changes import Change, ChangeCallback, Unwatch
 from ..ops import AddAudit, L1Op, apply_ops, pending_fingerprint
+from . import erase
 from .pool import PostgresStore
 from .versions import applied, record_op
 
@@ -69,10 +70,6 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
 
     async def watch(self, callback: ChangeCallback) -> Unwatch:
         return await self.backend.watch(callback)
-
-    async def _lock(self, conn: Any, layer: str, owner: str) -> None:
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                           f"{self._s}:{layer}:{owner}")
 
     async def load(self, owner: str, *, now: datetime | None = None) -> MemorySnapshot:
         async with self.backend.connection() as conn:
@@ -297,8 +294,6 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
 
     async def _forget(self, owner: str, tombstone: Tombstone | None, op_key: str | None
                       ) -> Tombstone | None:
-        from . import erase
-
         s = self._s
         async with self.backend.transaction() as conn:
             for layer in ("l1", "l2"):  # no write of the owner runs meanwhile
@@ -310,12 +305,10 @@ class PostgresStructuredStore(PostgresStore, StructuredStore):
                                                                      op_key)
 
     async def _tombstones(self, limit: int) -> list[Tombstone]:
-        from .erase import from_row
-
         async with self.backend.connection() as conn:
             rows = await conn.fetch(f"""SELECT id, actor, at, counts FROM {self._s}.tombstones
                                        ORDER BY seq DESC LIMIT $1""", limit)
-        return [from_row(r) for r in rows]
+        return [erase.from_row(r) for r in rows]
 
 
 def _messages(rows: Sequence[Any]) -> list[ChatMessage]:

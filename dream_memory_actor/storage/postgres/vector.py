@@ -121,11 +121,11 @@ def _candidates_of(rows: Iterable[Any]) -> list[Candidate]:
             for r in rows]
 
 
-def _statement_terms(terms: Sequence[str], weights: Sequence[float] | None
+def _statement_terms(terms: Sequence[str], weights: Sequence[float]
                      ) -> tuple[list[str], list[float]]:
-    """The terms one candidate statement tests and their weights (default 1 each): at
-    most ``MAX_STATEMENT_TERMS``, those of the highest weights (ties: the earlier term)."""
-    w = [1.0] * len(terms) if weights is None else [float(x) for x in weights]
+    """The terms one candidate statement tests and their weights: at most
+    ``MAX_STATEMENT_TERMS``, those of the highest weights (ties: the earlier term)."""
+    w = [float(x) for x in weights]
     if len(terms) <= MAX_STATEMENT_TERMS:
         return list(terms), w
     keep = sorted(sorted(range(len(terms)), key=lambda i: (-w[i], i))[:MAX_STATEMENT_TERMS])
@@ -212,15 +212,10 @@ class PostgresVectorStore(PostgresStore, VectorStore):
 
     # -- writes -----------------------------------------------------------------------
 
-    async def _lock_owner(self, conn: Any, owner: str) -> None:
-        """Writes of one owner's memories take turns (judgement, counts)."""
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                           f"{self._s}:l2:{owner}")
-
     async def _write(self, owner: str, what: str, op_id: str | None, plan: Planner) -> str:
         s = self._s
         async with self.backend.unit() as conn:
-            await self._lock_owner(conn, owner)
+            await self._lock(conn, "l2", owner)
             prior = await prior_result(conn, s, owner, op_id)
             if prior is not None:
                 return str(prior)
@@ -315,7 +310,7 @@ class PostgresVectorStore(PostgresStore, VectorStore):
                          None if vec is None else self.dim, at, at))
             texts.append((mid, owner, search_text(text, None), at))
         async with self.backend.transaction() as conn:
-            await self._lock_owner(conn, owner)
+            await self._lock(conn, "l2", owner)
             await conn.copy_records_to_table(
                 "memories", schema_name=self._s, records=mems,
                 columns=["id", "owner_id", "content", "content_hash", "metadata", "embedding",
@@ -617,14 +612,11 @@ class PostgresVectorStore(PostgresStore, VectorStore):
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int, keyword_k: int,
-                          weights: Sequence[float] | None = None,
-                          stats: TermStats | None = None,
+                          weights: Sequence[float], stats: TermStats,
                           where: Mapping[str, Any] | None = None) -> list[Candidate]:
-        """Candidates of the plan the counts in ``stats`` choose (read first when not
-        given); keyword candidates ordered by the sum of ``weights`` (default 1 each)
-        of the terms they contain, then newest, then smallest id."""
-        if stats is None:
-            stats = await self._term_stats(owners, terms)
+        """Candidates of the plan the counts in ``stats`` choose; keyword candidates
+        ordered by the sum of ``weights`` of the terms they contain, then newest, then
+        smallest id."""
         terms, w = _statement_terms(terms, weights)
         kept = await self._kept(owners, stats)
         if kept is not None:
@@ -707,18 +699,15 @@ class PostgresVectorStore(PostgresStore, VectorStore):
         from .erase import L2_TABLES, erase
 
         async with self.backend.transaction() as conn:
-            await self._lock_owner(conn, owner)
-            gone = await self._count_in(conn, owner)
+            await self._lock(conn, "l2", owner)
+            gone = int(await conn.fetchval(
+                f"SELECT memories FROM {self._s}.owner_memory_counts WHERE owner_id = $1",
+                owner) or 0)
             await erase(conn, self._s, owner, L2_TABLES)
             await conn.execute(f"""DELETE FROM {self._s}.applied_ops
                                    WHERE owner_id = $1 AND kind NOT IN ('l1', 'l3')""", owner)
         self._cache.drop(owner)
         return gone
-
-    async def _count_in(self, conn: Any, owner: str) -> int:
-        n = await conn.fetchval(
-            f"SELECT memories FROM {self._s}.owner_memory_counts WHERE owner_id = $1", owner)
-        return int(n or 0)
 
 
 async def _many(conn: Any, statement: str, rows: Sequence[Sequence[Any]]) -> None:

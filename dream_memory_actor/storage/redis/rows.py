@@ -21,10 +21,7 @@ from ...models import VectorMemory
 from ..owner_rows import OwnerRows, Row, RowCache, make_row
 from .common import text
 
-__all__ = ["FETCH_ROWS", "ROW_FIELDS", "resolve", "row_from_fields", "rows_from_reply", "vec_bytes"]
-
-#: The fields of a memory hash that rows are built from, in this order.
-ROW_FIELDS = ("content", "meta", "created", "updated", "vec", "ctx")
+__all__ = ["FETCH_ROWS", "resolve", "row_from_fields", "vec_bytes"]
 
 #: Fetch the owner's rows unless the caller's token is current. KEYS: version token,
 #: id set. ARGV: the caller's token, the key prefix of the owner's memory hashes.
@@ -49,7 +46,8 @@ def vec_bytes(embedding: Sequence[float] | np.ndarray) -> bytes:
 
 
 def row_from_fields(owner: str, memory_id: str, fields: Sequence[Any]) -> Row | None:
-    """A row from the HMGET reply of :data:`ROW_FIELDS`; ``None`` if the hash is gone."""
+    """A row from the HMGET reply of :data:`FETCH_ROWS` (content, meta, created, updated,
+    vec, ctx); ``None`` if the hash is gone."""
     content, meta, created, updated = (text(f) for f in fields[:4])
     if content is None or created is None or updated is None:
         return None
@@ -58,7 +56,7 @@ def row_from_fields(owner: str, memory_id: str, fields: Sequence[Any]) -> Row | 
     mem = VectorMemory.model_construct(
         id=memory_id, owner=owner, content=content,
         metadata=json.loads(meta) if meta else {},
-        context=text(fields[5]) if len(fields) > 5 else None,
+        context=text(fields[5]),
         created_at=datetime.fromisoformat(created),
         updated_at=datetime.fromisoformat(updated),
         has_embedding=vec is not None,
@@ -66,21 +64,13 @@ def row_from_fields(owner: str, memory_id: str, fields: Sequence[Any]) -> Row | 
     return make_row(mem, vec)
 
 
-def rows_from_reply(owner: str, reply: Sequence[Any]) -> OwnerRows:
-    """The rows of a :data:`FETCH_ROWS` reply that fetched them."""
-    rows = []
-    for i in range(2, len(reply), 2):
-        row = row_from_fields(owner, text(reply[i]) or "", reply[i + 1])
-        if row is not None:
-            rows.append(row)
-    return OwnerRows(text(reply[0]) or "", rows)
-
-
 def resolve(cache: RowCache, owner: str, reply: Sequence[Any]) -> OwnerRows | None:
     """The owner's rows after a :data:`FETCH_ROWS` reply, cached or freshly read;
     ``None`` if the reply said "current" but ``cache`` no longer holds that token."""
     if int(reply[1]) == 0:
         return cache.current(owner, text(reply[0]) or "")
-    rows = rows_from_reply(owner, reply)
+    found = (row_from_fields(owner, text(reply[i]) or "", reply[i + 1])
+             for i in range(2, len(reply), 2))
+    rows = OwnerRows(text(reply[0]) or "", [r for r in found if r is not None])
     cache.put(owner, rows)
     return rows

@@ -56,16 +56,14 @@ async def has_search_module(client: Any) -> bool:
     return True
 
 
-async def create_index(client: Any, keys: Keys, dim: int | None, *, m: int = 16,
-                       ef_construction: int = 200) -> None:
+async def create_index(client: Any, keys: Keys, dim: int | None) -> None:
     """Create the prefix's index if it does not exist (safe to repeat, and to race)."""
     from redis.exceptions import ResponseError
 
     schema: list[Any] = ["owner", "TAG", "folded", "TEXT", "NOSTEM"]
     if dim is not None:
         schema += ["vec", "VECTOR", "HNSW", "10", "TYPE", "FLOAT64", "DIM", str(dim),
-                   "DISTANCE_METRIC", "COSINE", "M", str(m), "EF_CONSTRUCTION",
-                   str(ef_construction)]
+                   "DISTANCE_METRIC", "COSINE", "M", "16", "EF_CONSTRUCTION", "200"]
     try:
         await client.execute_command(
             "FT.CREATE", keys.index(dim), "ON", "HASH", "PREFIX", "1", f"{keys.prefix}:{{",

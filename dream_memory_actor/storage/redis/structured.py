@@ -393,13 +393,11 @@ class RedisStructuredStore(StructuredStore):
     async def _conversations(self, owner: str) -> list[str]:
         """The window keys under the owner's prefix (one slot: one node's SCAN on a
         cluster)."""
-        from .erase import glob_escaped
-
         start = self._keys.l3_window(owner, "")
         found = []
         with translate("conversations"):
             node = await self._r.node_for(start) if hasattr(self._r, "node_for") else self._r
-            async for key in node.scan_iter(match=glob_escaped(start) + "*", count=1000):
+            async for key in node.scan_iter(match=erase.glob_escaped(start) + "*", count=1000):
                 name = key.decode() if isinstance(key, bytes) else key
                 found.append(name[len(start):])
         return found
@@ -502,10 +500,8 @@ class RedisStructuredStore(StructuredStore):
                 return recorded
 
     async def _tombstones(self, limit: int) -> list[Tombstone]:
-        from .erase import recorded
-
         with translate("tombstones"):
-            return await recorded(self._r, self._keys.prefix, limit)
+            return await erase.recorded(self._r, self._keys.prefix, limit)
 
 
 def _snapshot(owner: str, reply: list[Any]) -> MemorySnapshot:

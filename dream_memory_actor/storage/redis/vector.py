@@ -45,13 +45,12 @@ from ...errors import BackendError
 from ...models import EmbeddingModel, MemoryVersion
 from ...scoring import Candidate, TermStats
 from ...text import fold
-from ..owner_rows import NO_TOKEN, OwnerRows, RowCache, candidates, nearest
+from ..owner_rows import NO_TOKEN, OwnerRows, RowCache, candidates
 from ..terms import prefix_df, summed
 from ..vector import VectorStore
-from ..versions import matches
 from ..writes import PROPOSAL_OP, Planner, Writes, searched
 from ..writes import Row as Found
-from . import df
+from . import df, erase
 from . import search_module as fts
 from .common import (
     MAX_TX_ATTEMPTS,
@@ -142,10 +141,8 @@ class RedisVectorStore(VectorStore):
 
     async def _owners(self) -> list[str]:
         """The owners whose id sets exist: every master's keys on a cluster."""
-        from .erase import glob_escaped
-
         head, tail = self._keys.l2_ids("\x00").split("\x00")
-        pattern = glob_escaped(head) + "*" + glob_escaped(tail)
+        pattern = erase.glob_escaped(head) + "*" + erase.glob_escaped(tail)
         nodes = ([self._r.node(a) for a in await self._r.masters()]
                  if hasattr(self._r, "masters") else [self._r])
         found: set[str] = set()
@@ -185,22 +182,8 @@ class RedisVectorStore(VectorStore):
         else:
             with translate("read"):
                 rows = await self._owner_rows(self._r, owner)
-
-        def row(mid: str, sim: float | None = None) -> Found:
-            r = rows.rows[mid]
-            vec = None if not vectors or r.vec is None else [float(x) for x in r.vec]
-            return Found(r.memory, vec, sim)
-
-        if ids is not None:
-            return [row(i) for i in ids if i in rows.rows]
-        if text_hash is not None:
-            return [row(mid) for mid, r in rows.rows.items() if r.hash == text_hash]
-        if near is not None:
-            return [row(mid, sim) for mid, sim in nearest(rows, *near)]
-        mems = sorted((r.memory for r in rows.rows.values() if matches(r.memory.metadata, where)),
-                      key=lambda m: (-m.updated_at.timestamp(), m.id))
-        end = None if limit is None else offset + limit
-        return [row(m.id) for m in mems[offset:end]]
+        return rows.read(ids=ids, text_hash=text_hash, near=near, where=where, limit=limit,
+                         offset=offset, vectors=vectors)
 
     # -- writes -----------------------------------------------------------------------
 
@@ -404,25 +387,21 @@ class RedisVectorStore(VectorStore):
             found += [MemoryVersion.model_validate_json(v) for v in closed_into]
             return found
         # Every history list (a successor link repeats a version that is in its list).
-        from .erase import glob_escaped
-
         start = self._history_key(owner, "")
         node = await self._r.node_for(start) if hasattr(self._r, "node_for") else self._r
         every: dict[str, MemoryVersion] = {}
         with translate("export"):
-            async for key in node.scan_iter(match=glob_escaped(start) + "*", count=1000):
+            async for key in node.scan_iter(match=erase.glob_escaped(start) + "*", count=1000):
                 for raw in await node.lrange(key, 0, -1):
                     v = MemoryVersion.model_validate_json(raw)
                     every[v.id] = v
         return list(every.values())
 
     async def _forget(self, owner: str) -> int:
-        from .erase import erase
-
         k = self._keys
         async with self._locks.hold(owner):
             with translate("forget"):
                 gone = int(await self._r.zcard(k.l2_ids(owner)))
-                await erase(self._r, k.l2_doc_prefix(owner), k.owner(owner) + "l2:")
+                await erase.erase(self._r, k.l2_doc_prefix(owner), k.owner(owner) + "l2:")
             self._cache.drop(owner)
         return gone
