@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import hashlib
+import os
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -81,14 +82,24 @@ def checked_rows(rows: Iterable[Any], dim: int, model: str, start: int = 0
     return out
 
 
+def _cpus() -> int:
+    """The CPUs this process may use (its affinity, else every CPU of the machine)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def texts_of(texts: Sequence[str]) -> list[str]:
-    """``texts`` as a list, or ``TypeError`` for a lone string or a non-string item."""
+    """``texts`` as a list, or ``TypeError`` for a lone string or a non-string item, then
+    ``UnembeddableText`` for a text no embedder can take (:func:`check_embeddable`)."""
     if isinstance(texts, str):
         raise TypeError("embed() takes a sequence of texts, not a single string")
     batch = list(texts)
     for i, text in enumerate(batch):
         if not isinstance(text, str):
             raise TypeError(f"text #{i} is a {type(text).__name__}, not a str")
+    check_embeddable(batch)
     return batch
 
 
@@ -161,7 +172,6 @@ class InProcessEmbedder(abc.ABC):
         batch = texts_of(texts)
         if not batch:
             return []
-        check_embeddable(batch)
         self._turns = turns = ModelTurns.for_loop(self._turns, self.engines,
                                                   self.query_engines, self.idle_engines)
 
@@ -263,7 +273,6 @@ class CachedEmbedder:
 
     async def _embed(self, texts: Sequence[str], role: Role) -> list[list[float]]:
         texts = texts_of(texts)
-        check_embeddable(texts)
         keys = [self._key(t, role) for t in texts]
         missing = list(dict.fromkeys(k for k in keys if k not in self._cache))
         self.hits += len(keys) - len(missing)

@@ -36,15 +36,13 @@ import asyncio
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from .base import CachedEmbedder, Embedder
-from .calibration import Calibration, Pair, fit_curve, labelled_pairs
+from .calibration import Calibration, Pair, _shipped, fit_curve, labelled_pairs
 
 __all__ = ["ENGLISH_ONLY", "fit", "main", "merge_rates", "pair_scores"]
 
@@ -123,14 +121,9 @@ async def merge_rates(embedder: Embedder | CachedEmbedder, calibration: Calibrat
     return out
 
 
-def _shipped_path() -> Path:
-    return Path(str(resources.files(__package__).joinpath("data/calibrations.json")))
-
-
 def update_shipped(calibration: Calibration, langs: Sequence[str]) -> Path:
-    path = _shipped_path()
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() \
-        else {}
+    path = Path(str(resources.files(__package__).joinpath("data/calibrations.json")))
+    data = _shipped()
     models = data.setdefault("models", {})
     entry = calibration.to_json()
     # "langs" says what the curves of all languages were fitted on, so it sits by them
@@ -150,7 +143,7 @@ async def _run(args: argparse.Namespace) -> int:
     assert inner is not None
     embedder = CachedEmbedder(inner, max_entries=100_000)
     langs = tuple(args.langs.split(",")) if args.langs else fit_langs(args.model)
-    calibration = replace(await fit(embedder, args.model, langs), model=args.model)
+    calibration = await fit(embedder, args.model, langs)
     print(json.dumps(calibration.to_json(), indent=2))
     if args.output:
         Path(args.output).write_text(json.dumps(calibration.to_json(), indent=2) + "\n",

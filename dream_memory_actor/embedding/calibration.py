@@ -238,10 +238,6 @@ def _rows(name: str, columns: int) -> list[list[str]]:
     return rows
 
 
-def _groups() -> list[list[str]]:
-    return _rows("pairs.tsv", 5)
-
-
 def _distinct(split: Split | None, wanted: set[str] | None) -> list[Pair]:
     """The distinct pairs; every third of each language (index 2, 5, ...) is ``"test"``."""
     out: list[Pair] = []
@@ -266,7 +262,7 @@ def labelled_pairs(split: Split | None = None, langs: Iterable[str] | None = Non
     wanted = None if langs is None else set(langs)
     out: list[Pair] = []
     by_lang: dict[str, list[list[str]]] = {}
-    for row in _groups():
+    for row in _rows("pairs.tsv", 5):
         by_lang.setdefault(row[0], []).append(row)
     for lang, rows in by_lang.items():
         if wanted is not None and lang not in wanted:

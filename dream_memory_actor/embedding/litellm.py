@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import validation as check
 from ..errors import ConfigurationError, EmbeddingError, InvalidEmbedding, missing_dependency
-from .base import check_embeddable, texts_of
+from .base import texts_of
 
 __all__ = ["BATCH_SIZE", "LiteLLMEmbedder"]
 
@@ -67,8 +67,6 @@ def _import_litellm() -> Any:
         # litellm is there but one of its own dependencies is broken or missing
         raise ConfigurationError(f"litellm is installed but cannot be imported: {exc}") from exc
     module.suppress_debug_info = True  # no "Give Feedback / Get Help" prints on errors
-    if isinstance(getattr(module, "telemetry", None), bool):
-        module.telemetry = False  # older litellm releases only; newer ones have no SDK telemetry
     return module
 
 
@@ -137,7 +135,6 @@ class LiteLLMEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector of ``dim`` floats per text, in order; ``EmbeddingError`` on failure."""
         batch = texts_of(texts)
-        check_embeddable(batch)
         out: list[list[float]] = []
         for start in range(0, len(batch), self.batch_size):
             out.extend(await self._request(batch[start:start + self.batch_size], dim=self.dim))

