@@ -29,15 +29,6 @@ def same(value: Any) -> Any:
     return value
 
 
-def snapshot_of(value: Any) -> MemorySnapshot:
-    assert isinstance(value, MemorySnapshot)
-    return value
-
-
-def _op_id(op_id: str | None) -> str:
-    return new_id() if op_id is None else check.op_id(op_id)
-
-
 def search(view: ClientView, owners: str | Iterable[str], query: str, limit: int,
            min_score: float, filter: Mapping[str, Any] | None = None
            ) -> Call[list[SearchHit]]:
@@ -94,12 +85,13 @@ def reads(view: ClientView, owner: str, conn: Connection, min_version: int | Non
 def apply(view: ClientView, owner: str, ops: Sequence[L1Op], op_id: str | None,
           then: Callable[[Any], T]) -> Call[T]:
     checked = check_l1.ops(ops, view.max_content_bytes, view.limits)
-    return _owner(owner, "apply", (checked, _op_id(op_id)), then)
+    op_id = new_id() if op_id is None else check.op_id(op_id)
+    return _owner(owner, "apply", (checked, op_id), then)
 
 
 def add(view: ClientView, owner: str, kind: type[AddRule] | type[AddFact], content: str,
         source: str, op_id: str | None) -> Call[Any]:
-    op = kind(check.content(content, view.max_content_bytes), source, review_updates=True)
+    op = kind(content, source, review_updates=True)  # checked by apply; ``added`` normalizes
     return apply(view, owner, [op], op_id, lambda snap: added(snap, op))
 
 

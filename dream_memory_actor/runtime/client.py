@@ -171,9 +171,9 @@ class MemorySystem:
 
     def owner(self, owner_id: str) -> OwnerHandle:
         """A handle on ``owner_id``'s memory (no remote call; the id is checked here)."""
-        check.owner_id(owner_id)
+        handle = OwnerHandle(self._view, owner_id)  # checks the id
         self.connection.check_open()
-        return OwnerHandle(self._view, owner_id)
+        return handle
 
     def search(self, owners: str | Iterable[str], query: str, limit: int = 10, *,
                min_score: float = 0.0, filter: Mapping[str, Any] | None = None
@@ -192,21 +192,18 @@ class MemorySystem:
     def stats(self, detail: bool = False) -> dict[str, Any]:
         """Live owners, the most ever live at once, passivations; ``detail`` adds each
         actor's pid and resident memory."""
-        conn = self.connection
-        conn.check_open()
-        out: dict[str, Any] = _registry_call(conn, "stats", detail)
+        out: dict[str, Any] = _registry_call(self.connection, "stats", detail)
         return out
 
     def passivate(self, owners: Sequence[str]) -> int:
         """Passivate these owners now (their state stays in the backend); how many were live."""
         who = list(check.owner_ids(owners))
-        conn = self.connection
-        conn.check_open()
-        n: int = _registry_call(conn, "passivate", who)
+        n: int = _registry_call(self.connection, "passivate", who)
         return n
 
 
 def _registry_call(conn: Connection, method: str, *args: Any) -> Any:
+    conn.check_open()
     with ray_errors(method):
         return ray.get(getattr(conn.registry(), method).remote(*args),
                        timeout=conn.view.call_timeout_s)

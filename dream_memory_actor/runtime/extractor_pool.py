@@ -75,12 +75,7 @@ class ExtractorPool:
         options = {"num_cpus": 0, "max_restarts": 2, "max_task_retries": 1}
         options.update(actor_options or {})
         cls = ray.remote(_ExtractorActor).options(**options)
-        self._actors: list[Any] = [cls.remote(settings, factory) for _ in range(n)]
-        self._load = [0] * n
-        self._calls = [0] * n
-        self._refs: set[Any] = set()
-        self._closed = False
-        self._owns = True
+        self._attach([cls.remote(settings, factory) for _ in range(n)], owns=True)
         try:  # every actor ready before the first call: start-up cost is paid here
             with ray_errors("starting the extractor pool", ExtractionUnavailable):
                 self.name, self.source = ray.get([a.ready.remote() for a in self._actors],
@@ -88,6 +83,15 @@ class ExtractorPool:
         except BaseException:
             self.shutdown(force=True)
             raise
+
+    def _attach(self, actors: list[Any], *, owns: bool) -> None:
+        """Spread calls over ``actors``; ``owns``: this pool's ``shutdown()`` ends them."""
+        self._actors = actors
+        self._load = [0] * len(actors)
+        self._calls = [0] * len(actors)
+        self._refs: set[Any] = set()
+        self._closed = False
+        self._owns = owns
 
     @property
     def size(self) -> int:
@@ -97,15 +101,6 @@ class ExtractorPool:
         """Calls sent to each actor and calls in flight."""
         return {"size": self.size, "calls": list(self._calls), "in_flight": list(self._load)}
 
-    def _pick(self, messages: Sequence[ChatMessage]) -> tuple[int, list[ChatMessage]]:
-        if self._closed:
-            raise SystemClosed("this extractor pool was shut down")
-        msgs = check.messages(messages)
-        i = min(range(len(self._actors)), key=lambda k: (self._load[k], self._calls[k]))
-        self._load[i] += 1
-        self._calls[i] += 1
-        return i, msgs
-
     def _empty(self) -> ExtractionResult:
         return ExtractionResult(items=(), extractor=self.name, source=self.source)
 
@@ -113,7 +108,12 @@ class ExtractorPool:
     def _call(self, messages: Sequence[ChatMessage]) -> Iterator[Any]:
         """The call's object ref in the least busy actor (``None``: nothing to extract),
         with the actor's load and Ray's errors taken care of."""
-        i, msgs = self._pick(messages)
+        if self._closed:
+            raise SystemClosed("this extractor pool was shut down")
+        msgs = check.messages(messages)
+        i = min(range(len(self._actors)), key=lambda k: (self._load[k], self._calls[k]))
+        self._load[i] += 1
+        self._calls[i] += 1
         ref = None
         try:
             with ray_errors("extraction", ExtractionUnavailable):
@@ -170,12 +170,7 @@ class ExtractorPool:
 
 def _attached(actors: list[Any], name: str, source: str) -> ExtractorPool:
     pool = ExtractorPool.__new__(ExtractorPool)
-    pool._actors = list(actors)
-    pool._load = [0] * len(actors)
-    pool._calls = [0] * len(actors)
-    pool._refs = set()
-    pool._closed = False
-    pool._owns = False
+    pool._attach(list(actors), owns=False)
     pool.name, pool.source = name, source
     return pool
 

@@ -28,7 +28,6 @@ from ..storage.ops import (
     Supersede,
 )
 from . import calls
-from .calls import snapshot_of
 from .connection import Call, connection
 from .spec import ClientView
 
@@ -73,11 +72,7 @@ class OwnerHandle:
         return await connection(self._view).call_async(call)
 
     def _apply(self, ops: Sequence[L1Op], op_id: str | None) -> Call[MemorySnapshot]:
-        return calls.apply(self._view, self.owner, ops, op_id, snapshot_of)
-
-    def _add(self, kind: type[AddRule] | type[AddFact], content: str, source: str,
-             op_id: str | None) -> Call[Any]:
-        return calls.add(self._view, self.owner, kind, content, source, op_id)
+        return calls.apply(self._view, self.owner, ops, op_id, calls.same)
 
     def _perform(self, op: ops.Operation[Any, Any], args: Sequence[Any],
                  kwargs: Mapping[str, Any]) -> Any:
@@ -146,13 +141,13 @@ class OwnerHandle:
         of a current rule ("answer in Chinese" beside "answer in English") is not added
         beside it: it waits as a pending correction naming that rule, which is returned."""
         rule: MemoryRule | MemoryPendingItem = self._run(
-            self._add(AddRule, content, source, op_id))
+            calls.add(self._view, self.owner, AddRule, content, source, op_id))
         return rule
 
     async def add_rule_async(self, content: str, source: str = "user", *,
                              op_id: str | None = None) -> MemoryRule | MemoryPendingItem:
         rule: MemoryRule | MemoryPendingItem = await self._run_async(
-            self._add(AddRule, content, source, op_id))
+            calls.add(self._view, self.owner, AddRule, content, source, op_id))
         return rule
 
     def add_fact(self, content: str, source: str = "user", *, op_id: str | None = None
@@ -160,13 +155,13 @@ class OwnerHandle:
         """Add a fact, as :meth:`add_rule` adds a rule ("a Go developer" beside "a Java
         developer" waits for a person's decision)."""
         fact: MemoryFact | MemoryPendingItem = self._run(
-            self._add(AddFact, content, source, op_id))
+            calls.add(self._view, self.owner, AddFact, content, source, op_id))
         return fact
 
     async def add_fact_async(self, content: str, source: str = "user", *,
                              op_id: str | None = None) -> MemoryFact | MemoryPendingItem:
         fact: MemoryFact | MemoryPendingItem = await self._run_async(
-            self._add(AddFact, content, source, op_id))
+            calls.add(self._view, self.owner, AddFact, content, source, op_id))
         return fact
 
     def remove_rule(self, rule_id: str, *, op_id: str | None = None) -> MemorySnapshot:

@@ -94,13 +94,6 @@ class OwnerHolder(abc.ABC):
     def _used(self, owner: str) -> None:
         """Record a use of ``owner``, live here: what keeps it from passivation as idle."""
 
-    def _live(self, owner: str) -> OwnerMemory | None:
-        """The owner's memory if it is live here (recording the use), else ``None``."""
-        mem = self._held(owner)
-        if mem is not None:
-            self._used(owner)
-        return mem
-
     @abc.abstractmethod
     def _all_held(self) -> Iterable[OwnerMemory]:
         """Every owner memory live here (none recorded as used)."""
@@ -126,9 +119,12 @@ class OwnerHolder(abc.ABC):
         if question is None:
             return None
         owner, min_version, token, version = question
-        mem = self._live(owner)
-        snap = None if mem is None else mem.peek(min_version)
-        if mem is None or snap is None:
+        mem = self._held(owner)
+        if mem is None:
+            return None
+        self._used(owner)
+        snap = mem.peek(min_version)
+        if snap is None:
             return None
         lineage = _lineage(mem, snap)
         get_metrics().snapshot_read("actor")

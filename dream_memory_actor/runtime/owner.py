@@ -296,8 +296,6 @@ class OwnerMemory:
             try:
                 tombstone = await self._l1.forget(self.owner, by=by, op_id=op_id,
                                                   memories=self._l2.forget_memories)
-            except (InvalidInput, NotFound):
-                raise
             finally:
                 # Whatever happened, the held snapshot may be of erased state; a copy a
                 # reader caches is of the old lineage and must not be confirmed again.

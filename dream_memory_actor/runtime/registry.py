@@ -113,7 +113,7 @@ class Registry:
         # The first replica runs the migrations; the others only open their pools.
         await self._indexes[0].ready.remote(True)
         await asyncio.gather(*(ix.ready.remote(False) for ix in self._indexes[1:]))
-        if spec.placement == "sharded":
+        if spec.settings.placement == "sharded":
             self._hosts = [
                 _Host.options(**_options(host_name(name, i), _holder_options(spec))).remote(
                     spec, i)
@@ -270,7 +270,7 @@ class Registry:
     async def passivate(self, owners: Sequence[str]) -> int:
         """Passivate these owners now (tests, admin); how many were live."""
         await self._ready()
-        if self._spec.placement == "sharded":
+        if self._spec.settings.placement == "sharded":
             counts = await asyncio.gather(*(h.passivate.remote(list(owners))
                                             for h in self._hosts))
             return int(sum(counts))

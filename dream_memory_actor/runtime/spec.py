@@ -35,8 +35,6 @@ class ClientView:
 
     name: str
     placement: str
-    shards: int
-    index_replicas: int
     max_content_bytes: int
     call_timeout_s: float
     read_timeout_s: float
@@ -87,15 +85,10 @@ class SystemSpec:
         if self.embedder_factory is not None and not callable(self.embedder_factory):
             raise ConfigurationError("embedder_factory must be a callable returning an Embedder")
 
-    @property
-    def placement(self) -> str:
-        return self.settings.placement
-
     def view(self) -> ClientView:
         s = self.settings
-        return ClientView(self.name, s.placement, s.shards, self.index_replicas,
-                          s.max_content_bytes, self.call_timeout_s, self.read_timeout_s,
-                          self.incarnation, s.limits)
+        return ClientView(self.name, s.placement, s.max_content_bytes, self.call_timeout_s,
+                          self.read_timeout_s, self.incarnation, s.limits)
 
     def owner_settings(self) -> MemorySettings:
         """Settings for an actor that holds owners: L1 only; when dedicated, a pool of at
