@@ -89,4 +89,4 @@ def run_mcp(argv: list[str]) -> int:
         print(f"error: the MCP server is not part of this installation ({exc})",
               file=sys.stderr)
         return 1
-    return int(main(argv, prog="dream-memory mcp") or 0)
+    return main(argv, prog="dream-memory mcp")

@@ -16,14 +16,19 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from .. import validation as check
 from ..config import MemorySettings
+from ..engine import operations as ops
 from ..engine.doors import LocalBackend, MemoryBackend
+from ..engine.operations import Operation
 from ..errors import InvalidInput, InvalidQuery
 from ..process import route_options
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 if TYPE_CHECKING:
     #: The type of what ``add_subparsers()`` returns.
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -35,15 +40,11 @@ def json_option() -> argparse.ArgumentParser:
     return p
 
 
-def owner_option() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--owner", required=True, help="the owner (user or team) id")
-    return p
-
-
 def memory_options() -> list[argparse.ArgumentParser]:
     """The parents of a command on one owner's memory: --json, --owner, --system."""
-    return [json_option(), owner_option(), route_options()]
+    owner = argparse.ArgumentParser(add_help=False)
+    owner.add_argument("--owner", required=True, help="the owner (user or team) id")
+    return [json_option(), owner, route_options()]
 
 
 def default_by() -> str:
@@ -88,6 +89,14 @@ def with_memory(args: argparse.Namespace, fn: Callable[[MemoryBackend], Awaitabl
     return asyncio.run(go())
 
 
+def owner_call(args: argparse.Namespace, op: Operation[P, R], *op_args: P.args,
+               **op_kwargs: P.kwargs) -> R:
+    """The described operation ``op`` for ``args.owner`` (checked) on the memory
+    (``with_memory``)."""
+    return with_memory(args, lambda m: m.call(op, check.owner_id(args.owner), *op_args,
+                                              **op_kwargs))
+
+
 def resolve(prefix: str, ids: Iterable[str] | Mapping[str, str], what: str) -> str | None:
     """The one id of ``ids`` that starts with ``prefix`` (an id itself if it is one);
     ``None`` if none does; ``InvalidQuery`` if several do or ``prefix`` is empty."""
@@ -111,8 +120,6 @@ MAX_SCAN = 100_000
 async def item_kinds(m: MemoryBackend, owner: str, *, memories: bool = True) -> dict[str, str]:
     """The ids of ``owner``'s current rules, facts and (with ``memories``) semantic
     memories, each with its kind: what an id prefix is resolved among."""
-    from ..engine import operations as ops
-
     snap = await m.snapshot(owner)
     kinds = {r.id: "rule" for r in snap.rules} | {f.id: "fact" for f in snap.facts}
     offset = 0
@@ -175,8 +182,6 @@ async def version_id(m: MemoryBackend, owner: str, prefix: str) -> str:
     """The id of ``owner``'s rule or fact version that starts with ``prefix``: a current
     item's, else one of the earlier versions in the current items' chains (read only
     then, a chain per current item); ``prefix`` itself when it is a whole id or none does."""
-    from ..engine import operations as ops
-
     if _whole_id(prefix):
         return prefix
     current = {i for i, k in (await item_kinds(m, owner, memories=False)).items()

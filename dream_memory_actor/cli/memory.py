@@ -34,6 +34,7 @@ from .common import (
     item_kinds,
     json_value,
     memory_options,
+    owner_call,
     read_text,
     resolve,
     with_memory,
@@ -137,12 +138,7 @@ def _lines(given: list[str] | None) -> str | None:
 
 def _store(args: argparse.Namespace) -> int:
     meta = json_value(args.metadata, "--metadata", InvalidMetadata)
-
-    async def go(m: MemoryBackend) -> Any:
-        return await m.call(ops.store, check.owner_id(args.owner), args.content, meta,
-                            context=_lines(args.context))
-
-    result = with_memory(args, go)
+    result = owner_call(args, ops.store, args.content, meta, context=_lines(args.context))
     emit(args, result.model_dump(mode="json"), store_summary(result))
     return 0
 
@@ -151,11 +147,7 @@ def _store_many(args: argparse.Namespace) -> int:
     text = read_text(args.file, "batch")
     items = [json_value(line, f"line {n}", InvalidBatch) if line.lstrip().startswith("{")
              else line for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-
-    async def go(m: MemoryBackend) -> Any:
-        return await m.call(ops.store_many, check.owner_id(args.owner), items)
-
-    results = with_memory(args, go)
+    results = owner_call(args, ops.store_many, items)
     emit(args, [r.model_dump(mode="json") for r in results],
          "\n".join(store_summary(r) for r in results))
     return 0
@@ -278,10 +270,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    async def go(m: MemoryBackend) -> Any:
-        return await m.call(ops.audit, check.owner_id(args.owner), args.limit)
-
-    entries = with_memory(args, go)
+    entries = owner_call(args, ops.audit, args.limit)
     lines = [f"{len(entries)} decision(s) for {args.owner}"]
     lines += [f"  {e.at:%Y-%m-%d %H:%M}  {e.action} by {e.by}: {e.item.describe()}"
               + ("" if e.action != "undone" else

@@ -27,6 +27,7 @@ from .common import (
     json_option,
     json_value,
     memory_options,
+    owner_call,
     resolve,
     with_memory,
 )
@@ -145,10 +146,9 @@ def _pending(args: argparse.Namespace) -> int:
         return await m.call(ops.reject, owner, pid, args.by)
 
     result = with_memory(args, go)
-    owner = args.owner
     if args.pending_action == "list":
         items = list(result)
-        lines = [f"{len(items)} pending item(s) for {owner}"]
+        lines = [f"{len(items)} pending item(s) for {args.owner}"]
         for p in items:
             expires = f", expires {p.expires_at:%Y-%m-%d %H:%M}" if p.expires_at else ""
             lines.append(f"  {p.id}  {p.describe()}{expires}")
@@ -187,11 +187,7 @@ def proposal_lines(item: MemoryPendingItem) -> list[str]:
 
 
 def _consolidate(args: argparse.Namespace) -> int:
-    async def go(m: MemoryBackend) -> Any:
-        return await m.call(ops.consolidate, check.owner_id(args.owner),
-                            apply_all=args.apply_all, by=args.by)
-
-    report = with_memory(args, go)
+    report = owner_call(args, ops.consolidate, apply_all=args.apply_all, by=args.by)
     counts = ", ".join(f"{n} {kind}" for kind, n in report.counts.items())
     lines = [f"{len(report.proposals)} proposal(s) for {args.owner}: {counts}"]
     for p in report.proposals:

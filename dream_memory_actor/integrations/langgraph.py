@@ -65,6 +65,7 @@ pages of 1000.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import threading
@@ -191,11 +192,11 @@ class DreamMemoryStore(BaseStore):
 
     # -- the event loop and the memory of the store -------------------------------------
 
-    def _submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         if self._closed:
             coro.close()
             raise RuntimeError("this DreamMemoryStore was closed")
-        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     async def _open(self) -> Any:
         async with self._opening:  # concurrent first calls open one memory
@@ -233,12 +234,10 @@ class DreamMemoryStore(BaseStore):
         ops = list(ops)
         if _in_loop(self._loop):
             raise RuntimeError("DreamMemoryStore.batch called from the store's own loop")
-        if self._closed:
-            raise RuntimeError("this DreamMemoryStore was closed")
-        return asyncio.run_coroutine_threadsafe(self._run(ops), self._loop).result()
+        return self._submit(self._run(ops)).result()
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return await self._submit(self._run(list(ops)))
+        return await asyncio.wrap_future(self._submit(self._run(list(ops))))
 
     async def _run(self, ops: list[Op]) -> list[Result]:
         engine = await self._open()

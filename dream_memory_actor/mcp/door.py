@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal
 
 from ..engine.auth import Grant
 from ..engine.doors import MemoryBackend
-from ..engine.operations import Operation
 from ..models import MemorySnapshot
 from ..storage.ops import L1Op
 from ..validation import l1 as check_l1
 from .params import Param
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -32,12 +28,6 @@ class Door:
     def by(self) -> str:
         """The caller's name, recorded as the decider of confirmations and rejections."""
         return self.grant().name
-
-    async def call(self, op: Operation[P, R], owner: str, *args: P.args, **kwargs: P.kwargs
-                   ) -> R:
-        """The described operation ``op`` for ``owner`` (checked and granted), its
-        arguments checked by their rules (``MemoryBackend.call``)."""
-        return await self.backend.call(op, owner, *args, **kwargs)
 
     async def apply(self, owner: str, ops: list[L1Op]) -> MemorySnapshot:
         s = self.backend.settings

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m dream_memory_
         settings = (MemorySettings.from_yaml(args.config, **overrides) if args.config
                     else MemorySettings(**overrides))
         tokens = TokenMap.load(args.tokens) if args.tokens else TokenMap.from_env()
-        if args.transport == "stdio" and tokens is not None and args.tokens:
+        if args.transport == "stdio" and args.tokens:
             print("note: --tokens is ignored over stdio (the local user owns the process)",
                   file=sys.stderr)
         if args.metrics_port is not None:

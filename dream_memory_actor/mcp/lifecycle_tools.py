@@ -62,12 +62,12 @@ async def supersede(door: Door, owner: str, item_id: str, content: str,
 async def history(door: Door, owner: str, item_id: str) -> ItemHistory:
     """The versions of a rule or fact, oldest first, from any of its ids: what it said,
     until when, what replaced it, who and why."""
-    return await door.call(ops.history, door.owner(owner), item_id)
+    return await door.backend.call(ops.history, door.owner(owner), item_id)
 
 
 async def status_history(door: Door, owner: str, key: str) -> StatusValues:
     """The last values of a status key, oldest first (a deletion included)."""
-    return StatusValues(changes=await door.call(ops.status_history, door.owner(owner), key))
+    return StatusValues(changes=await door.backend.call(ops.status_history, door.owner(owner), key))
 
 
 class MemoryIn(BaseModel):
@@ -90,8 +90,8 @@ async def update_memory(door: Door, owner: str, memory_id: str, content: str,
                         ) -> VectorMemory:
     """Change a semantic memory's text (and, when given, its metadata and context); the
     previous version stays in its history (memory_history)."""
-    return await door.call(ops.update, door.owner(owner), memory_id, content, metadata,
-                           context=context)
+    return await door.backend.call(ops.update, door.owner(owner), memory_id, content, metadata,
+                                   context=context)
 
 
 async def store_many(door: Door, owner: str, items: list[str | MemoryIn]) -> Stored:
@@ -102,27 +102,27 @@ async def store_many(door: Door, owner: str, items: list[str | MemoryIn]) -> Sto
         i if isinstance(i, str) else {"content": i.content, "metadata": i.metadata or {},
                                       **({} if i.context is None else {"context": i.context})}
         for i in items]
-    return Stored(results=await door.call(ops.store_many, who, batch))
+    return Stored(results=await door.backend.call(ops.store_many, who, batch))
 
 
 async def memory_history(door: Door, owner: str, memory_id: str) -> MemoryVersions:
     """The versions of a semantic memory (updates and supersessions), oldest first."""
-    return MemoryVersions(versions=await door.call(ops.memory_history, door.owner(owner),
-                                                   memory_id))
+    return MemoryVersions(versions=await door.backend.call(ops.memory_history, door.owner(owner),
+                                                           memory_id))
 
 
 async def forget_owner(door: Door, owner: str) -> Forgotten:
     """Erase everything of the owner: rules, facts, status, pending items, memories, chat
     windows and the audit trail. There is no undo. Leaves a tombstone that does not name
     the owner; the caller is recorded as who asked."""
-    return Forgotten(tombstone=await door.call(ops.forget, door.owner(owner), by=door.by()))
+    return Forgotten(tombstone=await door.backend.call(ops.forget, door.owner(owner), by=door.by()))
 
 
 async def export_owner(door: Door, owner: str) -> ExportDocument:
     """The owner's data as a versioned JSON Lines document (rules, facts, status, pending
     items, the audit trail, memories with their embeddings), which dream-memory import
     reads on any backend."""
-    return ExportDocument(lines=await door.call(ops.export, door.owner(owner)))
+    return ExportDocument(lines=await door.backend.call(ops.export, door.owner(owner)))
 
 
 LIFECYCLE_TOOLS: tuple[ToolEntry, ...] = (

@@ -21,8 +21,9 @@ from ..config import MemorySettings
 Bounds = Callable[[MemorySettings], dict[str, Any]]
 
 
-def _none(_: MemorySettings) -> dict[str, Any]:
-    return {}
+def _fixed(**bounds: Any) -> Bounds:
+    """Bounds that do not depend on the settings (a fresh copy for each schema)."""
+    return lambda _: dict(bounds)
 
 
 @dataclass(frozen=True)
@@ -30,15 +31,11 @@ class Param:
     """One parameter: a plain-words description and its JSON-Schema bounds."""
 
     description: str
-    bounds: Bounds = field(default=_none)
+    bounds: Bounds = field(default=_fixed())
 
 
 def _pattern(regex: re.Pattern[str]) -> str:
     return f"^{regex.pattern}$"
-
-
-def _owner(_: MemorySettings) -> dict[str, Any]:
-    return {"pattern": _pattern(check.OWNER_ID_PATTERN), "maxLength": 128}
 
 
 def _text(s: MemorySettings) -> dict[str, Any]:
@@ -46,40 +43,22 @@ def _text(s: MemorySettings) -> dict[str, Any]:
     return {"minLength": 1, "maxLength": s.max_content_bytes}
 
 
-def _name(_: MemorySettings) -> dict[str, Any]:
-    return {"minLength": 1, "maxLength": check.MAX_NAME_CHARS}
-
-
-def _item_id(_: MemorySettings) -> dict[str, Any]:
-    return {"minLength": 1, "maxLength": 128}
-
-
-def _limit(_: MemorySettings) -> dict[str, Any]:
-    return {"minimum": 1, "maximum": check.MAX_SEARCH_LIMIT}
-
-
-def _offset(_: MemorySettings) -> dict[str, Any]:
-    return {"minimum": 0, "maximum": check.MAX_OFFSET}
-
-
 def _metadata(s: MemorySettings) -> dict[str, Any]:
     return {"maxProperties": s.max_metadata_keys}
 
 
-def _status_key(_: MemorySettings) -> dict[str, Any]:
-    return {"pattern": _pattern(check.STATUS_KEY_PATTERN), "maxLength": 64}
+_owner = _fixed(pattern=_pattern(check.OWNER_ID_PATTERN), maxLength=128)
+_name = _fixed(minLength=1, maxLength=check.MAX_NAME_CHARS)
+_item_id = _fixed(minLength=1, maxLength=128)
+_limit = _fixed(minimum=1, maximum=check.MAX_SEARCH_LIMIT)
+_offset = _fixed(minimum=0, maximum=check.MAX_OFFSET)
+_status_key = _fixed(pattern=_pattern(check.STATUS_KEY_PATTERN), maxLength=64)
+_ttl = _fixed(exclusiveMinimum=0, exclusiveMaximum=check.MAX_TTL_S)
+_messages = _fixed(minItems=1, maxItems=check.MAX_MESSAGES)
 
 
-def _ttl(_: MemorySettings) -> dict[str, Any]:
-    return {"exclusiveMinimum": 0, "exclusiveMaximum": check.MAX_TTL_S}
-
-
-def _messages(_: MemorySettings) -> dict[str, Any]:
-    return {"minItems": 1, "maxItems": check.MAX_MESSAGES}
-
-
-def _owners(_: MemorySettings) -> dict[str, Any]:
-    return {"minItems": 1, "items": _owner(_)}
+def _owners(s: MemorySettings) -> dict[str, Any]:
+    return {"minItems": 1, "items": _owner(s)}
 
 
 #: The parameters of every tool, by name.
@@ -115,10 +94,9 @@ PARAMS: Mapping[str, Param] = {
                      "it (for a history, any of its versions' ids).", _item_id),
     "reason": Param("Optional: why, kept in the item's history.", _text),
     "filter": Param("Optional: only memories whose metadata has these values (equality on "
-                    "each key, at most 16 keys).", lambda _: {"maxProperties": 16}),
+                    "each key, at most 16 keys).", _fixed(maxProperties=16)),
     "items": Param("The memories to store, oldest first: each a text, or an object with "
-                   "content and optional metadata and context.", lambda _: {"minItems": 1,
-                                                                             "maxItems": 1000}),
+                   "content and optional metadata and context.", _fixed(minItems=1, maxItems=1000)),
     "rule_id": Param("The id of the rule, as read_snapshot shows it.", _item_id),
     "fact_id": Param("The id of the fact, as read_snapshot shows it.", _item_id),
     "conversation": Param("The conversation id (same alphabet as an owner id); each keeps "
@@ -128,12 +106,12 @@ PARAMS: Mapping[str, Param] = {
 }
 
 
-def document(schema: dict[str, Any], settings: MemorySettings,
-             own: Mapping[str, Param] | None = None) -> None:
+def document(schema: dict[str, Any], settings: MemorySettings, own: Mapping[str, Param]
+             ) -> None:
     """Add descriptions and bounds to the ``properties`` of a tool's input ``schema``
     (in place); ``own`` overrides the vocabulary for one tool."""
     for name, prop in schema.get("properties", {}).items():
-        param = (own or {}).get(name) or PARAMS.get(name)
+        param = own.get(name) or PARAMS.get(name)
         if param is None:
             continue
         prop["description"] = param.description

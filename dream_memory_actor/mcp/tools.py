@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from .. import validation as check
 from ..engine import operations as ops
 from ..errors import InvalidQuery
-from ..extraction.service import ConsolidationReport, ExtractionReport, HitlDecision
+from ..extraction.service import ExtractionReport, HitlDecision
 from ..models import (
     AuditEntry,
     ChatAppend,
@@ -135,11 +135,6 @@ class Consolidated(BaseModel):
     refused: int = Field(description="With apply_all, proposals refused because their "
                                      "memories changed meanwhile; they stay queued")
 
-    @classmethod
-    def of(cls, report: ConsolidationReport) -> Consolidated:
-        return cls(proposals=[_view(p) for p in report.proposals], counts=report.counts,
-                   applied=report.applied, refused=report.refused)
-
 
 def _written(snap: MemorySnapshot) -> Written:
     return Written(version=snap.version, status=dict(snap.status))
@@ -176,8 +171,8 @@ async def search(door: Door, query: str, owner: str | None = None,
 async def list_memories(door: Door, owner: str, limit: int = 100, offset: int = 0,
                         filter: dict[str, Any] | None = None) -> MemoryList:
     """The owner's semantic memories, newest first, a page at a time."""
-    return MemoryList(memories=await door.call(ops.list_memories, door.owner(owner), limit,
-                                               offset, filter=filter))
+    return MemoryList(memories=await door.backend.call(ops.list_memories, door.owner(owner), limit,
+                                                       offset, filter=filter))
 
 
 async def list_pending(door: Door, owner: str) -> PendingList:
@@ -191,7 +186,7 @@ async def list_pending(door: Door, owner: str) -> PendingList:
 async def audit(door: Door, owner: str, limit: int = 100) -> AuditTrail:
     """Who confirmed or rejected which pending item, and when, and who undid which
     confirmed proposal (action undone), newest first."""
-    return AuditTrail(entries=await door.call(ops.audit, door.owner(owner), limit))
+    return AuditTrail(entries=await door.backend.call(ops.audit, door.owner(owner), limit))
 
 
 # -- writes ----------------------------------------------------------------------------
@@ -205,7 +200,7 @@ async def store(door: Door, owner: str, content: str, metadata: dict[str, Any] |
     value of one supersedes it (superseded is true, the old one stays in its history),
     anything else is stored beside them; judgement, related and reason say which and
     why."""
-    return await door.call(ops.store, door.owner(owner), content, metadata, context=context)
+    return await door.backend.call(ops.store, door.owner(owner), content, metadata, context=context)
 
 
 async def add_rule(door: Door, owner: str, content: str, source: str = "user") -> RuleAdded:
@@ -261,7 +256,7 @@ async def delete_status(door: Door, owner: str, key: str) -> Written:
 
 async def delete_memory(door: Door, owner: str, memory_id: str) -> Deleted:
     """Delete one semantic memory."""
-    return Deleted(deleted=await door.call(ops.delete, door.owner(owner), memory_id))
+    return Deleted(deleted=await door.backend.call(ops.delete, door.owner(owner), memory_id))
 
 
 async def confirm_pending(door: Door, owner: str, pending_id: str,
@@ -271,14 +266,14 @@ async def confirm_pending(door: Door, owner: str, pending_id: str,
     replaces the text of the memory it keeps; an expiry has none), refused with
     ProposalChanged and nothing written if its memories changed since. Calling it
     again changes nothing; an error if the item was rejected."""
-    return await door.call(ops.confirm, door.owner(owner), pending_id, door.by(),
-                           edited_content)
+    return await door.backend.call(ops.confirm, door.owner(owner), pending_id, door.by(),
+                                   edited_content)
 
 
 async def reject_pending(door: Door, owner: str, pending_id: str) -> HitlDecision:
     """Drop a pending item, recording who decided. Calling it again changes nothing;
     an error if the item was confirmed."""
-    return await door.call(ops.reject, door.owner(owner), pending_id, door.by())
+    return await door.backend.call(ops.reject, door.owner(owner), pending_id, door.by())
 
 
 async def append_messages(door: Door, owner: str, conversation: str,
@@ -286,7 +281,7 @@ async def append_messages(door: Door, owner: str, conversation: str,
     """Add the new messages of a conversation to its chat window. What falls out of the
     window is extracted into memories: rules and facts the user stated, through the
     confidence gate (sure ones are written, less sure ones wait in list_pending)."""
-    return await door.call(
+    return await door.backend.call(
         ops.append_messages, door.owner(owner), conversation,
         [ChatMessage(role=m.role, content=m.content) for m in messages])
 
@@ -294,8 +289,8 @@ async def append_messages(door: Door, owner: str, conversation: str,
 async def end_conversation(door: Door, owner: str, conversation: str) -> ConversationEnded:
     """End a conversation: its chat window is extracted into memories (through the same
     gate) and deleted. Returns what extraction did."""
-    return ConversationEnded(report=await door.call(ops.end_conversation, door.owner(owner),
-                                                    conversation))
+    return ConversationEnded(report=await door.backend.call(ops.end_conversation, door.owner(owner),
+                                                            conversation))
 
 
 async def consolidate(door: Door, owner: str, apply_all: bool = False) -> Consolidated:
@@ -306,9 +301,10 @@ async def consolidate(door: Door, owner: str, apply_all: bool = False) -> Consol
     result) or drops it with reject_pending; a confirmed one can be reversed with
     undo_proposal. A proposal rejected before is not made again. With apply_all the
     caller confirms each at once (for an owner who asked for that)."""
-    report = await door.call(ops.consolidate, door.owner(owner), apply_all=apply_all,
-                             by=door.by())
-    return Consolidated.of(report)
+    report = await door.backend.call(ops.consolidate, door.owner(owner), apply_all=apply_all,
+                                     by=door.by())
+    return Consolidated(proposals=[_view(p) for p in report.proposals], counts=report.counts,
+                        applied=report.applied, refused=report.refused)
 
 
 async def undo_proposal(door: Door, owner: str, pending_id: str) -> HitlDecision:
@@ -320,7 +316,7 @@ async def undo_proposal(door: Door, owner: str, pending_id: str) -> HitlDecision
     nothing. ProposalNotApplied if no such proposal was confirmed; ProposalChanged, with
     nothing written, if the kept memory changed since. An expired status value is set
     again (ProposalChanged if the key was set since)."""
-    return await door.call(ops.undo_proposal, door.owner(owner), pending_id, door.by())
+    return await door.backend.call(ops.undo_proposal, door.owner(owner), pending_id, door.by())
 
 
 _UNDO_PARAMS = {"pending_id": Param("The id of the confirmed proposal (its pending item id, "
