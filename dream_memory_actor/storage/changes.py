@@ -90,6 +90,23 @@ class BackgroundFeed(abc.ABC):
         self._callback = callback
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: How many times the feed connected (1 + reconnections).
+        self.connects = 0
+
+    def _connected(self) -> None:
+        """Count a connection; after the first, report ``None``: changes made while the
+        feed was down were missed."""
+        self.connects += 1
+        reconnected = self._ready.is_set()
+        self._ready.set()
+        if reconnected:
+            notify(self._callback, None)
+
+    def _report(self, payload: str | bytes) -> None:
+        """Report the change an announcement carries (none for a foreign payload)."""
+        change = Change.decode(payload)
+        if change is not None:
+            notify(self._callback, change)
 
     async def start(self) -> None:
         """Start listening; waits up to ``START_TIMEOUT_S`` for the first connection."""

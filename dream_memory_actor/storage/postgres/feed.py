@@ -27,9 +27,7 @@ from ..changes import (
     RETRY_S,
     START_TIMEOUT_S,
     BackgroundFeed,
-    Change,
     ChangeCallback,
-    notify,
 )
 
 log = logging.getLogger(__name__)
@@ -62,13 +60,9 @@ class PostgresChangeFeed(BackgroundFeed):
         self._conn: Any = None
         #: The server process id of the listening connection (``None`` while down).
         self.pid: int | None = None
-        #: How many times the feed connected (1 + reconnections).
-        self.connects = 0
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        change = Change.decode(payload)
-        if change is not None:
-            notify(self._callback, change)
+        self._report(payload)
 
     async def _run(self) -> None:
         import asyncpg
@@ -84,12 +78,8 @@ class PostgresChangeFeed(BackgroundFeed):
                 conn.add_termination_listener(lambda _c, ev=lost: ev.set())
                 await conn.add_listener(self._channel, self._on_notify)
                 self.pid = conn.get_server_pid()
-                self.connects += 1
                 pause = RETRY_S
-                reconnected = self._ready.is_set()
-                self._ready.set()
-                if reconnected:
-                    notify(self._callback, None)
+                self._connected()
                 await self._watch(conn, lost)
                 log.warning("the change feed of schema %r lost its connection; reconnecting",
                             self._schema)

@@ -24,9 +24,7 @@ from ..changes import (
     MAX_RETRY_S,
     RETRY_S,
     BackgroundFeed,
-    Change,
     ChangeCallback,
-    notify,
 )
 
 log = logging.getLogger(__name__)
@@ -45,9 +43,7 @@ class RedisChangeFeed(BackgroundFeed):
     def __init__(self, client: Any, prefix: str, callback: ChangeCallback) -> None:
         self._client = client
         self._channel = channel_name(prefix)
-        super().__init__(callback)
-        #: How many times the subscription was confirmed (1 + resubscriptions).
-        self.connects = 0
+        super().__init__(callback)  # ``connects`` counts the confirmed subscriptions
 
     async def _run(self) -> None:
         pause = RETRY_S
@@ -60,16 +56,10 @@ class RedisChangeFeed(BackgroundFeed):
                     if msg is None:
                         continue
                     if msg["type"] == "subscribe":
-                        self.connects += 1
                         pause = RETRY_S
-                        reconnected = self._ready.is_set()
-                        self._ready.set()
-                        if reconnected:
-                            notify(self._callback, None)
+                        self._connected()
                     elif msg["type"] == "message":
-                        change = Change.decode(msg["data"])
-                        if change is not None:
-                            notify(self._callback, change)
+                        self._report(msg["data"])
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # down: subscribe again after a pause
