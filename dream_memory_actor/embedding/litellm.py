@@ -156,21 +156,9 @@ class LiteLLMEmbedder:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise EmbeddingError(self._failure(exc)) from exc
+            raise EmbeddingError(request_failure("embedding", self.model, self.api_base,
+                                                 self.timeout_s, self._api_key, exc)) from exc
         return self._vectors(response, len(texts), dim)
-
-    def _failure(self, exc: BaseException) -> str:
-        status = getattr(exc, "status_code", None)
-        kind = type(exc).__name__
-        if "timeout" in kind.lower() or isinstance(exc, TimeoutError):
-            what = f"timed out after {self.timeout_s:g}s"
-        elif isinstance(status, int) and status != 408:
-            what = f"failed with HTTP {status} ({kind})"
-        else:
-            what = f"failed ({kind})"
-        where = f" at {self.api_base}" if self.api_base else ""
-        return (f"embedding request to model {self.model!r}{where} {what}: "
-                f"{provider_detail(exc, self._api_key)}")
 
     def _vectors(self, response: Any, count: int, dim: int | None) -> list[list[float]]:
         data = field(response, "data")
@@ -214,6 +202,25 @@ def field(obj: Any, name: str, default: Any = None) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(name, default)
     return getattr(obj, name, default)
+
+
+def request_failure(request: str, model: str, api_base: str | None, timeout_s: float,
+                    api_key: str | None, exc: BaseException) -> str:
+    """What a failed model request says: which request to where, what happened (it timed
+    out, the server answered with an HTTP status, or no usable reply came) and the
+    provider's message (:func:`provider_detail`)."""
+    status = getattr(exc, "status_code", None)
+    kind = type(exc).__name__
+    if "timeout" in kind.lower() or isinstance(exc, TimeoutError):
+        what = f"timed out after {timeout_s:g}s"
+    elif kind == "APIConnectionError":  # litellm sets 500 on it whatever the server said
+        what = "failed (no usable reply: APIConnectionError)"
+    elif isinstance(status, int) and status != 408:
+        what = f"failed with HTTP {status} ({kind})"
+    else:
+        what = f"failed ({kind})"
+    where = f" at {api_base}" if api_base else ""
+    return f"{request} request to model {model!r}{where} {what}: {provider_detail(exc, api_key)}"
 
 
 def provider_detail(exc: BaseException, api_key: str | None, limit: int = MAX_DETAIL_CHARS

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..embedding.litellm import _litellm, field, provider_detail
+from ..embedding.litellm import _litellm, field, request_failure
 from ..errors import ConfigurationError, RerankError, require
 
 __all__ = ["LiteLLMReranker"]
@@ -66,23 +66,9 @@ class LiteLLMReranker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise RerankError(self._failure(exc)) from exc
+            raise RerankError(request_failure("rerank", self.model, self.api_base, self.timeout_s,
+                                              self._api_key, exc)) from exc
         return self._scores(response, len(docs))
-
-    def _failure(self, exc: BaseException) -> str:
-        status = getattr(exc, "status_code", None)
-        kind = type(exc).__name__
-        if "timeout" in kind.lower() or isinstance(exc, TimeoutError):
-            what = f"timed out after {self.timeout_s:g}s"
-        elif kind == "APIConnectionError":  # litellm sets 500 on it whatever the server said
-            what = "failed (no usable reply: APIConnectionError)"
-        elif isinstance(status, int) and status != 408:
-            what = f"failed with HTTP {status} ({kind})"
-        else:
-            what = f"failed ({kind})"
-        where = f" at {self.api_base}" if self.api_base else ""
-        return (f"rerank request to model {self.model!r}{where} {what}: "
-                f"{provider_detail(exc, self._api_key)}")
 
     def _scores(self, response: Any, count: int) -> list[float]:
         results = field(response, "results")
