@@ -221,8 +221,7 @@ def _split_runs(word: str) -> Iterable[tuple[bool, str]]:
 
 def _iter_terms(text: str, stopwords: frozenset[str]) -> Iterator[str]:
     """Every term occurrence of ``text`` in order (repeats included), lazily."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    for match in _WORD.finditer(folded):
+    for match in _WORD.finditer(fold(text)):
         for cjk, run in _split_runs(match.group(0)):
             if cjk:
                 if len(run) == 1:

@@ -181,15 +181,7 @@ class MemoryEngine:
                 raise ConfigurationError("a re-embedding needs embedding_model: the model "
                                          "to embed the memories with")
             cached = await open_embedder(settings)
-            structured, vector = await open_stores(settings, cached.dim if cached else None)
-            if setup:
-                await structured.setup()
-                await vector.setup()
-            engine = cls(settings, structured, vector, cached)
-            if vector.embedding_model is not None:
-                await vector._model(vector.embedding_model, replace=True)
-            return engine
-        if embedder is None:
+        elif embedder is None:
             settings, cached = await open_embedding(settings)
         else:
             recorded = await recorded_model(settings)
@@ -202,7 +194,10 @@ class MemoryEngine:
             await structured.setup()
             await vector.setup()
         engine = cls(settings, structured, vector, cached)
-        if embedder is not None:
+        if adopt:
+            if vector.embedding_model is not None:
+                await vector._model(vector.embedding_model, replace=True)
+        elif embedder is not None:
             vector.embedding_model = EmbeddingModel(model=embedder.model, dim=embedder.dim)
         return engine
 
@@ -222,15 +217,15 @@ class MemoryEngine:
 
     # -- L1 ------------------------------------------------------------------------
 
-    # The stores check every argument of their writes and searches; ``load`` and ``get``
-    # are implemented by each backend directly, so those two check the owner id here.
+    # The stores check every argument of their writes and searches; ``load`` is
+    # implemented by each backend directly, so it checks the owner id here.
 
     async def snapshot(self, owner: str, *, as_of: datetime | None = None) -> MemorySnapshot:
         """The owner's current snapshot; with ``as_of``, what it held at that time
         (rules, facts and status; see ``history.as_of``)."""
         self._open()
         if as_of is not None:
-            return await self.structured.load_as_of(check_owner(owner), as_of)
+            return await self.structured.load_as_of(owner, as_of)
         with self.metrics.operation("snapshot", self.settings.backend):
             snap = await self.structured.load(check_owner(owner))
         self.metrics.observe_pending(owner, len(snap.pending))
@@ -404,7 +399,7 @@ class MemoryEngine:
 
     async def get(self, owner: str, memory_id: str) -> VectorMemory:
         self._open()
-        return await self.vector.get(check_owner(owner), memory_id)
+        return await self.vector.get(owner, memory_id)
 
     async def delete(self, owner: str, memory_id: str) -> bool:
         self._open()
@@ -427,7 +422,7 @@ class MemoryEngine:
         self._open()
         with self.metrics.operation("forget", self.settings.backend):
             return await forget_owner(self.structured, memories or self.forget_memories,
-                                      check_owner(owner), by=by, op_id=op_id)
+                                      owner, by=by, op_id=op_id)
 
     async def forget_memories(self, owner: str) -> int:
         """Erase ``owner``'s L2 layer only; how many memories went."""
@@ -591,7 +586,7 @@ class MemoryEngine:
         opened with ``adopt=True``); how many. See ``VectorStore.reembed``."""
         self._open()
         with self.metrics.operation("reembed", self.settings.backend):
-            return await self.vector.reembed(check_owner(owner), self.embed_many)
+            return await self.vector.reembed(owner, self.embed_many)
 
     async def memory_history(self, owner: str, memory_id: str
                              ) -> builtins.list[MemoryVersion]:

@@ -89,16 +89,13 @@ Check = Callable[[Any, Scope], Any]
 # -- the rules, one per kind of argument -------------------------------------------------
 
 
-def _memory_id(value: Any, scope: Scope) -> str:
-    return check.ids([value], "memory id")[0]
+def _id(what: str) -> Check:
+    """The rule of an id of ``what`` (``validation.ids``)."""
 
+    def rule(value: Any, scope: Scope) -> str:
+        return check.ids([value], what)[0]
 
-def _item_id(value: Any, scope: Scope) -> str:
-    return check.ids([value], "item id")[0]
-
-
-def _pending_id(value: Any, scope: Scope) -> str:
-    return check.ids([value], "pending item id")[0]
+    return rule
 
 
 def _content(value: Any, scope: Scope) -> str:
@@ -192,9 +189,9 @@ def _document(value: Any, scope: Scope) -> list[str]:
     return lines
 
 
-MemoryId = Annotated[str, _memory_id]
-ItemId = Annotated[str, _item_id]
-PendingId = Annotated[str, _pending_id]
+MemoryId = Annotated[str, _id("memory id")]
+ItemId = Annotated[str, _id("item id")]
+PendingId = Annotated[str, _id("pending item id")]
 Content = Annotated[str, _content]
 Edited = Annotated[Optional[str], _edited]  # noqa: UP045 - evaluated at import, on 3.10
 Context = Annotated[Optional[str], _context]  # noqa: UP045
@@ -232,7 +229,6 @@ class Operation(Generic[P, R]):
         self.params = tuple(self.signature.parameters)
         self.checks: tuple[Check | None, ...] = tuple(
             _rule(p.annotation) for p in self.signature.parameters.values())
-        self.writes = "op_id" in self.params
         #: The argument whose text (or batch items' texts) the write embeds.
         self.embeds = embeds
 
@@ -243,10 +239,9 @@ class Operation(Generic[P, R]):
               ) -> tuple[Any, ...]:
         """The arguments of a call, bound as the signature binds them and each checked by
         its rule, in order (a generated ``op_id`` included)."""
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
         return tuple(value if rule is None else rule(value, scope)
-                     for value, rule in zip(bound.arguments.values(), self.checks, strict=True))
+                     for value, rule in zip(self.bind(args, kwargs).values(), self.checks,
+                                            strict=True))
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments by name, defaults filled in, unchecked (for a door that checked)."""
@@ -281,7 +276,7 @@ class Operation(Generic[P, R]):
         def method(handle: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
             return cast(R, handle._perform(op, args, kwargs))
 
-        return self._like(method, "", ("self",))
+        return self._like(method, "")
 
     def coroutine(self) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
         """The handle's ``_async`` method: ``await handle._perform_async(...)``."""
@@ -290,7 +285,7 @@ class Operation(Generic[P, R]):
         async def method(handle: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
             return cast(R, await handle._perform_async(op, args, kwargs))
 
-        return self._like(method, "_async", ("self",))
+        return self._like(method, "_async")
 
     def install(self, cls: type, method: Callable[..., Any]) -> None:
         """Make ``method`` the operation's method of ``cls``, named and documented as it
@@ -300,15 +295,15 @@ class Operation(Generic[P, R]):
         method.__doc__ = self.doc
         setattr(cls, self.name, method)
 
-    def _like(self, method: F, suffix: str, first: tuple[str, ...]) -> F:
+    def _like(self, method: F, suffix: str) -> F:
         """``method`` named and documented as the operation, with its signature."""
         method.__name__ = method.__qualname__ = self.name + suffix
         method.__doc__ = self.doc
-        lead = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in first]
+        lead = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
         shown = [p.replace(annotation=_plain(p.annotation))
                  for p in self.signature.parameters.values()]
         method.__signature__ = self.signature.replace(  # type: ignore[attr-defined]
-            parameters=[*lead, *shown])
+            parameters=[lead, *shown])
         return method
 
 

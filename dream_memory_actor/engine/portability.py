@@ -319,8 +319,6 @@ def _record(rec: dict[str, Any], owner: str, n: int) -> dict[str, Any]:
     if kind in ("memory", "memory_version") and item.owner != owner:
         raise InvalidImport(f"line {n}: a {kind} of owner {item.owner!r}")
     if kind == "memory":
-        if item.owner != owner:
-            raise InvalidImport(f"line {n}: a memory of owner {item.owner!r}")
         emb = rec.get("embedding")
         if emb is not None and not (isinstance(emb, list)
                                     and all(isinstance(x, (int, float)) for x in emb)):

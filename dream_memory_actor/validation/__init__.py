@@ -40,7 +40,6 @@ OWNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 #: A status key: 1-64 characters, letters, digits and ``_ . -``, starting with a letter or ``_``.
 STATUS_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
-MAX_METADATA_BYTES = DEFAULT_LIMITS.metadata_bytes
 #: How deeply metadata may nest (objects and lists); deeper is refused, not recursed into.
 MAX_METADATA_DEPTH = 32
 #: Metadata keys the store writes itself when it merges near-duplicates.
@@ -56,8 +55,8 @@ MAX_NAME_CHARS = 64
 MAX_OFFSET = 2**31 - 1
 #: The most messages one ``append_messages`` or ``extract`` call may carry.
 MAX_MESSAGES = 1000
-
-
+#: What an id of the owner id's form (:data:`OWNER_ID_PATTERN`) may be made of.
+_ID_RULE = "1-128 characters of A-Z a-z 0-9 . _ : @ -, starting with a letter or digit"
 
 
 def utf8_size(value: str, what: str, error: type[InvalidInput] = InvalidContent) -> int:
@@ -70,14 +69,18 @@ def utf8_size(value: str, what: str, error: type[InvalidInput] = InvalidContent)
         ) from None
 
 
+def _shaped(value: object, pattern: re.Pattern[str], error: type[InvalidInput], what: str,
+            rule: str) -> str:
+    """``value`` if it is a string of ``pattern``'s form, else ``error`` saying the
+    ``rule`` a ``what`` follows."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise error(f"invalid {what} {value!r}: use {rule}")
+    return value
+
+
 def owner_id(value: object) -> str:
     """Check an owner id and return it."""
-    if not isinstance(value, str) or not OWNER_ID_PATTERN.fullmatch(value):
-        raise InvalidOwnerId(
-            f"invalid owner id {value!r}: use 1-128 characters of A-Z a-z 0-9 . _ : @ -, "
-            "starting with a letter or digit"
-        )
-    return value
+    return _shaped(value, OWNER_ID_PATTERN, InvalidOwnerId, "owner id", _ID_RULE)
 
 
 def owner_ids(values: object) -> tuple[str, ...]:
@@ -120,12 +123,8 @@ def context(value: object, max_bytes: int, what: str = "context") -> str | None:
 
 def status_key(value: object) -> str:
     """Check a status key and return it."""
-    if not isinstance(value, str) or not STATUS_KEY_PATTERN.fullmatch(value):
-        raise InvalidStatusKey(
-            f"invalid status key {value!r}: use 1-64 characters of A-Z a-z 0-9 _ . -, "
-            "starting with a letter or _"
-        )
-    return value
+    return _shaped(value, STATUS_KEY_PATTERN, InvalidStatusKey, "status key",
+                   "1-64 characters of A-Z a-z 0-9 _ . -, starting with a letter or _")
 
 
 def metadata(value: object, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
@@ -254,12 +253,7 @@ def op_id(value: object) -> str:
 
 def conversation_id(value: object) -> str:
     """Check a conversation id: the owner id alphabet, safe in keys, lock names and logs."""
-    if not isinstance(value, str) or not OWNER_ID_PATTERN.fullmatch(value):
-        raise InvalidQuery(
-            f"invalid conversation id {value!r}: use 1-128 characters of A-Z a-z 0-9 . _ : @ -, "
-            "starting with a letter or digit"
-        )
-    return value
+    return _shaped(value, OWNER_ID_PATTERN, InvalidQuery, "conversation id", _ID_RULE)
 
 
 def _short_name(value: object) -> bool:
