@@ -108,7 +108,7 @@ class StructuredStore(_Lifecycle, ABC):
         Without a change feed (``supports_change_feed`` False, e.g. the in-memory
         store, which nothing outside this process can write) it never calls back.
         """
-        return no_feed()
+        return no_feed
 
     # -- primitives a backend implements ---------------------------------------------
 
@@ -201,7 +201,7 @@ class StructuredStore(_Lifecycle, ABC):
         check.owner_id(owner)
         check.ids([pending_id], "pending item id")
         if op_id is not None:
-            check.ids([op_id], "operation id")
+            check.op_id(op_id)
         if action not in ACTIONS:
             raise InvalidQuery(f"action must be one of {ACTIONS}, got {action!r}")
         check.decider(by)
@@ -239,7 +239,7 @@ class StructuredStore(_Lifecycle, ABC):
         check.owner_id(owner)
         check.ids([pending_id], "pending item id")
         if op_id is not None:
-            check.ids([op_id], "operation id")
+            check.op_id(op_id)
         who = check.decider(by)
         if isinstance(restored, bool) or not isinstance(restored, int) or restored < 0:
             raise InvalidQuery(f"restored must be a count of memories, got {restored!r}")

@@ -58,12 +58,8 @@ ChangeCallback = Callable[[Change | None], None]
 Unwatch = Callable[[], Awaitable[None]]
 
 
-async def _nothing() -> None:
+async def no_feed() -> None:
     """The closer of a watch that has nothing to stop."""
-
-
-def no_feed() -> Unwatch:
-    return _nothing
 
 
 def notify(callback: ChangeCallback, change: Change | None) -> None:

@@ -79,16 +79,8 @@ def merged(existing: VectorMemory, content: str, metadata: dict[str, Any],
         history.append(existing.content)
     meta = _bounded({k: v for k, v in existing.metadata.items()
                      if k not in RESERVED_METADATA_KEYS}, metadata, limits)
-    meta["merged_from"] = _recent(history, limits)
-    meta["merged_at"] = now.isoformat()
-    meta["merge_count"] = int(existing.metadata.get("merge_count", 0)) + 1
-    return existing.model_copy(
-        update={
-            "content": content,
-            "metadata": meta,
-            "updated_at": max(existing.updated_at, now),
-        }
-    )
+    count = int(existing.metadata.get("merge_count", 0)) + 1
+    return _recorded(existing, content, meta, history, count, now, limits)
 
 
 def absorbed(kept: VectorMemory, others: Sequence[VectorMemory], content: str,
@@ -109,11 +101,19 @@ def absorbed(kept: VectorMemory, others: Sequence[VectorMemory], content: str,
         history.append(kept.content)
     meta = _bounded(theirs, {k: v for k, v in kept.metadata.items()
                              if k not in RESERVED_METADATA_KEYS}, limits)
+    return _recorded(kept, content, meta, history, count, now, limits)
+
+
+def _recorded(memory: VectorMemory, content: str, meta: dict[str, Any], history: list[str],
+              count: int, now: datetime, limits: Limits) -> VectorMemory:
+    """``memory`` with ``content`` and ``meta`` and the records of a merge at ``now``:
+    ``merged_from`` (the newest of ``history`` within ``limits``), ``merged_at`` and
+    ``merge_count`` (``count``); ``updated_at`` moves to ``now`` (never backwards)."""
     meta["merged_from"] = _recent(history, limits)
     meta["merged_at"] = now.isoformat()
     meta["merge_count"] = count
-    return kept.model_copy(update={"content": content, "metadata": meta,
-                                   "updated_at": max(kept.updated_at, now)})
+    return memory.model_copy(update={"content": content, "metadata": meta,
+                                     "updated_at": max(memory.updated_at, now)})
 
 
 def _bounded(old: dict[str, Any], new: dict[str, Any], limits: Limits) -> dict[str, Any]:

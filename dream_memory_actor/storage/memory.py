@@ -202,7 +202,7 @@ class InMemoryVectorStore(VectorStore):
         docs = sum(len(rows.rows) for rows in held.values())
         per_owner = [prefix_df(self._df[o], len(rows.rows), terms)
                      for o, rows in held.items() if o in self._df]
-        return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
+        return summed(terms, docs, per_owner)
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,

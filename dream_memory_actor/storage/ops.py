@@ -291,7 +291,9 @@ def apply_ops(snap: MemorySnapshot, ops: Sequence[L1Op], now: datetime,
         else:  # pragma: no cover - the union is closed
             raise TypeError(f"unknown operation {op!r}")
     if max_status_keys is not None and len(status) > max(max_status_keys, len(snap.status)):
-        raise too_many_status_keys(snap.owner, len(status), max_status_keys)
+        raise InvalidStatusKey(f"owner {snap.owner!r} would have {len(status)} status keys; "
+                               f"the limit is {max_status_keys} (max_status_keys): delete "
+                               "some first")
     return MemorySnapshot(
         owner=snap.owner,
         rules=tuple(rules),
@@ -333,16 +335,5 @@ def supersede_in(owner: str, kind: ItemKind, items: Sequence[MemoryRule | Memory
 def _unused_id(owner: str, kind: str, item_id: str,
                items: Sequence[MemoryRule | MemoryFact | MemoryPendingItem]) -> None:
     if any(i.id == item_id for i in items):
-        raise duplicate_id(owner, kind, item_id)
-
-
-def duplicate_id(owner: str, kind: str, item_id: str) -> DuplicateId:
-    """The error for an added item whose id the owner uses for other content (every backend)."""
-    return DuplicateId(f"owner {owner!r} has a {kind} {item_id!r} with other content; "
-                       "use a new id")
-
-
-def too_many_status_keys(owner: str, count: int, limit: int) -> InvalidStatusKey:
-    """The error for a write leaving an owner more than ``limit`` status keys."""
-    return InvalidStatusKey(f"owner {owner!r} would have {count} status keys; the limit is "
-                            f"{limit} (max_status_keys): delete some first")
+        raise DuplicateId(f"owner {owner!r} has a {kind} {item_id!r} with other content; "
+                          "use a new id")

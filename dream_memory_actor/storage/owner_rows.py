@@ -29,7 +29,7 @@ from .unit_rows import UnitRows, best_exactly
 from .versions import matches
 from .word_index import WordIndex, keyword_order
 from .writes import Row as Found
-from .writes import Writes
+from .writes import Writes, searched
 
 #: A token no owner has: what a process that never read the owner passes.
 NO_TOKEN = "-"
@@ -108,8 +108,7 @@ class OwnerRows:
     def document_frequencies(self) -> TermCounts:
         """How many of these rows have each term (counted once, then kept with the rows)."""
         if self._df is None:
-            self._df = TermCounts.of(with_context(r.memory.content, r.memory.context)
-                                     for r in self.rows.values())
+            self._df = TermCounts.of(searched(r.memory) for r in self.rows.values())
         return self._df
 
     def words(self) -> WordIndex[Row]:

@@ -16,6 +16,7 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..scoring import TermStats
 from ..text import PREFIX_END
 from ..text import terms as terms_of
 
@@ -63,9 +64,10 @@ def prefix_df(counts: TermCounts, docs: int, terms: Iterable[str]) -> list[int]:
     return [min(docs, counts.starting_with(t)) for t in terms]
 
 
-def summed(per_owner: Sequence[Sequence[int]], n: int) -> list[int]:
-    """Per term, the sum over owners."""
-    out = [0] * n
+def summed(terms: Sequence[str], docs: int, per_owner: Iterable[Sequence[int]]) -> TermStats:
+    """The statistics of ``docs`` memories of several owners: per term, the sum over the
+    owners of its document frequencies (``per_owner``: each owner's :func:`prefix_df`)."""
+    out = [0] * len(terms)
     for row in per_owner:
         out = [a + b for a, b in zip(out, row, strict=True)]
-    return out
+    return TermStats(docs, dict(zip(terms, out, strict=True)))

@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -71,6 +71,8 @@ from .lifecycle import _Lifecycle
 from .owner_rows import OwnerRows, candidates, make_row
 from .terms import TermCounts, prefix_df, summed
 from .writes import PROPOSAL_OP, UNDO_OP, Plan, Planner, Row, Vector, searched
+
+_T = TypeVar("_T")
 
 #: Computes the vector of a checked content with its context when the caller gives none
 #: (``MemoryEngine.embed``).
@@ -196,7 +198,7 @@ class VectorStore(_Lifecycle, ABC):
             counts = TermCounts.of(searched(r.memory) for r in rows)
             docs += len(rows)
             per_owner.append(prefix_df(counts, len(rows), terms))
-        return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
+        return summed(terms, docs, per_owner)
 
     async def _candidates(
         self,
@@ -368,8 +370,6 @@ class VectorStore(_Lifecycle, ABC):
         as ``store``'s. Without ``embeddings``, ``embed_many`` (if given) embeds the
         checked texts, each with its context, in one call.
         """
-        import json
-
         check.owner_id(owner)
         if op_id is not None:
             check.op_id(op_id)
@@ -426,8 +426,8 @@ class VectorStore(_Lifecycle, ABC):
             p.put(new, vec, before=old)
             return new.model_dump_json(), p.writes
 
-        return VectorMemory.model_validate_json(
-            await self._versioned(owner, memory_id, "update", op_id, plan))
+        return VectorMemory.model_validate_json(await self._or_superseded(
+            owner, memory_id, self._write(owner, "update", op_id, plan)))
 
     async def supersede_memory(
         self,
@@ -464,8 +464,8 @@ class VectorStore(_Lifecycle, ABC):
             p.put(new, vec)
             return new.model_dump_json(), p.writes
 
-        return VectorMemory.model_validate_json(
-            await self._versioned(owner, memory_id, "supersede", op_id, plan))
+        return VectorMemory.model_validate_json(await self._or_superseded(
+            owner, memory_id, self._write(owner, "supersede", op_id, plan)))
 
     async def _changed(self, owner: str, memory_id: str, content: str,
                        metadata: Mapping[str, Any] | None, context: str | None,
@@ -491,14 +491,6 @@ class VectorStore(_Lifecycle, ABC):
         await self._record_model(vec is not None)
         return _Change(text, meta, around, guess, vec, now or utcnow(),
                        embed if embedding is not None and embed is not None else None)
-
-    async def _versioned(self, owner: str, memory_id: str, what: str, op_id: str | None,
-                         plan: Planner) -> str:
-        try:
-            return await self._write(owner, what, op_id, plan)
-        except MemoryNotFound as exc:
-            await self._not_live(owner, memory_id, exc)
-            raise
 
     @staticmethod
     async def _live(p: Plan, memory_id: str) -> VectorMemory:
@@ -733,11 +725,7 @@ class VectorStore(_Lifecycle, ABC):
         for one that was superseded: its history still has it)."""
         check.owner_id(owner)
         check.ids([memory_id], "memory id")
-        try:
-            return await self._get(owner, memory_id)
-        except MemoryNotFound as exc:
-            await self._not_live(owner, memory_id, exc)
-            raise
+        return await self._or_superseded(owner, memory_id, self._get(owner, memory_id))
 
     async def _get(self, owner: str, memory_id: str) -> VectorMemory:
         rows = await self._rows(owner, ids=[memory_id])
@@ -779,12 +767,17 @@ class VectorStore(_Lifecycle, ABC):
         return await versions.chain(
             memory_id, lambda x: self._versions(owner, x), lambda x: self._get(owner, x))
 
-    async def _not_live(self, owner: str, memory_id: str, exc: MemoryNotFound) -> None:
-        """Raise ``MemorySuperseded`` if ``memory_id`` was superseded (else return)."""
-        if isinstance(exc, MemorySuperseded):
-            return
-        succ = versions.superseded_by(await self._versions(owner, memory_id), memory_id)
-        if succ is not None:
+    async def _or_superseded(self, owner: str, memory_id: str, reading: Awaitable[_T]) -> _T:
+        """What ``reading`` (a read or a write of ``memory_id``) gives; in place of its
+        ``MemoryNotFound``, ``MemorySuperseded`` if ``memory_id`` was superseded."""
+        try:
+            return await reading
+        except MemoryNotFound as exc:
+            if isinstance(exc, MemorySuperseded):
+                raise
+            succ = versions.superseded_by(await self._versions(owner, memory_id), memory_id)
+            if succ is None:
+                raise
             raise MemorySuperseded(
                 f"memory {memory_id!r} of owner {owner!r} was superseded by {succ!r}",
                 superseded_by=succ,

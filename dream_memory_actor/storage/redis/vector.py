@@ -295,7 +295,7 @@ class RedisVectorStore(VectorStore):
                     got = (n, prefix_df(rows.document_frequencies(), n, terms))
                 docs += got[0]
                 per_owner.append(got[1])
-        return TermStats(docs, dict(zip(terms, summed(per_owner, len(terms)), strict=True)))
+        return summed(terms, docs, per_owner)
 
     async def _candidates(self, owners: Sequence[str], terms: Sequence[str],
                           embedding: list[float] | None, *, vector_k: int,
