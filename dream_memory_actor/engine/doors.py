@@ -48,10 +48,11 @@ class MemoryBackend(abc.ABC):
     route: str
 
     @abc.abstractmethod
-    async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
-                      kwargs: Mapping[str, Any]) -> Any:
-        """Run the described operation ``op`` for ``owner``, its arguments as its
-        signature takes them, already checked (``call`` checks them)."""
+    async def perform(self, op: Operation[Any, Any], owner: str, values: Sequence[Any]
+                      ) -> Any:
+        """Run the described operation ``op`` for ``owner`` with ``values``, its arguments
+        as ``Operation.check`` gives them: checked, in order, an operation id made
+        (``call`` checks them; they are not checked again on the way to the store)."""
 
     @abc.abstractmethod
     async def snapshot(self, owner: str) -> MemorySnapshot: ...
@@ -75,12 +76,10 @@ class MemoryBackend(abc.ABC):
     async def call(self, op: Operation[P, R], owner: str, *args: P.args, **kwargs: P.kwargs
                    ) -> R:
         """``op`` for ``owner``, its arguments checked first by their rules (the check a
-        door makes, the same at every door). No operation id is kept: a door's call is
-        not retried under one."""
+        door makes, the same at every door)."""
         s = self.settings
-        named = op.named(op.check(Scope(owner, s.max_content_bytes, s.limits), args, kwargs))
-        named.pop("op_id", None)
-        return cast(R, await self.perform(op, owner, (), named))
+        values = op.check(Scope(owner, s.max_content_bytes, s.limits), args, kwargs)
+        return cast(R, await self.perform(op, owner, values))
 
     async def close(self) -> None:
         """Release what this backend opened (nothing, unless it says otherwise)."""
@@ -113,9 +112,16 @@ class LocalBackend(MemoryBackend):
 
         return cls(await MemoryEngine.open(settings), owns_engine=True)
 
-    async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
-                      kwargs: Mapping[str, Any]) -> Any:
-        named = op.bind(args, kwargs)
+    async def perform(self, op: Operation[Any, Any], owner: str, values: Sequence[Any]
+                      ) -> Any:
+        named = op.named(values)
+        named.pop("op_id", None)  # a call in this process is not retried: no id is kept
+        return await self.run(op, owner, named)
+
+    async def run(self, op: Operation[Any, Any], owner: str, named: Mapping[str, Any]
+                  ) -> Any:
+        """The described operation ``op`` for ``owner``, its checked arguments by name
+        (an ``op_id`` among them is kept with the write: a retry applies it once)."""
         if op is ops.snapshot_as_of:
             return await self.engine.snapshot(owner, as_of=named["at"])
         if op is ops.append_messages:  # and extract what leaves the window, here

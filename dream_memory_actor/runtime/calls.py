@@ -45,7 +45,14 @@ def search(view: ClientView, owners: str | Iterable[str], query: str, limit: int
 def of(op: Operation[Any, Any], view: ClientView, owner: str, args: Sequence[Any],
        kwargs: Mapping[str, Any]) -> Call[Any]:
     """The call of a described operation, its arguments checked by their rules."""
-    values = op.check(Scope(owner, view.max_content_bytes, view.limits), args, kwargs)
+    return checked(op, owner, op.check(Scope(owner, view.max_content_bytes, view.limits),
+                                       args, kwargs))
+
+
+def checked(op: Operation[Any, Any], owner: str, values: Sequence[Any]) -> Call[Any]:
+    """The call of a described operation whose arguments ``values`` were checked
+    (``Operation.check``: an operation id made, for the call's retries)."""
+    values = tuple(values)
     if op.serves == "index":
         return Call("index", op.name, (owner, *values), same, f"{op.name} for {owner!r}")
     return _owner(owner, op.name, values, same, op.extra_timeout_s(values))

@@ -19,13 +19,15 @@ from ..models import (
     VectorMemory,
 )
 from ..storage.ops import L1Op
+from . import calls
 from .client import MemorySystem
 
 
 class RayBackend(MemoryBackend):
     """A running memory system on a Ray cluster, through its owner handles.
 
-    An operation is the handle's ``_async`` method of its name. The engines run in
+    An operation is the call the handle's ``_async`` method of its name sends, made
+    from the arguments the door checked (not checked again here). The engines run in
     the system's actors; this process counts the operations it asks for
     (``dream_memory_operations_total`` and the latencies, under each operation's
     ``metric``), so the server's own ``/metrics`` shows what its clients did.
@@ -45,13 +47,14 @@ class RayBackend(MemoryBackend):
     def _op(self, kind: str) -> Any:
         return self._metrics.operation(kind, self.settings.backend)
 
-    async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
-                      kwargs: Mapping[str, Any]) -> Any:
-        run = getattr(self.system.owner(owner), op.name + "_async")
+    async def perform(self, op: Operation[Any, Any], owner: str, values: Sequence[Any]
+                      ) -> Any:
+        handle = self.system.owner(owner)
+        call = calls.checked(op, owner, values)  # checked at the door: sent as they are
         if op.metric is None:
-            return await run(*args, **kwargs)
+            return await handle._run_async(call)
         with self._op(op.metric):
-            done = await run(*args, **kwargs)
+            done = await handle._run_async(call)
         if op is ops.store:
             self._metrics.judged(self.settings.backend, done.judgement)
         elif op in (ops.confirm, ops.reject, ops.undo_proposal) and done.applied:

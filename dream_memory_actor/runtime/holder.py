@@ -365,7 +365,7 @@ def _owner_method(op: operations.Operation[Any, Any]) -> Any:
 
     async def method(self: OwnerHolder, owner: str, *values: Any) -> Any:
         async with self._use(owner):
-            return await (await self._local()).perform(op, owner, (), op.named(values))
+            return await (await self._local()).run(op, owner, op.named(values))
 
     return method
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from mcp import Client
 
+from dream_memory_actor.engine import operations as ops
+from dream_memory_actor.engine.operations import Operation, Scope
 from dream_memory_actor.mcp import RayBackend, build_server
 from dream_memory_actor.models import MemoryPendingItem
 from dream_memory_actor.runtime import MemorySystem
@@ -45,4 +48,24 @@ async def test_tools_over_ray(ray_system: MemorySystem) -> None:
         text = error_text(await c.call_tool("reject_pending",
                                             {"owner": "alice", "pending_id": item.id}))
         assert "PendingItemDecided" in text
+    await backend.close()
+
+
+async def test_the_door_checks_a_call_once(ray_system: MemorySystem,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call through the Ray door is checked by its rules once in this process, at the
+    door; the handle sends what the door checked (the store checks again in its actor)."""
+    checked: list[str] = []
+    check = Operation.check
+
+    def counted(op: Operation[Any, Any], scope: Scope, args: Any, kwargs: Any) -> Any:
+        checked.append(op.name)
+        return check(op, scope, args, kwargs)
+
+    monkeypatch.setattr(Operation, "check", counted)
+    backend = RayBackend(MemorySystem.connect("test-mcp"))
+    stored = await backend.call(ops.store, "carol", "deploys go out on Thursdays")
+    got = await backend.call(ops.get, "carol", stored.memory.id)
+    assert got.content == "deploys go out on Thursdays"
+    assert checked == ["store", "get"]
     await backend.close()
