@@ -208,9 +208,8 @@ class OwnerHandle:
 
     def _supersede(self, item_id: str, new_content: str, by: str, reason: str | None,
                    op_id: str | None) -> Call[Item]:
-        text = check.content(new_content, self._view.max_content_bytes)
-        return calls.apply(self._view, self.owner, [Supersede(item_id, text, by, reason)], op_id,
-                           lambda snap: new_item(snap, text))
+        return calls.apply(self._view, self.owner, [Supersede(item_id, new_content, by, reason)],
+                           op_id, lambda snap: new_item(snap, new_content))  # checked by apply
 
     # -- L2 -------------------------------------------------------------------------------
 
