@@ -33,12 +33,16 @@ def search(view: ClientView, owners: str | Iterable[str], query: str, limit: int
            min_score: float, filter: Mapping[str, Any] | None = None
            ) -> Call[list[SearchHit]]:
     """A hybrid search over ``owners``, for any VectorIndex replica."""
-    who = check.owner_ids(owners)
-    text = check.content(query, view.max_content_bytes, what="query")
-    n = check.limit(limit)
-    floor = check.unit_interval(min_score, "min_score")
-    where = check_l2.metadata_filter(filter)
-    args: tuple[Any, ...] = (list(who), text, n, floor)
+    return searched(list(check.owner_ids(owners)),
+                    check.content(query, view.max_content_bytes, what="query"),
+                    check.limit(limit), check.unit_interval(min_score, "min_score"),
+                    check_l2.metadata_filter(filter))
+
+
+def searched(owners: list[str], query: str, limit: int, min_score: float,
+             where: Mapping[str, Any] | None) -> Call[list[SearchHit]]:
+    """The search of arguments already checked (at a door, or by :func:`search`)."""
+    args: tuple[Any, ...] = (owners, query, limit, min_score)
     return Call("index", "search", args if where is None else (*args, where), same, "search")
 
 
@@ -92,8 +96,13 @@ def reads(view: ClientView, owner: str, conn: Connection, min_version: int | Non
 def apply(view: ClientView, owner: str, ops: Sequence[L1Op], op_id: str | None,
           then: Callable[[Any], T]) -> Call[T]:
     checked = check_l1.ops(ops, view.max_content_bytes, view.limits)
-    op_id = new_id() if op_id is None else check.op_id(op_id)
-    return _owner(owner, "apply", (checked, op_id), then)
+    return applied(owner, checked, new_id() if op_id is None else check.op_id(op_id), then)
+
+
+def applied(owner: str, ops: Sequence[L1Op], op_id: str, then: Callable[[Any], T]
+            ) -> Call[T]:
+    """The apply of operations already checked (at a door, or by :func:`apply`)."""
+    return _owner(owner, "apply", (ops, op_id), then)
 
 
 def add(view: ClientView, owner: str, kind: type[AddRule] | type[AddFact], content: str,

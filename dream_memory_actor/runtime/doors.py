@@ -17,8 +17,10 @@ from ..models import (
     MemorySnapshot,
     SearchHit,
     VectorMemory,
+    new_id,
 )
-from ..storage.ops import L1Op
+from ..storage.base import new_item
+from ..storage.ops import L1Op, Supersede
 from . import calls
 from .client import MemorySystem
 
@@ -70,24 +72,31 @@ class RayBackend(MemoryBackend):
 
     async def search(self, owners: Sequence[str], query: str, limit: int,
                      filter: Mapping[str, Any] | None = None) -> list[SearchHit]:
-        with self._op("search"):
-            return await self.system.search_async(list(owners), query, limit, filter=filter)
+        with self._op("search"):  # the door checked the arguments: sent as they are
+            return await self.system.connection.call_async(
+                calls.searched(list(owners), query, limit, 0.0, filter))
 
     async def apply(self, owner: str, ops: Sequence[L1Op]) -> MemorySnapshot:
-        with self._op("apply"):
-            return await self.system.owner(owner).apply_async(ops)
+        handle = self.system.owner(owner)
+        with self._op("apply"):  # the door checked the operations: sent as they are
+            return await handle._run_async(calls.applied(owner, ops, new_id(), calls.same))
 
     async def supersede(self, owner: str, item_id: str, content: str, by: str,
                         reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
         handle = self.system.owner(owner)
-        with self._op("apply"):
+        replace = Supersede(item_id, content, by, reason)
+        memory = ops.supersede_memory.bind((), {"memory_id": item_id, "content": content,
+                                                "by": by, "reason": reason, "op_id": new_id()})
+        with self._op("apply"):  # the door checked the arguments: sent as they are
             try:
-                return await handle.supersede_async(item_id, content, by=by, reason=reason)
+                return await handle._run_async(calls.applied(
+                    owner, [replace], new_id(), lambda snap: new_item(snap, content)))
             except ItemNotFound as exc:  # not a rule or fact: a semantic memory, perhaps
                 if isinstance(exc, ItemSuperseded):
                     raise
                 try:
-                    await handle.get_async(item_id)
+                    await handle._run_async(calls.checked(ops.get, owner, (item_id,)))
                 except MemoryNotFound:
                     raise exc from None
-            return await handle.supersede_memory_async(item_id, content, by=by, reason=reason)
+            return await handle._run_async(
+                calls.checked(ops.supersede_memory, owner, tuple(memory.values())))

@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from dream_memory_actor import validation as check
 from dream_memory_actor.engine import operations as ops
-from dream_memory_actor.engine.operations import Operation, Scope
+from dream_memory_actor.engine.operations import Operation
 from dream_memory_actor.mcp import RayBackend, build_server
 from dream_memory_actor.models import MemoryPendingItem
 from dream_memory_actor.runtime import MemorySystem
-from dream_memory_actor.storage.ops import AddPending
+from dream_memory_actor.storage.ops import AddFact, AddPending
+from dream_memory_actor.validation import l1 as check_l1
 from tests.runtime.conftest import start_system
 
 from .test_http import error_text, ok
@@ -53,19 +55,37 @@ async def test_tools_over_ray(ray_system: MemorySystem) -> None:
 
 async def test_the_door_checks_a_call_once(ray_system: MemorySystem,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """A call through the Ray door is checked by its rules once in this process, at the
-    door; the handle sends what the door checked (the store checks again in its actor)."""
-    checked: list[str] = []
-    check = Operation.check
-
-    def counted(op: Operation[Any, Any], scope: Scope, args: Any, kwargs: Any) -> Any:
-        checked.append(op.name)
-        return check(op, scope, args, kwargs)
-
-    monkeypatch.setattr(Operation, "check", counted)
+    """A call through the Ray door is checked once in this process, at the door: the
+    described operations, the L1 writes and the searches are sent as the door checked
+    them (the store checks again in its actor, as the authority)."""
     backend = RayBackend(MemorySystem.connect("test-mcp"))
+    s = backend.settings
+    fact = check_l1.ops([AddFact("carol works on the payments team", "user")],
+                        s.max_content_bytes, s.limits)  # the door's check
+    checked: list[str] = []
+
+    def counting(name: str, rule: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            checked.append(name)
+            return rule(*args, **kwargs)
+        return counted
+
+    monkeypatch.setattr(Operation, "check", counting("operation", Operation.check))
+    monkeypatch.setattr(check_l1, "ops", counting("L1 operations", check_l1.ops))
+    monkeypatch.setattr(check, "owner_ids", counting("owners", check.owner_ids))
     stored = await backend.call(ops.store, "carol", "deploys go out on Thursdays")
     got = await backend.call(ops.get, "carol", stored.memory.id)
     assert got.content == "deploys go out on Thursdays"
-    assert checked == ["store", "get"]
+    assert checked == ["operation", "operation"]  # one each, at the door
+    snap = await backend.apply("carol", fact)
+    assert [f.content for f in snap.facts] == ["carol works on the payments team"]
+    hits = await backend.search(["carol"], "Thursdays deploys", 5)
+    assert hits[0].memory.id == stored.memory.id
+    new_fact = await backend.supersede("carol", snap.facts[0].id,
+                                       "carol works on the billing team", "carol", None)
+    assert new_fact.content == "carol works on the billing team"
+    new_memory = await backend.supersede("carol", stored.memory.id,
+                                         "deploys go out on Wednesdays", "carol", "moved")
+    assert new_memory.content == "deploys go out on Wednesdays"
+    assert checked == ["operation", "operation"]
     await backend.close()
