@@ -217,7 +217,7 @@ def _apply(args: argparse.Namespace, ops: list[L1Op]) -> Any:
 
 def _add(args: argparse.Namespace) -> int:
     op = (AddRule if args.kind == "rule" else AddFact)(
-        args.content, check.source(args.source), review_updates=True)
+        args.content, args.source, review_updates=True)  # checked with the operations
     snap = _apply(args, [op])
     item = added(snap, op)
     text = check.content(args.content, 1 << 62)

@@ -209,7 +209,7 @@ async def add_rule(door: Door, owner: str, content: str, source: str = "user") -
     version of a current rule ("answer in Chinese" when a rule says English) is queued
     as a correction of that rule for a person to confirm (pending is set)."""
     rule, pending, version = await _add(
-        door, owner, AddRule(content, check.source(source), review_updates=True))
+        door, owner, AddRule(content, source, review_updates=True))
     return RuleAdded(rule=rule, pending=pending, version=version)
 
 
@@ -218,7 +218,7 @@ async def add_fact(door: Door, owner: str, content: str, source: str = "user") -
     developer"). A new version of a current fact ("a Go developer") is queued as a
     correction of it for a person to confirm (pending is set)."""
     fact, pending, version = await _add(
-        door, owner, AddFact(content, check.source(source), review_updates=True))
+        door, owner, AddFact(content, source, review_updates=True))
     return FactAdded(fact=fact, pending=pending, version=version)
 
 
