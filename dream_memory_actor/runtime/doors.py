@@ -28,8 +28,9 @@ from .client import MemorySystem
 class RayBackend(MemoryBackend):
     """A running memory system on a Ray cluster, through its owner handles.
 
-    An operation is the call the handle's ``_async`` method of its name sends, made
-    from the arguments the door checked (not checked again here). The engines run in
+    An operation goes to the system's actors as the call an owner handle would send
+    for it, made from the arguments the door checked (not checked again here: the
+    store checks them in the actor, as the authority). The engines run in
     the system's actors; this process counts the operations it asks for
     (``dream_memory_operations_total`` and the latencies, under each operation's
     ``metric``), so the server's own ``/metrics`` shows what its clients did.
@@ -51,12 +52,12 @@ class RayBackend(MemoryBackend):
 
     async def perform(self, op: Operation[Any, Any], owner: str, values: Sequence[Any]
                       ) -> Any:
-        handle = self.system.owner(owner)
-        call = calls.checked(op, owner, values)  # checked at the door: sent as they are
+        send = self.system.connection.call_async
+        call = calls.checked(op, owner, values)
         if op.metric is None:
-            return await handle._run_async(call)
+            return await send(call)
         with self._op(op.metric):
-            done = await handle._run_async(call)
+            done = await send(call)
         if op is ops.store:
             self._metrics.judged(self.settings.backend, done.judgement)
         elif op in (ops.confirm, ops.reject, ops.undo_proposal) and done.applied:
@@ -72,31 +73,31 @@ class RayBackend(MemoryBackend):
 
     async def search(self, owners: Sequence[str], query: str, limit: int,
                      filter: Mapping[str, Any] | None = None) -> list[SearchHit]:
-        with self._op("search"):  # the door checked the arguments: sent as they are
+        with self._op("search"):
             return await self.system.connection.call_async(
                 calls.searched(list(owners), query, limit, 0.0, filter))
 
     async def apply(self, owner: str, ops: Sequence[L1Op]) -> MemorySnapshot:
-        handle = self.system.owner(owner)
-        with self._op("apply"):  # the door checked the operations: sent as they are
-            return await handle._run_async(calls.applied(owner, ops, new_id(), calls.same))
+        with self._op("apply"):
+            return await self.system.connection.call_async(
+                calls.applied(owner, ops, new_id(), calls.same))
 
     async def supersede(self, owner: str, item_id: str, content: str, by: str,
                         reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
-        handle = self.system.owner(owner)
+        send = self.system.connection.call_async
         replace = Supersede(item_id, content, by, reason)
         memory = ops.supersede_memory.bind((), {"memory_id": item_id, "content": content,
                                                 "by": by, "reason": reason, "op_id": new_id()})
-        with self._op("apply"):  # the door checked the arguments: sent as they are
+        with self._op("apply"):
             try:
-                return await handle._run_async(calls.applied(
-                    owner, [replace], new_id(), lambda snap: new_item(snap, content)))
+                return await send(calls.applied(owner, [replace], new_id(),
+                                                lambda snap: new_item(snap, content)))
             except ItemNotFound as exc:  # not a rule or fact: a semantic memory, perhaps
                 if isinstance(exc, ItemSuperseded):
                     raise
                 try:
-                    await handle._run_async(calls.checked(ops.get, owner, (item_id,)))
+                    await send(calls.checked(ops.get, owner, (item_id,)))
                 except MemoryNotFound:
                     raise exc from None
-            return await handle._run_async(
-                calls.checked(ops.supersede_memory, owner, tuple(memory.values())))
+            return await send(calls.checked(ops.supersede_memory, owner,
+                                            tuple(memory.values())))

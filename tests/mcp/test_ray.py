@@ -56,8 +56,9 @@ async def test_tools_over_ray(ray_system: MemorySystem) -> None:
 async def test_the_door_checks_a_call_once(ray_system: MemorySystem,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A call through the Ray door is checked once in this process, at the door: the
-    described operations, the L1 writes and the searches are sent as the door checked
-    them (the store checks again in its actor, as the authority)."""
+    described operations, the L1 writes, the searches and the supersessions are sent as
+    the door checked them, owner id included (the store checks again in its actor, as
+    the authority)."""
     backend = RayBackend(MemorySystem.connect("test-mcp"))
     s = backend.settings
     fact = check_l1.ops([AddFact("carol works on the payments team", "user")],
@@ -73,6 +74,7 @@ async def test_the_door_checks_a_call_once(ray_system: MemorySystem,
     monkeypatch.setattr(Operation, "check", counting("operation", Operation.check))
     monkeypatch.setattr(check_l1, "ops", counting("L1 operations", check_l1.ops))
     monkeypatch.setattr(check, "owner_ids", counting("owners", check.owner_ids))
+    monkeypatch.setattr(check, "owner_id", counting("owner", check.owner_id))
     stored = await backend.call(ops.store, "carol", "deploys go out on Thursdays")
     got = await backend.call(ops.get, "carol", stored.memory.id)
     assert got.content == "deploys go out on Thursdays"
