@@ -48,11 +48,11 @@ class MemoryBackend(abc.ABC):
     route: str
 
     @abc.abstractmethod
-    async def perform(self, op: Operation[Any, Any], owner: str, values: Sequence[Any]
-                      ) -> Any:
-        """Run the described operation ``op`` for ``owner`` with ``values``, its arguments
-        as ``Operation.check`` gives them: checked, in order, an operation id made
-        (``call`` checks them; they are not checked again on the way to the store)."""
+    async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
+                      kwargs: Mapping[str, Any]) -> Any:
+        """Run the described operation ``op`` for ``owner``, its arguments as its
+        signature takes them, already checked, an operation id made (``call`` checks
+        them; they are not checked again on the way to the store)."""
 
     @abc.abstractmethod
     async def snapshot(self, owner: str) -> MemorySnapshot: ...
@@ -78,8 +78,8 @@ class MemoryBackend(abc.ABC):
         """``op`` for ``owner``, its arguments checked first by their rules (the check a
         door makes, the same at every door)."""
         s = self.settings
-        values = op.check(Scope(owner, s.max_content_bytes, s.limits), args, kwargs)
-        return cast(R, await self.perform(op, owner, values))
+        named = op.named(op.check(Scope(owner, s.max_content_bytes, s.limits), args, kwargs))
+        return cast(R, await self.perform(op, owner, (), named))
 
     async def close(self) -> None:
         """Release what this backend opened (nothing, unless it says otherwise)."""
@@ -112,9 +112,9 @@ class LocalBackend(MemoryBackend):
 
         return cls(await MemoryEngine.open(settings), owns_engine=True)
 
-    async def perform(self, op: Operation[Any, Any], owner: str, values: Sequence[Any]
-                      ) -> Any:
-        named = op.named(values)
+    async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
+                      kwargs: Mapping[str, Any]) -> Any:
+        named = op.bind(args, kwargs)
         named.pop("op_id", None)  # a call in this process is not retried: no id is kept
         return await self.run(op, owner, named)
 

@@ -50,10 +50,10 @@ class RayBackend(MemoryBackend):
     def _op(self, kind: str) -> Any:
         return self._metrics.operation(kind, self.settings.backend)
 
-    async def perform(self, op: Operation[Any, Any], owner: str, values: Sequence[Any]
-                      ) -> Any:
+    async def perform(self, op: Operation[Any, Any], owner: str, args: Sequence[Any],
+                      kwargs: Mapping[str, Any]) -> Any:
         send = self.system.connection.call_async
-        call = calls.checked(op, owner, values)
+        call = calls.checked(op, owner, tuple(op.bind(args, kwargs).values()))
         if op.metric is None:
             return await send(call)
         with self._op(op.metric):
