@@ -53,10 +53,9 @@ def of(op: Operation[Any, Any], view: ClientView, owner: str, args: Sequence[Any
                                        args, kwargs))
 
 
-def checked(op: Operation[Any, Any], owner: str, values: Sequence[Any]) -> Call[Any]:
+def checked(op: Operation[Any, Any], owner: str, values: tuple[Any, ...]) -> Call[Any]:
     """The call of a described operation whose arguments ``values`` were checked
     (``Operation.check``: an operation id made, for the call's retries)."""
-    values = tuple(values)
     if op.serves == "index":
         return Call("index", op.name, (owner, *values), same, f"{op.name} for {owner!r}")
     return _owner(owner, op.name, values, same, op.extra_timeout_s(values))

@@ -86,8 +86,6 @@ class RayBackend(MemoryBackend):
                         reason: str | None) -> MemoryRule | MemoryFact | VectorMemory:
         send = self.system.connection.call_async
         replace = Supersede(item_id, content, by, reason)
-        memory = ops.supersede_memory.bind((), {"memory_id": item_id, "content": content,
-                                                "by": by, "reason": reason, "op_id": new_id()})
         with self._op("apply"):
             try:
                 return await send(calls.applied(owner, [replace], new_id(),
@@ -99,5 +97,8 @@ class RayBackend(MemoryBackend):
                     await send(calls.checked(ops.get, owner, (item_id,)))
                 except MemoryNotFound:
                     raise exc from None
+            memory = ops.supersede_memory.bind((), {"memory_id": item_id, "content": content,
+                                                    "by": by, "reason": reason,
+                                                    "op_id": new_id()})
             return await send(calls.checked(ops.supersede_memory, owner,
                                             tuple(memory.values())))
